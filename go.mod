@@ -1,0 +1,3 @@
+module github.com/torchfit/torchfit
+
+go 1.24

@@ -1,0 +1,337 @@
+// Package capi is the cgo boundary of torchfit: the C++ shim over libtorch
+// (capi.h, *.cc) and Go functions that call it with Go types.
+//
+// It lives apart from package torch so that editing torch's Go code does not
+// recompile the C++ (Go rebuilds every C++ file of a package when any of its
+// files changes). Nothing here panics; every call returns the shim's error.
+package capi
+
+/*
+#cgo CXXFLAGS: -std=c++17 -O2 -fPIC -Wno-deprecated-declarations -Wno-unused-parameter
+#cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++
+#cgo noescape tf_op_call
+#cgo nocallback tf_op_call
+#cgo nocallback tf_scope_swap
+#cgo nocallback tf_scope_current
+#cgo noescape tf_mem_stats
+#cgo noescape tf_tensor_info
+#cgo nocallback tf_tensor_info
+#cgo noescape tf_tensor_from_data
+#cgo noescape tf_tensor_copy_to
+#include <stdlib.h>
+#include "capi.h"
+*/
+import "C"
+
+import (
+	"strings"
+	"unsafe"
+)
+
+// Err is an error reported by the shim.
+type Err struct {
+	OOM bool   // libtorch ran out of memory
+	Msg string // libtorch's message, without its C++ backtrace
+}
+
+func (e *Err) Error() string { return e.Msg }
+
+func check(e C.tf_err) error {
+	if e == nil {
+		return nil
+	}
+	s := C.GoString(e)
+	C.tf_free_error(e)
+	err := &Err{Msg: s}
+	if len(s) >= 2 && s[1] == ':' {
+		err.OOM = s[0] == 'O'
+		err.Msg = s[2:]
+	}
+	err.Msg = strings.TrimSpace(err.Msg)
+	return err
+}
+
+// Tensor is an owning reference to a libtorch tensor.
+type Tensor = C.tf_tensor
+
+// Op is a resolved operator.
+type Op = C.tf_op
+
+// Value kinds (capi.h).
+const (
+	KDefault = C.TF_DEFAULT
+	KNone    = C.TF_NONE
+	KTensor  = C.TF_TENSOR
+	KInt     = C.TF_INT
+	KDouble  = C.TF_DOUBLE
+	KBool    = C.TF_BOOL
+	KInts    = C.TF_INTS
+	KDoubles = C.TF_DOUBLES
+	KTensors = C.TF_TENSORS
+	KString  = C.TF_STRING
+	KDevice  = C.TF_DEVICE
+)
+
+// Val mirrors tf_val.
+type Val struct {
+	Kind int32
+	N    int32
+	I    int64
+	D    float64
+	P    unsafe.Pointer
+}
+
+// FindOp resolves an operator by name and overload.
+func FindOp(name, overload string) (Op, error) {
+	cn, co := C.CString(name), C.CString(overload)
+	defer C.free(unsafe.Pointer(cn))
+	defer C.free(unsafe.Pointer(co))
+	var op Op
+	return op, check(C.tf_op_find(cn, co, &op))
+}
+
+// Schema returns the operator's schema text.
+func Schema(op Op) string {
+	var s *C.char
+	if check(C.tf_op_schema(op, &s)) != nil {
+		return "?"
+	}
+	defer C.free(unsafe.Pointer(s))
+	return C.GoString(s)
+}
+
+// Call runs op. outs receives up to len(outs) results; it returns how many
+// the op produced.
+func Call(op Op, args []Val, arena []int64, outs []Val) (n int, scope uint64, err error) {
+	var a *C.tf_val
+	if len(args) > 0 {
+		a = (*C.tf_val)(unsafe.Pointer(&args[0]))
+	}
+	var ar *C.int64_t
+	if len(arena) > 0 {
+		ar = (*C.int64_t)(unsafe.Pointer(&arena[0]))
+	}
+	var o *C.tf_val
+	if len(outs) > 0 {
+		o = (*C.tf_val)(unsafe.Pointer(&outs[0]))
+	}
+	var cn C.int32_t
+	var cs C.uint64_t
+	err = check(C.tf_op_call(op, a, C.int32_t(len(args)), ar, o, C.int32_t(len(outs)), &cn, &cs))
+	return int(cn), uint64(cs), err
+}
+
+// ScopeSwap sets the calling thread's scope and returns the previous one.
+func ScopeSwap(s uint64) uint64 { return uint64(C.tf_scope_swap(C.uint64_t(s))) }
+
+// CurrentScope returns the calling thread's scope.
+func CurrentScope() uint64 { return uint64(C.tf_scope_current()) }
+
+// TensorList converts a returned TF_TENSORS value into handles and frees the C array.
+func TensorList(v Val) []Tensor {
+	if v.P == nil {
+		return nil
+	}
+	arr := unsafe.Slice((*Tensor)(v.P), int(v.N))
+	out := make([]Tensor, len(arr))
+	copy(out, arr)
+	C.free(v.P)
+	return out
+}
+
+// Free releases a tensor reference.
+func Free(t Tensor) { C.tf_tensor_free(t) }
+
+// CloneHandle returns a second reference to the same tensor.
+func CloneHandle(t Tensor) (Tensor, error) {
+	var out Tensor
+	return out, check(C.tf_tensor_clone_handle(t, &out))
+}
+
+// FromData copies data (nbytes at ptr) into a new CPU tensor.
+func FromData(ptr unsafe.Pointer, nbytes int, shape []int64, dtype int32) (Tensor, error) {
+	var sp *C.int64_t
+	if len(shape) > 0 {
+		sp = (*C.int64_t)(unsafe.Pointer(&shape[0]))
+	}
+	var out Tensor
+	return out, check(C.tf_tensor_from_data(ptr, C.size_t(nbytes), sp, C.int32_t(len(shape)), C.int32_t(dtype), &out))
+}
+
+// CopyTo copies the tensor's elements into dst.
+func CopyTo(t Tensor, dst unsafe.Pointer, nbytes int) error {
+	return check(C.tf_tensor_copy_to(t, dst, C.size_t(nbytes)))
+}
+
+// Info mirrors tf_info.
+type Info struct {
+	Defined, DType, NDim, DeviceType, DeviceIndex, RequiresGrad, IsLeaf, IsContiguous int32
+	Numel, NBytes                                                                     int64
+}
+
+// MaxDims is the most dimensions Describe reports.
+const MaxDims = 16
+
+// Describe returns the tensor's metadata and shape.
+func Describe(t Tensor, shape, strides *[MaxDims]int64) (Info, error) {
+	var info Info
+	var st *C.int64_t
+	if strides != nil {
+		st = (*C.int64_t)(unsafe.Pointer(&strides[0]))
+	}
+	err := check(C.tf_tensor_info(t, (*C.tf_info)(unsafe.Pointer(&info)), (*C.int64_t)(unsafe.Pointer(&shape[0])), st, MaxDims))
+	return info, err
+}
+
+// SameTensor reports whether two handles refer to the same tensor.
+func SameTensor(a, b Tensor) (bool, error) {
+	var s C.int32_t
+	err := check(C.tf_tensor_same(a, b, &s))
+	return s != 0, err
+}
+
+// DataPtr returns the address of the tensor's first element.
+func DataPtr(t Tensor) (uintptr, error) {
+	var p C.uintptr_t
+	err := check(C.tf_tensor_data_ptr(t, &p))
+	return uintptr(p), err
+}
+
+func b32(b bool) C.int32_t {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Backward runs the autograd engine from t.
+func Backward(t, grad Tensor, retain, create bool) error {
+	return check(C.tf_backward(t, grad, b32(retain), b32(create)))
+}
+
+// Grad returns t's gradient (nil when none).
+func Grad(t Tensor) (Tensor, error) {
+	var out Tensor
+	return out, check(C.tf_grad(t, &out))
+}
+
+// SetGrad replaces t's gradient (nil clears it).
+func SetGrad(t, g Tensor) error { return check(C.tf_set_grad(t, g)) }
+
+// SetRequiresGrad sets t's requires_grad flag.
+func SetRequiresGrad(t Tensor, on bool) error { return check(C.tf_set_requires_grad(t, b32(on))) }
+
+// AutogradGrad computes the gradients of outputs with respect to inputs.
+func AutogradGrad(outputs, gradOutputs, inputs []Tensor, retain, create, allowUnused bool) ([]Tensor, error) {
+	grads := make([]Tensor, len(inputs))
+	var gout *C.tf_tensor
+	if len(gradOutputs) > 0 {
+		gout = cTensors(gradOutputs)
+		defer C.free(unsafe.Pointer(gout))
+	}
+	outs := cTensors(outputs)
+	defer C.free(unsafe.Pointer(outs))
+	ins := cTensors(inputs)
+	defer C.free(unsafe.Pointer(ins))
+	res := cTensors(grads)
+	defer C.free(unsafe.Pointer(res))
+	err := check(C.tf_autograd_grad(outs, C.int32_t(len(outputs)), gout, ins, C.int32_t(len(inputs)),
+		b32(retain), b32(create), b32(allowUnused), res))
+	copy(grads, unsafe.Slice((*Tensor)(unsafe.Pointer(res)), len(grads)))
+	return grads, err
+}
+
+// cTensors copies handles into C memory (C memory may hold them freely).
+func cTensors(ts []Tensor) *C.tf_tensor {
+	n := len(ts)
+	if n == 0 {
+		n = 1
+	}
+	p := (*C.tf_tensor)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(Tensor(nil)))))
+	copy(unsafe.Slice((*Tensor)(unsafe.Pointer(p)), n), ts)
+	return p
+}
+
+// GradMode sets the calling thread's grad mode (set < 0 only queries) and
+// returns the previous value.
+func GradMode(set int) (bool, error) {
+	var prev C.int32_t
+	err := check(C.tf_grad_mode(C.int32_t(set), &prev))
+	return prev != 0, err
+}
+
+// InferenceModeEnter enters inference mode on the calling thread.
+func InferenceModeEnter() (unsafe.Pointer, error) {
+	var g unsafe.Pointer
+	return g, check(C.tf_inference_mode_enter(&g))
+}
+
+// InferenceModeExit leaves the inference mode entered by guard.
+func InferenceModeExit(g unsafe.Pointer) error { return check(C.tf_inference_mode_exit(g)) }
+
+// ManualSeed seeds every generator.
+func ManualSeed(seed uint64) error { return check(C.tf_manual_seed(C.uint64_t(seed))) }
+
+// SetNumThreads sets libtorch's intra-op thread count.
+func SetNumThreads(n int) error { return check(C.tf_set_num_threads(C.int32_t(n))) }
+
+// NumThreads returns libtorch's intra-op thread count.
+func NumThreads() int {
+	var n C.int32_t
+	if check(C.tf_get_num_threads(&n)) != nil {
+		return 0
+	}
+	return int(n)
+}
+
+// Version returns the libtorch version the shim was compiled against.
+func Version() (major, minor, patch int) {
+	var a, b, c C.int32_t
+	C.tf_version(&a, &b, &c)
+	return int(a), int(b), int(c)
+}
+
+// CUDADeviceCount returns the number of CUDA devices libtorch sees.
+func CUDADeviceCount() int {
+	var n C.int32_t
+	if check(C.tf_cuda_device_count(&n)) != nil {
+		return 0
+	}
+	return int(n)
+}
+
+// CUDASynchronize waits for all work on a CUDA device.
+func CUDASynchronize(device int) error { return check(C.tf_cuda_synchronize(C.int32_t(device))) }
+
+// MemStats mirrors tf_memstats.
+type MemStats struct {
+	Allocated, PeakAllocated, Reserved, PeakReserved int64
+	NumBlocks, NumAllocs, NumOOMs, Limit             int64
+	LastOOMRequest, DeviceTotal, DeviceFree          int64
+	Counting                                         int32
+	_                                                int32
+}
+
+// MemoryStats reads the allocator's counters (deviceType 0: CPU, 1: CUDA).
+func MemoryStats(deviceType, device int) (MemStats, error) {
+	var s MemStats
+	err := check(C.tf_mem_stats(C.int32_t(deviceType), C.int32_t(device), (*C.tf_memstats)(unsafe.Pointer(&s))))
+	return s, err
+}
+
+// ResetPeak resets the peak counters to the current values.
+func ResetPeak(deviceType, device int) error {
+	return check(C.tf_mem_reset_peak(C.int32_t(deviceType), C.int32_t(device)))
+}
+
+// SetLimit caps an allocator: bytes > 0 absolute, otherwise fraction of device memory.
+func SetLimit(deviceType, device int, bytes int64, fraction float64) error {
+	return check(C.tf_mem_set_limit(C.int32_t(deviceType), C.int32_t(device), C.int64_t(bytes), C.double(fraction)))
+}
+
+// EmptyCache releases the CUDA allocator's unused cached blocks; false on CPU builds.
+func EmptyCache() (bool, error) {
+	var done C.int32_t
+	err := check(C.tf_mem_empty_cache(&done))
+	return done != 0, err
+}

@@ -1,0 +1,142 @@
+// capi.h: the C interface of torchfit's libtorch shim.
+//
+// Every function has one shape: it returns NULL on success or a malloc'd
+// error string (free it with tf_free_error), and passes results through
+// out-parameters. Nothing here throws: each body catches every exception.
+//
+// An error string starts with a one-letter kind and a colon:
+//   "O:" out of memory (c10::OutOfMemoryError, CUDA's or the CPU allocator's)
+//   "E:" any other libtorch error (c10::Error, std::exception, unknown)
+// followed by libtorch's message without its C++ backtrace.
+#ifndef TORCHFIT_CAPI_H
+#define TORCHFIT_CAPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef char* tf_err;
+typedef struct tf_tensor_s* tf_tensor;  // an owning reference to an at::Tensor
+typedef struct tf_op_s* tf_op;          // a resolved operator (never freed)
+
+void tf_free_error(tf_err e);
+
+// ---- values passed to and returned from operators -------------------------
+// Lists, strings and tensor lists live in an int64 arena passed beside the
+// values, so no Go pointer is ever stored in memory handed to C.
+enum {
+  TF_DEFAULT = 0,  // use the schema's default for this position
+  TF_NONE = 1,     // None
+  TF_TENSOR = 2,   // p: tf_tensor (NULL means None / undefined)
+  TF_INT = 3,      // i
+  TF_DOUBLE = 4,   // d
+  TF_BOOL = 5,     // i (0/1)
+  TF_INTS = 6,     // arena[i .. i+n)
+  TF_DOUBLES = 7,  // arena[i .. i+n) holding float64 bits
+  TF_TENSORS = 8,  // arena[i .. i+n) holding tf_tensor pointers; on return: p = malloc'd tf_tensor[n]
+  TF_STRING = 9,   // arena bytes from i, length n
+  TF_DEVICE = 10,  // i: device type, n: device index
+};
+
+typedef struct {
+  int32_t kind;
+  int32_t n;
+  int64_t i;
+  double d;
+  void* p;
+} tf_val;
+
+// tf_op_find resolves "aten::add" + overload "Tensor" ("" for none).
+tf_err tf_op_find(const char* name, const char* overload, tf_op* out);
+// tf_op_call runs op on args (missing trailing args take schema defaults) and
+// writes at most cap outputs; *nout is the number the op returned. Outputs
+// beyond cap are dropped (and released). Tensor outputs are new handles.
+tf_err tf_op_call(tf_op op, const tf_val* args, int32_t nargs, const int64_t* arena,
+                  tf_val* outs, int32_t cap, int32_t* nout, uint64_t* scope);
+// tf_op_schema writes the op's schema text (malloc'd) for error messages.
+tf_err tf_op_schema(tf_op op, char** out);
+
+// ---- tensors ---------------------------------------------------------------
+void tf_tensor_free(tf_tensor t);
+tf_err tf_tensor_clone_handle(tf_tensor t, tf_tensor* out);  // a second reference
+// tf_tensor_from_data copies nbytes from data into a new CPU tensor.
+tf_err tf_tensor_from_data(const void* data, size_t nbytes, const int64_t* shape, int32_t ndim,
+                           int32_t dtype, tf_tensor* out);
+// tf_tensor_copy_to copies the tensor's elements (any device, any layout) into dst.
+tf_err tf_tensor_copy_to(tf_tensor t, void* dst, size_t nbytes);
+// tf_tensor_info: dtype, ndim (shape written up to cap dims), device, flags.
+typedef struct {
+  int32_t defined;
+  int32_t dtype;
+  int32_t ndim;
+  int32_t device_type;
+  int32_t device_index;
+  int32_t requires_grad;
+  int32_t is_leaf;
+  int32_t is_contiguous;
+  int64_t numel;
+  int64_t nbytes;
+} tf_info;
+tf_err tf_tensor_info(tf_tensor t, tf_info* info, int64_t* shape, int64_t* strides, int32_t cap);
+tf_err tf_tensor_same(tf_tensor a, tf_tensor b, int32_t* same_storage);
+tf_err tf_tensor_data_ptr(tf_tensor t, uintptr_t* out);
+
+// ---- autograd ----------------------------------------------------------------
+tf_err tf_backward(tf_tensor t, tf_tensor grad /* may be NULL */, int32_t retain_graph,
+                   int32_t create_graph);
+tf_err tf_grad(tf_tensor t, tf_tensor* out /* NULL if none */);
+tf_err tf_set_grad(tf_tensor t, tf_tensor g /* NULL clears */);
+tf_err tf_set_requires_grad(tf_tensor t, int32_t on);
+tf_err tf_autograd_grad(const tf_tensor* outputs, int32_t nout, const tf_tensor* grad_outputs,
+                        const tf_tensor* inputs, int32_t nin, int32_t retain_graph,
+                        int32_t create_graph, int32_t allow_unused, tf_tensor* grads);
+// Thread-local modes: each setter returns the previous value.
+tf_err tf_grad_mode(int32_t set /* -1: query only */, int32_t* prev);
+tf_err tf_inference_mode_enter(void** guard);
+tf_err tf_inference_mode_exit(void* guard);
+
+// ---- scopes -------------------------------------------------------------------
+// The calling OS thread's current tensor scope (0: none). Go's Tidy locks its
+// goroutine to the thread, so tensors created on this thread while a scope is
+// set belong to that goroutine's scope; tf_op_call reports it with its results.
+uint64_t tf_scope_swap(uint64_t scope);
+uint64_t tf_scope_current(void);
+
+// ---- memory -----------------------------------------------------------------------
+// device_type 0: CPU (torchfit's counting allocator), 1: CUDA (the caching allocator).
+typedef struct {
+  int64_t allocated;       // bytes held by live tensors
+  int64_t peak_allocated;  // high-water mark since the last reset
+  int64_t reserved;        // bytes held by the allocator (CUDA cache); CPU: = allocated
+  int64_t peak_reserved;
+  int64_t num_blocks;      // live allocations
+  int64_t num_allocs;      // allocations since start
+  int64_t num_ooms;        // allocations refused
+  int64_t limit;           // cap in bytes (0: none)
+  int64_t last_oom_request;
+  int64_t device_total;    // CUDA: device memory (cudaMemGetInfo)
+  int64_t device_free;
+  int32_t counting;        // CPU: the counting allocator is libtorch's CPU allocator
+} tf_memstats;
+tf_err tf_mem_stats(int32_t device_type, int32_t device, tf_memstats* out);
+tf_err tf_mem_reset_peak(int32_t device_type, int32_t device);
+// bytes > 0 sets an absolute cap; otherwise fraction (of device memory; CUDA only).
+tf_err tf_mem_set_limit(int32_t device_type, int32_t device, int64_t bytes, double fraction);
+// *done is 0 when there is no cache to empty (CPU builds).
+tf_err tf_mem_empty_cache(int32_t* done);
+
+// ---- global state -------------------------------------------------------------
+tf_err tf_manual_seed(uint64_t seed);
+tf_err tf_set_num_threads(int32_t n);
+tf_err tf_get_num_threads(int32_t* n);
+tf_err tf_version(int32_t* major, int32_t* minor, int32_t* patch);
+tf_err tf_cuda_device_count(int32_t* n);
+tf_err tf_cuda_synchronize(int32_t device);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

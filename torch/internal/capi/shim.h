@@ -1,0 +1,87 @@
+// shim.h: what every translation unit of the shim shares: the error
+// protocol, tensor handles, and every libtorch version difference (1.13 vs
+// 2.x, CPU vs CUDA) behind #if in this one place.
+#pragma once
+
+#include <c10/util/Exception.h>
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/api/include/torch/version.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "capi.h"
+
+#define TF_TORCH_AT_LEAST(maj, min) \
+  (TORCH_VERSION_MAJOR > (maj) || (TORCH_VERSION_MAJOR == (maj) && TORCH_VERSION_MINOR >= (min)))
+
+// Optional type of the libtorch API (c10::optional became std::optional in 2.4).
+#if TF_TORCH_AT_LEAST(2, 4)
+#include <optional>
+template <typename T>
+using tf_optional = std::optional<T>;
+#define TF_NULLOPT std::nullopt
+#else
+#include <c10/util/Optional.h>
+template <typename T>
+using tf_optional = c10::optional<T>;
+#define TF_NULLOPT c10::nullopt
+#endif
+
+// CPU allocator interface: allocate() lost its const and copy_data() became
+// pure virtual in 2.3.
+#if TF_TORCH_AT_LEAST(2, 3)
+#define TF_ALLOCATE_CONST
+#define TF_HAS_COPY_DATA 1
+#else
+#define TF_ALLOCATE_CONST const
+#define TF_HAS_COPY_DATA 0
+#endif
+
+// expandable_segments exists in the CUDA caching allocator from 2.1.
+#define TF_HAS_EXPANDABLE_SEGMENTS TF_TORCH_AT_LEAST(2, 1)
+
+struct tf_tensor_s {
+  at::Tensor t;
+};
+
+namespace tf {
+
+inline tf_tensor wrap(at::Tensor t) { return new tf_tensor_s{std::move(t)}; }
+
+inline const at::Tensor& unwrap(tf_tensor h) {
+  static const at::Tensor undefined;
+  return h ? h->t : undefined;
+}
+
+tf_err make_error(char kind, const char* msg);
+
+// A message is an out-of-memory error when libtorch says so in words
+// (versions and backends without c10::OutOfMemoryError, or errors rethrown
+// by the autograd engine as plain c10::Error).
+bool is_oom_message(const char* msg);
+
+}  // namespace tf
+
+#define TF_TRY try {
+#define TF_CATCH                                                              \
+  }                                                                           \
+  catch (const c10::OutOfMemoryError& e) {                                    \
+    return tf::make_error('O', e.what_without_backtrace());                   \
+  }                                                                           \
+  catch (const c10::Error& e) {                                               \
+    const char* m = e.what_without_backtrace();                               \
+    return tf::make_error(tf::is_oom_message(m) ? 'O' : 'E', m);              \
+  }                                                                           \
+  catch (const std::bad_alloc& e) {                                           \
+    return tf::make_error('O', "std::bad_alloc: host allocation failed");     \
+  }                                                                           \
+  catch (const std::exception& e) {                                           \
+    return tf::make_error(tf::is_oom_message(e.what()) ? 'O' : 'E', e.what()); \
+  }                                                                           \
+  catch (...) {                                                               \
+    return tf::make_error('E', "unknown C++ exception");                      \
+  }                                                                           \
+  return nullptr;
