@@ -305,3 +305,20 @@ func (t *Tensor) Describe() string {
 	}
 	return fmt.Sprintf("Tensor%v %v %v", t.Shape(), t.DType(), t.Device())
 }
+
+// Assign makes t refer to o's tensor, releasing t's previous reference, and
+// consumes o (o is Freed afterwards). Pointers to t stay valid: modules use
+// it to replace a parameter's tensor (device moves, loading) in place.
+func (t *Tensor) Assign(o *Tensor) {
+	h := o.handle("Assign")
+	o.h = nil
+	runtime.SetFinalizer(o, nil)
+	if t.h != nil {
+		capi.Free(t.h)
+	} else {
+		runtime.SetFinalizer(t, (*Tensor).finalize)
+		liveTensors.Add(1)
+	}
+	liveTensors.Add(-1) // o's reference moved into t
+	t.h = h
+}

@@ -1,0 +1,95 @@
+# torchfit: Go training on libtorch that fits in memory.
+#
+#   make demo    the main job on the default libtorch (Debian's 1.13, CPU)
+#   make test    everything CI checks
+#
+# Another libtorch: make test LIBTORCH=/path/to/libtorch (a directory with
+# include/ and lib/: a libtorch zip or the torch/ directory of a pip install).
+# The cuda build tag is added when lib/ has libtorch_cuda.so. TORCH_CXX11_ABI
+# (0 or 1) must match how that libtorch was built (pip wheels before 2.7: 0).
+# See third_party/README.md.
+
+SHELL := /bin/bash
+GO ?= go
+PY ?= /usr/bin/python3
+LIBTORCH ?=
+TORCH_CXX11_ABI ?=
+TAGS ?=
+FUZZTIME ?= 20s
+BENCHTIME ?= 1s
+
+DEBIAN_PACKAGES := libtorch-dev libopenblas0-openmp python3-torch espeak-ng sox g++
+
+ifneq ($(LIBTORCH),)
+  TORCH_INCLUDE := $(LIBTORCH)/include
+  CGO_CXXFLAGS := -I$(LIBTORCH)/include -I$(LIBTORCH)/include/torch/csrc/api/include $(CGO_CXXFLAGS)
+  CGO_LDFLAGS := -L$(LIBTORCH)/lib -Wl,-rpath,$(LIBTORCH)/lib $(CGO_LDFLAGS)
+  export LD_LIBRARY_PATH := $(LIBTORCH)/lib:$(LD_LIBRARY_PATH)
+  ifneq ($(wildcard $(LIBTORCH)/lib/libtorch_cuda.so),)
+    TAGS += cuda
+  endif
+else
+  TORCH_INCLUDE := /usr/include
+endif
+ifneq ($(TORCH_CXX11_ABI),)
+  CGO_CXXFLAGS += -D_GLIBCXX_USE_CXX11_ABI=$(TORCH_CXX11_ABI)
+endif
+export CGO_CXXFLAGS CGO_LDFLAGS
+GOFLAGS_TAGS := $(if $(strip $(TAGS)),-tags "$(strip $(TAGS))",)
+
+.PHONY: deps check-libtorch build vet test test-short fuzz demo bench bench-ops clean
+
+# deps installs what a fresh Debian bookworm machine lacks (idempotent).
+deps:
+	@if [ -n "$(LIBTORCH)" ]; then echo "using LIBTORCH=$(LIBTORCH)"; exit 0; fi; \
+	missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+	    || { echo "apt-get install$$missing failed"; exit 1; }; \
+	fi; \
+	if update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | grep -q '^Value: .*openblas-pthread'; then \
+	  echo "BLAS: switching libblas.so.3 to the OpenMP OpenBLAS (the pthread build oversubscribes libtorch's threads)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO update-alternatives --set libblas.so.3-x86_64-linux-gnu /usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3; \
+	fi
+	@$(MAKE) --no-print-directory check-libtorch
+
+check-libtorch:
+	@if [ ! -f "$(TORCH_INCLUDE)/torch/csrc/api/include/torch/version.h" ]; then \
+	  echo "error: no libtorch headers under $(TORCH_INCLUDE)."; \
+	  echo "  Debian/Ubuntu: run 'make deps' (installs libtorch-dev), or"; \
+	  echo "  point at another libtorch: make LIBTORCH=/path/with/include-and-lib (see third_party/README.md)"; \
+	  exit 1; \
+	fi
+
+build: deps
+	$(GO) build $(GOFLAGS_TAGS) ./...
+
+vet: deps
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet $(GOFLAGS_TAGS) ./...
+
+test: deps vet
+	$(GO) test $(GOFLAGS_TAGS) -count=1 -timeout 20m ./...
+	@$(MAKE) --no-print-directory fuzz
+
+# A short bounded run of each fuzz target (seed corpora run in 'go test' too).
+fuzz: deps
+	$(GO) test $(GOFLAGS_TAGS) ./torch -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
+
+demo: deps
+	$(GO) run $(GOFLAGS_TAGS) ./cmd/torchfit demo
+
+# Per-op overhead: Go benchmarks and the same ops timed in Python PyTorch on
+# the same libtorch, side by side.
+bench-ops: deps
+	$(GO) test $(GOFLAGS_TAGS) ./torch -run '^$$' -bench 'BenchmarkOp' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-go.txt
+	$(PY) scripts/bench_ops.py
+
+bench: deps
+	$(GO) test $(GOFLAGS_TAGS) -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
+
+clean:
+	$(GO) clean -cache -testcache

@@ -1,0 +1,102 @@
+// Package pyref runs Python PyTorch (Debian's python3-torch, on the same
+// libtorch) from tests, so torchfit's numbers are checked against PyTorch's
+// own at test time.
+//
+// A script reads its input as the JSON value `inp` and reports with
+// emit(value); helpers t2l (tensor to nested lists) and T (lists to tensor)
+// are predefined, and torch, json, sys, math are imported.
+package pyref
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// Python is the interpreter with python3-torch (make deps installs it).
+var Python = "/usr/bin/python3"
+
+const prelude = `
+import json, sys, math
+import torch
+torch.set_num_threads(1)
+inp = json.loads(sys.stdin.read() or "null")
+def emit(v):
+    sys.stdout.write(json.dumps(v))
+def t2l(t):
+    return t.detach().double().tolist() if t.is_floating_point() else t.detach().tolist()
+def T(x, dtype=torch.float32):
+    return torch.tensor(x, dtype=dtype)
+`
+
+// Available reports whether Python PyTorch can be run.
+func Available() bool {
+	return exec.Command(Python, "-c", "import torch").Run() == nil
+}
+
+// Run executes script with in as `inp` and decodes what it emits into out.
+// It fails the test when Python or torch is missing: make deps installs them.
+func Run(t testing.TB, script string, in, out any) {
+	t.Helper()
+	if err := RunErr(script, in, out); err != nil {
+		t.Fatalf("pyref: %v", err)
+	}
+}
+
+// RunErr is Run returning an error.
+func RunErr(script string, in, out any) error {
+	data, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(Python, "-c", prelude+dedent(script))
+	cmd.Stdin = bytes.NewReader(data)
+	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1", "PYTHONDONTWRITEBYTECODE=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return &Error{Err: err, Stderr: stderr.String()}
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(stdout.Bytes(), out)
+}
+
+// Error is a failed Python run.
+type Error struct {
+	Err    error
+	Stderr string
+}
+
+func (e *Error) Error() string {
+	msg := e.Err.Error() + ": " + strings.TrimSpace(e.Stderr)
+	if strings.Contains(e.Stderr, "No module named 'torch'") || strings.Contains(e.Err.Error(), "executable file not found") {
+		msg += " (run 'make deps' to install python3-torch)"
+	}
+	return msg
+}
+
+// dedent removes the common leading indentation of a raw-string script.
+func dedent(s string) string {
+	lines := strings.Split(s, "\n")
+	indent := -1
+	for _, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		n := len(l) - len(strings.TrimLeft(l, " \t"))
+		if indent < 0 || n < indent {
+			indent = n
+		}
+	}
+	for k, l := range lines {
+		if len(l) >= indent && indent > 0 {
+			lines[k] = l[indent:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
