@@ -62,7 +62,7 @@ func (c *call) t(x *Tensor) *call {
 	return c.push(capi.Val{Kind: capi.KTensor, P: unsafe.Pointer(x.handle("argument"))})
 }
 
-func (c *call) i(v int64) *call  { return c.push(capi.Val{Kind: capi.KInt, I: v}) }
+func (c *call) i(v int64) *call   { return c.push(capi.Val{Kind: capi.KInt, I: v}) }
 func (c *call) f(v float64) *call { return c.push(capi.Val{Kind: capi.KDouble, D: v}) }
 func (c *call) b(v bool) *call {
 	var i int64

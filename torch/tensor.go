@@ -264,13 +264,19 @@ func (t *Tensor) Device() Device {
 }
 
 // RequiresGrad reports whether autograd records operations on t.
-func (t *Tensor) RequiresGrad() bool { info, _ := t.info("RequiresGrad"); return info.RequiresGrad != 0 }
+func (t *Tensor) RequiresGrad() bool {
+	info, _ := t.info("RequiresGrad")
+	return info.RequiresGrad != 0
+}
 
 // IsLeaf reports whether t is a leaf of the autograd graph.
 func (t *Tensor) IsLeaf() bool { info, _ := t.info("IsLeaf"); return info.IsLeaf != 0 }
 
 // IsContiguous reports whether t is laid out contiguously.
-func (t *Tensor) IsContiguous() bool { info, _ := t.info("IsContiguous"); return info.IsContiguous != 0 }
+func (t *Tensor) IsContiguous() bool {
+	info, _ := t.info("IsContiguous")
+	return info.IsContiguous != 0
+}
 
 // Defined reports whether t holds a tensor (and was not released).
 func (t *Tensor) Defined() bool {
