@@ -328,3 +328,6 @@ func (t *Tensor) Assign(o *Tensor) {
 	liveTensors.Add(-1) // o's reference moved into t
 	t.h = h
 }
+
+//go:noinline
+func keepAlive(t *Tensor) { runtime.KeepAlive(t) }

@@ -98,6 +98,27 @@ tf_err tf_grad_mode(int32_t set /* -1: query only */, int32_t* prev);
 tf_err tf_inference_mode_enter(void** guard);
 tf_err tf_inference_mode_exit(void* guard);
 
+// ---- autocast (per OS thread) ------------------------------------------------------
+// device_type 0: CPU, 1: CUDA. Enter saves the previous state into *prev,
+// applies (enabled, dtype) and increments the nesting count; exit restores
+// *prev and clears the autocast weight cache when the outermost region ends.
+typedef struct {
+  int32_t enabled;
+  int32_t dtype;
+} tf_autocast_state;
+tf_err tf_autocast_enter(int32_t device_type, int32_t enabled, int32_t dtype, tf_autocast_state* prev);
+tf_err tf_autocast_exit(int32_t device_type, const tf_autocast_state* prev);
+tf_err tf_autocast_get(int32_t device_type, tf_autocast_state* out);
+tf_err tf_autocast_clear_cache(void);
+
+// ---- activation checkpointing ---------------------------------------------------------
+// tf_checkpoint runs Go function fn (registered in Go) on inputs without
+// keeping its activations; backward runs fn again with grad enabled, the
+// forward's RNG state (CPU and CUDA generators) and autocast state, and
+// backpropagates through it. Outputs are written to outs (malloc'd array,
+// free with free()); *nout is their count.
+tf_err tf_checkpoint(uint64_t fn, const tf_tensor* inputs, int32_t nin, tf_tensor** outs, int32_t* nout);
+
 // ---- scopes -------------------------------------------------------------------
 // The calling OS thread's current tensor scope (0: none). Go's Tidy locks its
 // goroutine to the thread, so tensors created on this thread while a scope is

@@ -40,6 +40,10 @@ using tf_optional = c10::optional<T>;
 #define TF_HAS_COPY_DATA 0
 #endif
 
+// Autocast: 2.4 moved to a per-device API (set_autocast_enabled(DeviceType,
+// bool), get_autocast_dtype(DeviceType), ...); 1.13 has per-backend names.
+#define TF_AUTOCAST_PER_DEVICE TF_TORCH_AT_LEAST(2, 4)
+
 // expandable_segments exists in the CUDA caching allocator from 2.1.
 #define TF_HAS_EXPANDABLE_SEGMENTS TF_TORCH_AT_LEAST(2, 1)
 
