@@ -166,3 +166,21 @@ func (t *Tensor) ErfinvIn() *Tensor {
 	var c call
 	return c.t(t).inplace(opTruncN_, t)
 }
+
+var (
+	opAmpUnscale = defOp("aten::_amp_foreach_non_finite_check_and_unscale_", "")
+	opAmpUpdate  = defOp("aten::_amp_update_scale_", "")
+)
+
+// AmpUnscale is libtorch's fused _amp_foreach_non_finite_check_and_unscale_
+// (CUDA only in libtorch 1.13): grads *= inv, foundInf = 1 on inf/nan.
+func AmpUnscale(grads []*Tensor, foundInf, inv *Tensor) {
+	var c call
+	c.tensors(grads).t(foundInf).t(inv).run(opAmpUnscale, nil)
+}
+
+// AmpUpdateScale is libtorch's fused _amp_update_scale_ (CUDA only in 1.13).
+func AmpUpdateScale(scale, tracker, foundInf *Tensor, growth, backoff float64, interval int64) {
+	var c call
+	c.t(scale).t(tracker).t(foundInf).f(growth).f(backoff).i(interval).run(opAmpUpdate, nil)
+}
