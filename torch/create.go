@@ -375,3 +375,19 @@ func CUDAAvailable() bool { return capi.CUDADeviceCount() > 0 }
 
 // CUDADeviceCount returns the number of CUDA devices.
 func CUDADeviceCount() int { return capi.CUDADeviceCount() }
+
+// RNGState returns a copy of the default CPU generator's state (uint8), for
+// checkpoints; SetRNGState restores it, so a resumed run draws the same
+// random numbers (dropout masks, shuffles done with torch) as an unbroken one.
+func RNGState() *Tensor {
+	h, err := capi.RNGState()
+	check("RNGState", err)
+	return wrapNew(h)
+}
+
+// SetRNGState restores a state returned by RNGState.
+func SetRNGState(state *Tensor) {
+	err := capi.SetRNGState(state.handle("SetRNGState"))
+	runtime.KeepAlive(state)
+	check("SetRNGState", err)
+}

@@ -272,6 +272,15 @@ func InferenceModeExit(g unsafe.Pointer) error { return check(C.tf_inference_mod
 // ManualSeed seeds every generator.
 func ManualSeed(seed uint64) error { return check(C.tf_manual_seed(C.uint64_t(seed))) }
 
+// RNGState returns the default CPU generator's state.
+func RNGState() (Tensor, error) {
+	var out Tensor
+	return out, check(C.tf_rng_get_state(&out))
+}
+
+// SetRNGState restores the default CPU generator's state.
+func SetRNGState(t Tensor) error { return check(C.tf_rng_set_state(t)) }
+
 // SetNumThreads sets libtorch's intra-op thread count.
 func SetNumThreads(n int) error { return check(C.tf_set_num_threads(C.int32_t(n))) }
 

@@ -151,6 +151,9 @@ tf_err tf_mem_empty_cache(int32_t* done);
 
 // ---- global state -------------------------------------------------------------
 tf_err tf_manual_seed(uint64_t seed);
+// The default CPU generator's state (a uint8 tensor), and restoring it.
+tf_err tf_rng_get_state(tf_tensor* out);
+tf_err tf_rng_set_state(tf_tensor state);
 tf_err tf_set_num_threads(int32_t n);
 tf_err tf_get_num_threads(int32_t* n);
 tf_err tf_version(int32_t* major, int32_t* minor, int32_t* patch);

@@ -1,5 +1,6 @@
 // tensor.cc: tensor handles, data in and out, autograd, thread-local grad
 // modes and process-wide settings.
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
@@ -182,6 +183,22 @@ tf_err tf_inference_mode_exit(void* guard) {
 tf_err tf_manual_seed(uint64_t seed) {
   TF_TRY
   at::manual_seed(seed);
+  TF_CATCH
+}
+
+tf_err tf_rng_get_state(tf_tensor* out) {
+  TF_TRY
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  *out = tf::wrap(gen.get_state());
+  TF_CATCH
+}
+
+tf_err tf_rng_set_state(tf_tensor state) {
+  TF_TRY
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state->t);
   TF_CATCH
 }
 
