@@ -46,7 +46,8 @@
 // workers' timing.
 //
 // Memory: with Workers > 0 at most Workers×Prefetch batches are being built
-// or waiting for the caller at any time. Data stays on the CPU in the
+// or waiting for the caller at any time (prefetching runs on into the next
+// epoch, so epoch boundaries do not stall the caller). Data stays on the CPU in the
 // workers; when Options.Device is a CUDA device, workers copy each batch into
 // pinned host memory and Next moves it to the device with a non-blocking copy
 // only when it hands the batch over, so the device holds the batches the

@@ -181,7 +181,7 @@ func (l *Loader[S, B]) Next(ctx context.Context) (B, error) {
 		return zero, err
 	}
 	if l.batch >= l.nb {
-		l.stopPipeline()
+		// The workers, if any, are already building the next epoch.
 		l.epoch, l.batch, l.perm = l.epoch+1, 0, nil
 		return zero, io.EOF
 	}
@@ -197,7 +197,7 @@ func (l *Loader[S, B]) Next(ctx context.Context) (B, error) {
 			l.pipe = l.startPipeline()
 		}
 		var err error
-		if r, err = l.pipe.next(ctx); err != nil {
+		if r, err = l.pipe.next(ctx, l.epoch, l.batch); err != nil {
 			l.stats.Wait += time.Since(start)
 			return zero, err
 		}
@@ -336,12 +336,12 @@ func (l *Loader[S, B]) build(epoch, k int, idx []int) (r result[B]) {
 // ---- the worker pipeline ---------------------------------------------------------
 
 type task[B any] struct {
-	k    int
+	e, k int
 	idx  []int
 	done chan result[B] // buffered 1: workers never block on it
 }
 
-// pipeline builds the batches of one epoch, from the loader's position on.
+// pipeline builds batches from the loader's position on, across epochs.
 type pipeline[B TensorBatch] struct {
 	slots   chan struct{} // counting semaphore: one per undelivered batch
 	pending chan *task[B] // tasks in batch order, for the consumer
@@ -358,31 +358,38 @@ func (l *Loader[S, B]) startPipeline() *pipeline[B] {
 		stop:    make(chan struct{}),
 	}
 	tasks := make(chan *task[B])
-	first, nb, epoch := l.batch, l.nb, l.epoch
+	first, epoch, perm := l.batch, l.epoch, l.perm
 	p.wg.Add(1 + l.opt.Workers)
 	go func() { // dispatcher: hands out batches in order, at most limit ahead
 		defer p.wg.Done()
 		defer close(tasks)
-		for k := first; k < nb; k++ {
-			select {
-			case p.slots <- struct{}{}:
-			case <-p.stop:
-				return
+		for e := epoch; ; e++ { // l.nb > 0 here: Next starts no pipeline otherwise
+			if e != epoch {
+				perm = l.Permutation(e)
 			}
-			t := &task[B]{k: k, idx: l.indices(k), done: make(chan result[B], 1)}
-			p.pending <- t // never blocks: len(pending) ≤ slots taken
-			select {
-			case tasks <- t:
-			case <-p.stop:
-				return
+			for k := first; k < l.nb; k++ {
+				select {
+				case p.slots <- struct{}{}:
+				case <-p.stop:
+					return
+				}
+				lo := k * l.opt.BatchSize
+				t := &task[B]{e: e, k: k, idx: perm[lo:min(lo+l.opt.BatchSize, l.n)], done: make(chan result[B], 1)}
+				p.pending <- t // never blocks: len(pending) ≤ slots taken
+				select {
+				case tasks <- t:
+				case <-p.stop:
+					return
+				}
 			}
+			first = 0
 		}
 	}()
 	for w := 0; w < l.opt.Workers; w++ {
 		go func() {
 			defer p.wg.Done()
 			for t := range tasks {
-				t.done <- l.build(epoch, t.k, t.idx)
+				t.done <- l.build(t.e, t.k, t.idx)
 			}
 		}()
 	}
@@ -390,12 +397,15 @@ func (l *Loader[S, B]) startPipeline() *pipeline[B] {
 }
 
 // next waits for the next batch in order and frees its slot.
-func (p *pipeline[B]) next(ctx context.Context) (result[B], error) {
+func (p *pipeline[B]) next(ctx context.Context, epoch, k int) (result[B], error) {
 	if p.cur == nil {
 		select {
 		case p.cur = <-p.pending:
 		case <-ctx.Done():
 			return result[B]{}, ctx.Err()
+		}
+		if p.cur.e != epoch || p.cur.k != k {
+			panic(fmt.Sprintf("data: internal error: pipeline at epoch %d batch %d, loader at %d/%d", p.cur.e, p.cur.k, epoch, k))
 		}
 	}
 	select {

@@ -154,7 +154,7 @@ func TestBoundedInFlight(t *testing.T) {
 			limit := int64(tc.workers * tc.prefetch)
 			var delivered, maxAhead int64
 			for k := 0; ; k++ {
-				if k%8 == 0 { // a slow consumer: let the workers fill the pipeline
+				if k%8 == 1 { // a slow consumer: let the workers fill the pipeline (started by the first Next)
 					deadline := time.Now().Add(2 * time.Second)
 					for c.started.Load()-delivered < min(limit, int64(l.Len())-delivered) && time.Now().Before(deadline) {
 						time.Sleep(time.Millisecond)
