@@ -153,9 +153,11 @@ func (c *call) str(s string) *call {
 // run calls the operator and returns its raw outputs.
 func (c *call) run(d *opDef, outs []capi.Val) (int, uint64) {
 	op := d.resolve()
-	arena := c.arena[:c.nar]
+	var arena []int64
 	if c.ext != nil {
-		arena = c.ext
+		arena = c.ext // the arguments outgrew the inline arena
+	} else {
+		arena = c.arena[:c.nar]
 	}
 	n, scope, err := capi.Call(op, c.args[:c.na], arena, outs)
 	for k := 0; k < c.na; k++ {

@@ -1,0 +1,204 @@
+package data
+
+import (
+	"fmt"
+
+	"github.com/torchfit/torchfit/torch"
+)
+
+// TensorBatch is what a loader's batches must be: something that lists its
+// tensors, so the loader can pin them, move them to the device, and release
+// batches the caller never received.
+type TensorBatch interface {
+	Tensors() []*torch.Tensor
+}
+
+// Batch is a collated batch of Samples.
+type Batch struct {
+	// Fields holds each field stacked along a new dimension 0: [B, ...].
+	Fields map[string]*torch.Tensor
+	// Lengths holds, for each padded field, the samples' lengths along the
+	// padded dimension before padding: int64 [B].
+	Lengths map[string]*torch.Tensor
+}
+
+// Tensors lists the fields then the lengths, each sorted by name.
+func (b *Batch) Tensors() []*torch.Tensor {
+	out := make([]*torch.Tensor, 0, len(b.Fields)+len(b.Lengths))
+	for _, k := range sortedKeys(b.Fields) {
+		out = append(out, b.Fields[k])
+	}
+	for _, k := range sortedKeys(b.Lengths) {
+		out = append(out, b.Lengths[k])
+	}
+	return out
+}
+
+// Free releases every tensor of the batch.
+func (b *Batch) Free() {
+	if b == nil {
+		return
+	}
+	for _, t := range b.Tensors() {
+		t.Free()
+	}
+}
+
+// StackTensors stacks tensors of equal shape along a new dimension 0.
+func StackTensors(ts []*torch.Tensor) (*torch.Tensor, error) {
+	if len(ts) == 0 {
+		return nil, fmt.Errorf("data: stack: no tensors")
+	}
+	var shape0 []int64
+	var out *torch.Tensor
+	err := torch.Try(func() {
+		shape0 = ts[0].Shape()
+		for k, t := range ts[1:] {
+			if s := t.Shape(); !equalShape(s, shape0) {
+				panic(&torch.Error{Op: "stack", Msg: fmt.Sprintf(
+					"sample %d has shape %v, sample 0 has %v (use a padding collate for variable-length data)", k+1, s, shape0)})
+			}
+		}
+		out = torch.Stack(ts, 0)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	return out, nil
+}
+
+// PadSequences pads every tensor along dim with value up to the longest one,
+// and stacks them: padded is [B, ...] with dim's size the maximum length, and
+// lengths (int64 [B]) holds each tensor's size along dim. The other
+// dimensions must agree. dim may be negative (counted from the end).
+func PadSequences(ts []*torch.Tensor, dim int, value float64) (padded, lengths *torch.Tensor, err error) {
+	if len(ts) == 0 {
+		return nil, nil, fmt.Errorf("data: pad: no tensors")
+	}
+	lens := make([]int64, len(ts))
+	err = torch.Try(func() {
+		shape0 := ts[0].Shape()
+		nd := len(shape0)
+		d := dim
+		if d < 0 {
+			d += nd
+		}
+		if d < 0 || d >= nd {
+			panic(&torch.Error{Op: "pad", Msg: fmt.Sprintf("dimension %d out of range for %d-d samples", dim, nd)})
+		}
+		var longest int64
+		for k, t := range ts {
+			s := t.Shape()
+			if len(s) != nd {
+				panic(&torch.Error{Op: "pad", Msg: fmt.Sprintf("sample %d is %d-d, sample 0 is %d-d", k, len(s), nd)})
+			}
+			for j := range s {
+				if j != d && s[j] != shape0[j] {
+					panic(&torch.Error{Op: "pad", Msg: fmt.Sprintf(
+						"sample %d has shape %v, sample 0 has %v: only dimension %d may differ", k, s, shape0, d)})
+				}
+			}
+			lens[k] = s[d]
+			longest = max(longest, s[d])
+		}
+		// Pad lists (left, right) pairs from the last dimension backwards.
+		pads := make([]int64, 2*(nd-d))
+		var tmp []*torch.Tensor
+		defer func() {
+			for _, t := range tmp {
+				t.Free()
+			}
+		}()
+		in := make([]*torch.Tensor, len(ts))
+		for k, t := range ts {
+			in[k] = t
+			if lens[k] < longest {
+				pads[len(pads)-1] = longest - lens[k]
+				in[k] = t.Pad(pads, value)
+				tmp = append(tmp, in[k])
+			}
+		}
+		padded = torch.Stack(in, 0)
+		lengths = torch.FromSlice(lens, nil)
+	})
+	if err != nil {
+		padded.Free()
+		return nil, nil, fmt.Errorf("data: %w", err)
+	}
+	return padded, lengths, nil
+}
+
+func equalShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Pad says how PadCollate pads a field: along Dim (of the sample, negative
+// counts from the end) with Value.
+type Pad struct {
+	Dim   int
+	Value float64
+}
+
+// Collate stacks every field of the samples along a new dimension 0. All
+// samples must have the same fields, each of the same shape.
+func Collate(samples []Sample) (*Batch, error) { return collate(samples, nil) }
+
+// PadCollate returns a collate that pads the named fields to the longest
+// sample (recording Batch.Lengths for them) and stacks the others.
+func PadCollate(pad map[string]Pad) func([]Sample) (*Batch, error) {
+	return func(samples []Sample) (*Batch, error) { return collate(samples, pad) }
+}
+
+func collate(samples []Sample, pad map[string]Pad) (_ *Batch, err error) {
+	if len(samples) == 0 {
+		return nil, fmt.Errorf("data: collate: no samples")
+	}
+	names := sortedKeys(samples[0])
+	for name := range pad {
+		if _, ok := samples[0][name]; !ok {
+			return nil, fmt.Errorf("data: collate: padded field %q is not in the samples (fields %v)", name, names)
+		}
+	}
+	b := &Batch{Fields: map[string]*torch.Tensor{}}
+	defer func() {
+		if err != nil {
+			b.Free()
+		}
+	}()
+	col := make([]*torch.Tensor, len(samples))
+	for _, name := range names {
+		for k, s := range samples {
+			t, ok := s[name]
+			if !ok || len(s) != len(names) {
+				return nil, fmt.Errorf("data: collate: sample %d has fields %v, sample 0 has %v", k, sortedKeys(s), names)
+			}
+			col[k] = t
+		}
+		if p, ok := pad[name]; ok {
+			x, l, err := PadSequences(col, p.Dim, p.Value)
+			if err != nil {
+				return nil, fmt.Errorf("field %q: %w", name, err)
+			}
+			b.Fields[name] = x
+			if b.Lengths == nil {
+				b.Lengths = map[string]*torch.Tensor{}
+			}
+			b.Lengths[name] = l
+			continue
+		}
+		x, err := StackTensors(col)
+		if err != nil {
+			return nil, fmt.Errorf("field %q: %w", name, err)
+		}
+		b.Fields[name] = x
+	}
+	return b, nil
+}
