@@ -86,26 +86,45 @@ func parseWAV(b []byte) (wavFile, error) {
 	return w, fmt.Errorf("no data chunk: %w", ErrWAVFormat)
 }
 
+// FormatError is a WAV file in a format other than 16 kHz mono 16-bit PCM.
+// Its message is meant for the command line as it is; errors.Is(err,
+// ErrWAVFormat) holds.
+type FormatError struct {
+	Path string
+	Info WAVInfo
+	msg  string
+}
+
+func (e *FormatError) Error() string { return e.msg }
+
+// Unwrap returns ErrWAVFormat.
+func (e *FormatError) Unwrap() error { return ErrWAVFormat }
+
 // checkFormat returns the user-facing error for anything but 16 kHz mono
-// 16-bit PCM, naming the file and the sox command that fixes it.
+// 16-bit PCM, naming the file and the sox command that fixes it, e.g.
+// "a.wav is 22050 Hz; torchfit asr expects 16 kHz mono (resample with: sox
+// a.wav -r 16000 -c 1 out.wav)".
 func checkFormat(path string, in WAVInfo) error {
 	fix := fmt.Sprintf("torchfit asr expects 16 kHz mono (resample with: sox %s -r 16000 -c 1 out.wav)", path)
+	var msg string
 	switch {
 	case in.Format != 1 && in.Format != 3:
-		return fmt.Errorf("%s has WAV format code %d (not PCM); %s: %w", path, in.Format, fix, ErrWAVFormat)
+		msg = fmt.Sprintf("%s has WAV format code %d (not PCM); %s", path, in.Format, fix)
 	case in.SampleRate != SampleRate:
-		return fmt.Errorf("%s is %d Hz; %s: %w", path, in.SampleRate, fix, ErrWAVFormat)
+		msg = fmt.Sprintf("%s is %d Hz; %s", path, in.SampleRate, fix)
 	case in.Channels != 1:
-		return fmt.Errorf("%s has %d channels; %s: %w", path, in.Channels, fix, ErrWAVFormat)
+		msg = fmt.Sprintf("%s has %d channels; %s", path, in.Channels, fix)
 	case in.Format != 1 || in.BitsPerSample != 16:
 		kind := "PCM"
 		if in.Format == 3 {
 			kind = "float"
 		}
-		return fmt.Errorf("%s is %d-bit %s; torchfit asr expects 16-bit PCM (convert with: sox %s -r 16000 -c 1 -b 16 -e signed-integer out.wav): %w",
-			path, in.BitsPerSample, kind, path, ErrWAVFormat)
+		msg = fmt.Sprintf("%s is %d-bit %s; torchfit asr expects 16-bit PCM (convert with: sox %s -r 16000 -c 1 -b 16 -e signed-integer out.wav)",
+			path, in.BitsPerSample, kind, path)
+	default:
+		return nil
 	}
-	return nil
+	return &FormatError{Path: path, Info: in, msg: msg}
 }
 
 // ReadWAVInfo parses a WAV file's header (any format) and checks that its
