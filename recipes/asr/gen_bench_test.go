@@ -25,5 +25,5 @@ func TestGenerateSpeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d utterances (%d synthesised, %d skipped), %.1f min audio, %v, counts %v, workers %d",
-		n, st.Synthesised, st.Skipped, st.Seconds/60, st.Elapsed, st.Counts, cfg.Workers)
+		n, st.Synthesised, st.Skipped, st.Seconds/60, st.Elapsed, st.Counts, st.Workers)
 }

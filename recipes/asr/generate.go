@@ -132,6 +132,7 @@ type Utterance struct {
 type GenerateStats struct {
 	Synthesised int
 	Skipped     int // already present and valid (resume)
+	Workers     int
 	Counts      map[Split]int
 	Seconds     float64 // total audio
 	Elapsed     time.Duration
@@ -194,6 +195,7 @@ func Generate(ctx context.Context, cfg GenerateConfig) (GenerateStats, error) {
 			return stats, fmt.Errorf("generate: %s not found (run 'make deps' to install espeak-ng and sox): %w", bin, err)
 		}
 	}
+	stats.Workers = cfg.Workers
 	utts := plan(cfg)
 	tmpDir := filepath.Join(cfg.OutDir, "tmp")
 	for _, d := range []string{tmpDir, filepath.Join(cfg.OutDir, "wav", "train"), filepath.Join(cfg.OutDir, "wav", "valid"), filepath.Join(cfg.OutDir, "wav", "test")} {
