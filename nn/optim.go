@@ -105,21 +105,21 @@ func DecayGroups(params []Named, weightDecay float64) []ParamGroup {
 
 // ---- shared machinery -------------------------------------------------------------------
 
-// paramState is one parameter's optimizer state.
-type paramState struct {
+// optimParamState is one parameter's optimizer state.
+type optimParamState struct {
 	step  float32 // PyTorch keeps the step as a float32 tensor
 	stepT *torch.Tensor
 	bufs  map[string]*torch.Tensor
 }
 
-// hyper describes one group hyperparameter in State.
-type hyper struct {
+// optimHyper describes one group hyperparameter in State.
+type optimHyper struct {
 	name string
 	get  func(g *Group) float64
 	set  func(g *Group, v float64)
 }
 
-func boolF(b bool) float64 {
+func optimBool(b bool) float64 {
 	if b {
 		return 1
 	}
@@ -127,17 +127,17 @@ func boolF(b bool) float64 {
 }
 
 var (
-	hyperLR          = hyper{"lr", func(g *Group) float64 { return g.LR }, func(g *Group, v float64) { g.LR = v }}
-	hyperInitialLR   = hyper{"initial_lr", func(g *Group) float64 { return g.InitialLR }, func(g *Group, v float64) { g.InitialLR = v }}
-	hyperWeightDecay = hyper{"weight_decay", func(g *Group) float64 { return g.WeightDecay }, func(g *Group, v float64) { g.WeightDecay = v }}
-	hyperMaximize    = hyper{"maximize", func(g *Group) float64 { return boolF(g.Maximize) }, func(g *Group, v float64) { g.Maximize = v != 0 }}
-	hyperMomentum    = hyper{"momentum", func(g *Group) float64 { return g.Momentum }, func(g *Group, v float64) { g.Momentum = v }}
-	hyperDampening   = hyper{"dampening", func(g *Group) float64 { return g.Dampening }, func(g *Group, v float64) { g.Dampening = v }}
-	hyperNesterov    = hyper{"nesterov", func(g *Group) float64 { return boolF(g.Nesterov) }, func(g *Group, v float64) { g.Nesterov = v != 0 }}
-	hyperBeta1       = hyper{"beta1", func(g *Group) float64 { return g.Beta1 }, func(g *Group, v float64) { g.Beta1 = v }}
-	hyperBeta2       = hyper{"beta2", func(g *Group) float64 { return g.Beta2 }, func(g *Group, v float64) { g.Beta2 = v }}
-	hyperEps         = hyper{"eps", func(g *Group) float64 { return g.Eps }, func(g *Group, v float64) { g.Eps = v }}
-	hyperAMSGrad     = hyper{"amsgrad", func(g *Group) float64 { return boolF(g.AMSGrad) }, func(g *Group, v float64) { g.AMSGrad = v != 0 }}
+	hyperLR          = optimHyper{"lr", func(g *Group) float64 { return g.LR }, func(g *Group, v float64) { g.LR = v }}
+	hyperInitialLR   = optimHyper{"initial_lr", func(g *Group) float64 { return g.InitialLR }, func(g *Group, v float64) { g.InitialLR = v }}
+	hyperWeightDecay = optimHyper{"weight_decay", func(g *Group) float64 { return g.WeightDecay }, func(g *Group, v float64) { g.WeightDecay = v }}
+	hyperMaximize    = optimHyper{"maximize", func(g *Group) float64 { return optimBool(g.Maximize) }, func(g *Group, v float64) { g.Maximize = v != 0 }}
+	hyperMomentum    = optimHyper{"momentum", func(g *Group) float64 { return g.Momentum }, func(g *Group, v float64) { g.Momentum = v }}
+	hyperDampening   = optimHyper{"dampening", func(g *Group) float64 { return g.Dampening }, func(g *Group, v float64) { g.Dampening = v }}
+	hyperNesterov    = optimHyper{"nesterov", func(g *Group) float64 { return optimBool(g.Nesterov) }, func(g *Group, v float64) { g.Nesterov = v != 0 }}
+	hyperBeta1       = optimHyper{"beta1", func(g *Group) float64 { return g.Beta1 }, func(g *Group, v float64) { g.Beta1 = v }}
+	hyperBeta2       = optimHyper{"beta2", func(g *Group) float64 { return g.Beta2 }, func(g *Group, v float64) { g.Beta2 = v }}
+	hyperEps         = optimHyper{"eps", func(g *Group) float64 { return g.Eps }, func(g *Group, v float64) { g.Eps = v }}
+	hyperAMSGrad     = optimHyper{"amsgrad", func(g *Group) float64 { return optimBool(g.AMSGrad) }, func(g *Group, v float64) { g.AMSGrad = v != 0 }}
 )
 
 // optimBase holds what every optimizer shares: groups, per-parameter
@@ -147,8 +147,8 @@ type optimBase struct {
 	groups  []*Group
 	names   map[*torch.Tensor]string
 	byName  map[string]*torch.Tensor
-	state   map[*torch.Tensor]*paramState
-	hypers  []hyper
+	state   map[*torch.Tensor]*optimParamState
+	hypers  []optimHyper
 	bufKeys []string // state buffers, in State order
 	hasStep bool     // state.<name>.step is kept
 	// required lists the buffers a loaded parameter state must have.
@@ -161,7 +161,7 @@ func newOptimBase(kind string, groups []ParamGroup, lr, wd float64, fill func(g 
 		kind:   kind,
 		names:  map[*torch.Tensor]string{},
 		byName: map[string]*torch.Tensor{},
-		state:  map[*torch.Tensor]*paramState{},
+		state:  map[*torch.Tensor]*optimParamState{},
 		hp:     map[string]*torch.Tensor{},
 	}
 	if len(groups) == 0 {
@@ -218,7 +218,7 @@ func (o *optimBase) ZeroGrad() {
 // a Tidy scope per parameter that releases its temporaries (the gradient
 // reference included), so a step's peak is one parameter's temporaries.
 // State created by fn must be Kept.
-func (o *optimBase) forEach(fn func(g *Group, p *torch.Tensor, grad *torch.Tensor, st *paramState)) {
+func (o *optimBase) forEach(fn func(g *Group, p *torch.Tensor, grad *torch.Tensor, st *optimParamState)) {
 	torch.NoGrad(func() {
 		for _, g := range o.groups {
 			for _, p := range g.Params {
@@ -229,7 +229,7 @@ func (o *optimBase) forEach(fn func(g *Group, p *torch.Tensor, grad *torch.Tenso
 					}
 					st := o.state[p.T]
 					if st == nil {
-						st = &paramState{bufs: map[string]*torch.Tensor{}}
+						st = &optimParamState{bufs: map[string]*torch.Tensor{}}
 						o.state[p.T] = st
 					}
 					fn(g, p.T, grad, st)
@@ -239,8 +239,8 @@ func (o *optimBase) forEach(fn func(g *Group, p *torch.Tensor, grad *torch.Tenso
 	})
 }
 
-// newBuf returns a kept zero tensor shaped like p.
-func newBuf(p *torch.Tensor) *torch.Tensor { return torch.ZerosLike(p).Keep() }
+// optimZeros returns a kept zero tensor shaped like p.
+func optimZeros(p *torch.Tensor) *torch.Tensor { return torch.ZerosLike(p).Keep() }
 
 func (o *optimBase) hpTensor(key string, v float64) *torch.Tensor {
 	t := o.hp[key]
@@ -436,7 +436,7 @@ func (o *optimBase) loadState(sd map[string]*torch.Tensor) error {
 						continue
 					}
 					if old == nil {
-						old = &paramState{bufs: map[string]*torch.Tensor{}}
+						old = &optimParamState{bufs: map[string]*torch.Tensor{}}
 						o.state[p.T] = old
 					}
 					old.step = steps[p.Name]
@@ -449,7 +449,7 @@ func (o *optimBase) loadState(sd map[string]*torch.Tensor) error {
 					for k, src := range s.bufs {
 						dst := old.bufs[k]
 						if dst == nil {
-							dst = newBuf(p.T)
+							dst = optimZeros(p.T)
 							old.bufs[k] = dst
 						}
 						dst.CopyFrom(src)
@@ -476,7 +476,7 @@ func optimCatch(fn func()) (err error) {
 	return nil
 }
 
-func (s *paramState) free() {
+func (s *optimParamState) free() {
 	s.stepT.Free()
 	s.stepT = nil
 	for k, b := range s.bufs {

@@ -88,7 +88,7 @@ func newAdam(kind string, groups []ParamGroup, cfg AdamConfig, decoupled bool) *
 	o.optimBase = newOptimBase(kind, groups, cfg.LR, cfg.WeightDecay, func(g *Group) {
 		g.Beta1, g.Beta2, g.Eps, g.AMSGrad, g.Maximize = cfg.Beta1, cfg.Beta2, cfg.Eps, cfg.AMSGrad, cfg.Maximize
 	})
-	o.hypers = []hyper{hyperLR, hyperInitialLR, hyperWeightDecay, hyperBeta1, hyperBeta2, hyperEps, hyperAMSGrad, hyperMaximize}
+	o.hypers = []optimHyper{hyperLR, hyperInitialLR, hyperWeightDecay, hyperBeta1, hyperBeta2, hyperEps, hyperAMSGrad, hyperMaximize}
 	o.bufKeys = []string{"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}
 	o.required = []string{"exp_avg", "exp_avg_sq"}
 	o.hasStep = true
@@ -97,10 +97,10 @@ func newAdam(kind string, groups []ParamGroup, cfg AdamConfig, decoupled bool) *
 
 // Step applies one Adam (AdamW) update.
 func (o *Adam) Step() {
-	o.forEach(func(g *Group, p, grad *torch.Tensor, st *paramState) {
+	o.forEach(func(g *Group, p, grad *torch.Tensor, st *optimParamState) {
 		m, v := st.bufs["exp_avg"], st.bufs["exp_avg_sq"]
 		if m == nil {
-			m, v = newBuf(p), newBuf(p)
+			m, v = optimZeros(p), optimZeros(p)
 			st.bufs["exp_avg"], st.bufs["exp_avg_sq"] = m, v
 		}
 		if g.Maximize {
@@ -127,7 +127,7 @@ func (o *Adam) Step() {
 		if g.AMSGrad {
 			vmax := st.bufs["max_exp_avg_sq"]
 			if vmax == nil {
-				vmax = newBuf(p)
+				vmax = optimZeros(p)
 				st.bufs["max_exp_avg_sq"] = vmax
 			}
 			vmax.CopyFrom(vmax.Maximum(v))

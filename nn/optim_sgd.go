@@ -49,14 +49,14 @@ func NewSGDGroups(groups []ParamGroup, cfg SGDConfig) *SGD {
 	o := &SGD{newOptimBase("SGD", groups, cfg.LR, cfg.WeightDecay, func(g *Group) {
 		g.Momentum, g.Dampening, g.Nesterov, g.Maximize = cfg.Momentum, cfg.Dampening, cfg.Nesterov, cfg.Maximize
 	})}
-	o.hypers = []hyper{hyperLR, hyperInitialLR, hyperWeightDecay, hyperMomentum, hyperDampening, hyperNesterov, hyperMaximize}
+	o.hypers = []optimHyper{hyperLR, hyperInitialLR, hyperWeightDecay, hyperMomentum, hyperDampening, hyperNesterov, hyperMaximize}
 	o.bufKeys = []string{"momentum_buffer"}
 	return o
 }
 
 // Step applies one SGD update.
 func (o *SGD) Step() {
-	o.forEach(func(g *Group, p, grad *torch.Tensor, st *paramState) {
+	o.forEach(func(g *Group, p, grad *torch.Tensor, st *optimParamState) {
 		d := grad
 		if g.Maximize {
 			d = d.Neg()

@@ -390,7 +390,7 @@ func TestOptimLoadStateErrors(t *testing.T) {
 		{"unknown param", func(m map[string]*torch.Tensor) { m["state.nope.exp_avg"] = good["state.w.exp_avg"] }, "no parameter"},
 		{"extra group", func(m map[string]*torch.Tensor) { m["param_groups.1.lr"] = good["param_groups.0.lr"] }, "unexpected key"},
 		{"shape", func(m map[string]*torch.Tensor) { m["state.w.exp_avg"] = bad }, "size mismatch"},
-		{"missing hyper", func(m map[string]*torch.Tensor) { delete(m, "param_groups.0.eps") }, "missing key param_groups.0.eps"},
+		{"missing optimHyper", func(m map[string]*torch.Tensor) { delete(m, "param_groups.0.eps") }, "missing key param_groups.0.eps"},
 		{"missing buffer", func(m map[string]*torch.Tensor) { delete(m, "state.v.exp_avg_sq") }, "missing key state.v.exp_avg_sq"},
 		{"missing step", func(m map[string]*torch.Tensor) { delete(m, "state.v.step") }, "missing key state.v.step"},
 	}

@@ -17,9 +17,9 @@ type LRLambda func(step int) float64
 // ConstantLR keeps the base learning rate.
 func ConstantLR() LRLambda { return func(int) float64 { return 1 } }
 
-// warmupFactor is step/warmup during warmup (so step 0 trains at lr 0, as
+// schedWarmup is step/warmup during warmup (so step 0 trains at lr 0, as
 // in Hugging Face transformers' schedules) and 1 afterwards.
-func warmupFactor(step, warmup int) (float64, bool) {
+func schedWarmup(step, warmup int) (float64, bool) {
 	if step < warmup {
 		return float64(step) / float64(max(1, warmup)), true
 	}
@@ -30,7 +30,7 @@ func warmupFactor(step, warmup int) (float64, bool) {
 // steps and then stays there (transformers' get_constant_schedule_with_warmup).
 func WarmupLR(warmup int) LRLambda {
 	return func(step int) float64 {
-		f, _ := warmupFactor(step, warmup)
+		f, _ := schedWarmup(step, warmup)
 		return f
 	}
 }
@@ -43,7 +43,7 @@ func WarmupLR(warmup int) LRLambda {
 // eta_min = minRatio·base, T_max = total.
 func WarmupCosineLR(warmup, total int, minRatio float64) LRLambda {
 	return func(step int) float64 {
-		if f, in := warmupFactor(step, warmup); in {
+		if f, in := schedWarmup(step, warmup); in {
 			return f
 		}
 		progress := math.Min(1, float64(step-warmup)/float64(max(1, total-warmup)))
@@ -56,7 +56,7 @@ func WarmupCosineLR(warmup, total int, minRatio float64) LRLambda {
 // get_linear_schedule_with_warmup).
 func WarmupLinearLR(warmup, total int) LRLambda {
 	return func(step int) float64 {
-		if f, in := warmupFactor(step, warmup); in {
+		if f, in := schedWarmup(step, warmup); in {
 			return f
 		}
 		return math.Max(0, float64(total-step)/float64(max(1, total-warmup)))
