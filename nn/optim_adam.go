@@ -1,0 +1,139 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/torchfit/torchfit/torch"
+)
+
+// AdamConfig configures Adam and AdamW. Leaving Beta1, Beta2 and Eps all
+// zero selects PyTorch's defaults (0.9, 0.999, 1e-8); set any of them and
+// all three are taken as given.
+type AdamConfig struct {
+	LR           float64
+	Beta1, Beta2 float64
+	Eps          float64
+	// WeightDecay is L2 regularisation added to the gradient for Adam, and
+	// decoupled decay (p ← p·(1 − lr·wd)) for AdamW, whose PyTorch default
+	// is 0.01 (AdamWDefaults).
+	WeightDecay float64
+	AMSGrad     bool
+	Maximize    bool
+}
+
+// AdamDefaults returns PyTorch's Adam defaults with learning rate lr.
+func AdamDefaults(lr float64) AdamConfig {
+	return AdamConfig{LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}
+}
+
+// AdamWDefaults returns PyTorch's AdamW defaults (weight decay 0.01).
+func AdamWDefaults(lr float64) AdamConfig {
+	c := AdamDefaults(lr)
+	c.WeightDecay = 0.01
+	return c
+}
+
+// Adam is Adam or AdamW (NewAdamW), exactly as torch.optim.Adam/AdamW
+// (1.13, single-tensor path), with bias correction and the step counted
+// in float32 as PyTorch does:
+//
+//	step += 1
+//	g = grad (+ weight_decay·p for Adam) ; p *= 1 − lr·weight_decay for AdamW
+//	m = β1·m + (1−β1)·g
+//	v = β2·v + (1−β2)·g·g
+//	vmax = max(vmax, v)                      AMSGrad
+//	denom = sqrt(v or vmax)/sqrt(1−β2^step) + eps
+//	p -= lr/(1−β1^step) · m/denom
+//
+// State: "state.<param>.step" (0-d float32), ".exp_avg", ".exp_avg_sq",
+// and ".max_exp_avg_sq" with AMSGrad.
+type Adam struct {
+	optimBase
+	decoupled bool
+}
+
+var _ Optimizer = (*Adam)(nil)
+
+// NewAdam returns Adam over params in one group.
+func NewAdam(params []Named, cfg AdamConfig) *Adam {
+	return NewAdamGroups([]ParamGroup{{Params: params}}, cfg)
+}
+
+// NewAdamGroups returns Adam over parameter groups; a group's LR and
+// WeightDecay override cfg's. Invalid hyperparameters panic.
+func NewAdamGroups(groups []ParamGroup, cfg AdamConfig) *Adam {
+	return newAdam("Adam", groups, cfg, false)
+}
+
+// NewAdamW returns AdamW (decoupled weight decay) over params in one group.
+func NewAdamW(params []Named, cfg AdamConfig) *Adam {
+	return NewAdamWGroups([]ParamGroup{{Params: params}}, cfg)
+}
+
+// NewAdamWGroups returns AdamW over parameter groups.
+func NewAdamWGroups(groups []ParamGroup, cfg AdamConfig) *Adam {
+	return newAdam("AdamW", groups, cfg, true)
+}
+
+func newAdam(kind string, groups []ParamGroup, cfg AdamConfig, decoupled bool) *Adam {
+	if cfg.Beta1 == 0 && cfg.Beta2 == 0 && cfg.Eps == 0 {
+		d := AdamDefaults(0)
+		cfg.Beta1, cfg.Beta2, cfg.Eps = d.Beta1, d.Beta2, d.Eps
+	}
+	if !(cfg.Beta1 >= 0 && cfg.Beta1 < 1) || !(cfg.Beta2 >= 0 && cfg.Beta2 < 1) || !(cfg.Eps >= 0) {
+		panic(fmt.Sprintf("nn: %s: invalid betas (%v, %v) or eps %v", kind, cfg.Beta1, cfg.Beta2, cfg.Eps))
+	}
+	o := &Adam{decoupled: decoupled}
+	o.optimBase = newOptimBase(kind, groups, cfg.LR, cfg.WeightDecay, func(g *Group) {
+		g.Beta1, g.Beta2, g.Eps, g.AMSGrad, g.Maximize = cfg.Beta1, cfg.Beta2, cfg.Eps, cfg.AMSGrad, cfg.Maximize
+	})
+	o.hypers = []optimHyper{hyperLR, hyperInitialLR, hyperWeightDecay, hyperBeta1, hyperBeta2, hyperEps, hyperAMSGrad, hyperMaximize}
+	o.bufKeys = []string{"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}
+	o.required = []string{"exp_avg", "exp_avg_sq"}
+	o.hasStep = true
+	return o
+}
+
+// Step applies one Adam (AdamW) update.
+func (o *Adam) Step() {
+	o.forEach(func(g *Group, p, grad *torch.Tensor, st *optimParamState) {
+		m, v := st.bufs["exp_avg"], st.bufs["exp_avg_sq"]
+		if m == nil {
+			m, v = optimZeros(p), optimZeros(p)
+			st.bufs["exp_avg"], st.bufs["exp_avg_sq"] = m, v
+		}
+		if g.Maximize {
+			grad = grad.Neg()
+		}
+		st.step++
+		step := float64(st.step)
+		if o.decoupled {
+			if g.WeightDecay != 0 {
+				p.MulScalarIn(1 - g.LR*g.WeightDecay)
+			}
+		} else if g.WeightDecay != 0 {
+			grad = grad.AddScaled(p, g.WeightDecay)
+		}
+		m.MulScalarIn(g.Beta1).AddIn(grad, 1-g.Beta1)
+		v.MulScalarIn(g.Beta2).AddcmulIn(grad, grad, 1-g.Beta2)
+
+		bc1 := 1 - math.Pow(g.Beta1, step)
+		bc2 := 1 - math.Pow(g.Beta2, step)
+		stepSize := g.LR / bc1
+		bc2Sqrt := math.Sqrt(bc2)
+
+		src := v
+		if g.AMSGrad {
+			vmax := st.bufs["max_exp_avg_sq"]
+			if vmax == nil {
+				vmax = optimZeros(p)
+				st.bufs["max_exp_avg_sq"] = vmax
+			}
+			vmax.CopyFrom(vmax.Maximum(v))
+			src = vmax
+		}
+		denom := src.Sqrt().DivScalarIn(bc2Sqrt).AddScalarIn(g.Eps)
+		p.AddcdivIn(m, denom, -stepSize)
+	})
+}
