@@ -1,0 +1,340 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/torchfit/torchfit/torch"
+)
+
+// MultiheadAttention is nn.MultiheadAttention (kdim = vdim = embed_dim, no
+// bias_k/bias_v, no zero attention): parameters in_proj_weight (3E, E),
+// in_proj_bias (3E), out_proj.weight (E, E), out_proj.bias (E), initialised
+// as PyTorch's (Xavier-uniform in_proj_weight, zero biases, out_proj.weight
+// as a Linear's).
+type MultiheadAttention struct {
+	Base
+	InProjWeight, InProjBias *torch.Tensor
+	OutProj                  *Linear
+	EmbedDim, NumHeads       int64
+	Dropout                  float64 // on the attention weights, in training mode
+	BatchFirst               bool    // inputs and outputs (N, L, E) rather than (L, N, E)
+}
+
+// AttnOpts are the optional arguments of an attention forward pass.
+type AttnOpts struct {
+	// KeyPaddingMask (N, S): bool (true: ignore that key) or float (added
+	// to the scores).
+	KeyPaddingMask *torch.Tensor
+	// AttnMask (L, S) or (N·heads, L, S): bool (true: not allowed to
+	// attend) or float (added to the scores).
+	AttnMask *torch.Tensor
+	// Causal masks keys after the query position (as a triu(1) bool mask),
+	// combined with AttnMask.
+	Causal bool
+	// NeedWeights makes MultiheadAttention return the attention weights:
+	// averaged over heads (N, L, S), or per head (N, heads, L, S) with
+	// PerHeadWeights.
+	NeedWeights, PerHeadWeights bool
+}
+
+// NewMultiheadAttention is nn.MultiheadAttention(embedDim, numHeads,
+// dropout, bias=True, batch_first=batchFirst).
+func NewMultiheadAttention(embedDim, numHeads int64, dropout float64, batchFirst bool) *MultiheadAttention {
+	if numHeads <= 0 || embedDim%numHeads != 0 {
+		panic(fmt.Sprintf("nn: embed_dim %d must be divisible by num_heads %d", embedDim, numHeads))
+	}
+	m := &MultiheadAttention{EmbedDim: embedDim, NumHeads: numHeads, Dropout: dropout, BatchFirst: batchFirst}
+	m.InProjWeight = m.RegisterParam("in_proj_weight", newParam(3*embedDim, embedDim))
+	m.InProjBias = m.RegisterParam("in_proj_bias", torch.Zeros([]int64{3 * embedDim}))
+	// PyTorch builds out_proj (drawing its Linear init) before drawing
+	// in_proj_weight; the same order draws the same numbers.
+	m.OutProj = RegisterModule(&m.Base, "out_proj", NewLinear(embedDim, embedDim, true))
+	XavierUniform(m.InProjWeight, 1)
+	Zeros(m.OutProj.Bias)
+	return m
+}
+
+// additiveMask turns a bool mask into 0/−inf of dtype dt; float masks pass.
+func additiveMask(mask *torch.Tensor, dt torch.DType) *torch.Tensor {
+	if mask.DType() == torch.Bool {
+		return torch.ZerosLike(mask, dt).MaskedFill(mask, math.Inf(-1))
+	}
+	if mask.DType() != dt {
+		return mask.ToDType(dt)
+	}
+	return mask
+}
+
+// Forward attends query (L, N, E) to key/value (S, N, E) (batch-first:
+// (N, L, E), (N, S, E)). It returns the output shaped like query and, with
+// o.NeedWeights, the attention weights (else nil).
+func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts) (out, weights *torch.Tensor) {
+	res := torch.TidyTensors(func() []*torch.Tensor {
+		q, k, v := query, key, value
+		if !m.BatchFirst {
+			q, k, v = q.Transpose(0, 1), k.Transpose(0, 1), v.Transpose(0, 1)
+		}
+		n, l, e := q.Size(0), q.Size(1), q.Size(2)
+		s := k.Size(1)
+		if e != m.EmbedDim {
+			panic(&torch.Error{Op: "MultiheadAttention", Msg: fmt.Sprintf("embedding size %d, expected %d", e, m.EmbedDim)})
+		}
+		h := m.NumHeads
+		d := e / h
+		proj := func(x *torch.Tensor, part, length int64) *torch.Tensor {
+			var b *torch.Tensor
+			if m.InProjBias != nil {
+				b = m.InProjBias.Narrow(0, part*e, e)
+			}
+			y := torch.Linear(x, m.InProjWeight.Narrow(0, part*e, e), b)
+			return y.Reshape(n, length, h, d).Transpose(1, 2) // (N, H, len, d)
+		}
+		qh, kh, vh := proj(q, 0, l), proj(k, 1, s), proj(v, 2, s)
+		scores := qh.DivScalar(math.Sqrt(float64(d))).Matmul(kh.Transpose(-2, -1)) // (N, H, L, S)
+		dt := scores.DType()
+		if o.AttnMask != nil {
+			am := additiveMask(o.AttnMask, dt)
+			if am.Dim() == 3 {
+				am = am.Reshape(n, h, l, s)
+			}
+			scores = scores.Add(am)
+		}
+		if o.Causal {
+			causal := torch.Ones([]int64{l, s}, torch.Bool).Triu(1)
+			scores = scores.Add(additiveMask(causal, dt))
+		}
+		if o.KeyPaddingMask != nil {
+			scores = scores.Add(additiveMask(o.KeyPaddingMask, dt).Reshape(n, 1, 1, s))
+		}
+		attn := scores.Softmax(-1)
+		if m.Dropout > 0 && m.Training() {
+			attn = attn.Dropout(m.Dropout, true)
+		}
+		ctx := attn.Matmul(vh).Transpose(1, 2).Reshape(n, l, e)
+		y := m.OutProj.Forward(ctx)
+		if !m.BatchFirst {
+			y = y.Transpose(0, 1)
+		}
+		var w *torch.Tensor
+		if o.NeedWeights {
+			w = attn
+			if !o.PerHeadWeights {
+				w = attn.SumDim([]int64{1}, false).DivScalar(float64(h))
+			}
+		}
+		return []*torch.Tensor{y, w}
+	})
+	return res[0], res[1]
+}
+
+// TransformerConfig configures nn.TransformerEncoderLayer and
+// nn.TransformerDecoderLayer. DefaultTransformerConfig gives PyTorch's
+// defaults.
+type TransformerConfig struct {
+	DModel, NHead  int64
+	DimFeedforward int64   // PyTorch: 2048
+	Dropout        float64 // PyTorch: 0.1
+	Activation     string  // "relu" (PyTorch's default) or "gelu"
+	LayerNormEps   float64 // PyTorch: 1e-5
+	BatchFirst     bool
+	NormFirst      bool // pre-norm
+}
+
+// DefaultTransformerConfig returns PyTorch's defaults for dModel and nHead.
+func DefaultTransformerConfig(dModel, nHead int64) TransformerConfig {
+	return TransformerConfig{DModel: dModel, NHead: nHead, DimFeedforward: 2048, Dropout: 0.1, Activation: "relu", LayerNormEps: 1e-5}
+}
+
+func (c TransformerConfig) activation() func(*torch.Tensor) *torch.Tensor {
+	switch strings.ToLower(c.Activation) {
+	case "", "relu":
+		return (*torch.Tensor).Relu
+	case "gelu":
+		return (*torch.Tensor).Gelu
+	}
+	panic(fmt.Sprintf("nn: transformer activation %q (want relu or gelu)", c.Activation))
+}
+
+func (c TransformerConfig) norm() *LayerNorm {
+	l := NewLayerNorm(c.DModel)
+	if c.LayerNormEps != 0 {
+		l.Eps = c.LayerNormEps
+	}
+	return l
+}
+
+// feedForward is the position-wise block: linear2(dropout(act(linear1(x)))).
+type feedForward struct {
+	Linear1, Linear2 *Linear
+	Dropout          *Dropout
+	act              func(*torch.Tensor) *torch.Tensor
+}
+
+func (f *feedForward) forward(x *torch.Tensor) *torch.Tensor {
+	return f.Linear2.Forward(f.Dropout.Forward(f.act(f.Linear1.Forward(x))))
+}
+
+// TransformerEncoderLayer is nn.TransformerEncoderLayer: self_attn.*,
+// linear1.*, linear2.*, norm1.*, norm2.* (post-norm, or pre-norm with
+// NormFirst).
+type TransformerEncoderLayer struct {
+	Base
+	SelfAttn           *MultiheadAttention
+	Linear1, Linear2   *Linear
+	Norm1, Norm2       *LayerNorm
+	Dropout            *Dropout // inside the feed-forward block
+	Dropout1, Dropout2 *Dropout
+	NormFirst          bool
+	ff                 feedForward
+}
+
+// NewTransformerEncoderLayer builds a layer (submodules registered in
+// PyTorch's order, so the same seed draws the same initial weights).
+func NewTransformerEncoderLayer(c TransformerConfig) *TransformerEncoderLayer {
+	c.activation() // validate early
+	l := &TransformerEncoderLayer{NormFirst: c.NormFirst}
+	b := &l.Base
+	l.SelfAttn = RegisterModule(b, "self_attn", NewMultiheadAttention(c.DModel, c.NHead, c.Dropout, c.BatchFirst))
+	l.Linear1 = RegisterModule(b, "linear1", NewLinear(c.DModel, c.DimFeedforward, true))
+	l.Dropout = RegisterModule(b, "dropout", NewDropout(c.Dropout))
+	l.Linear2 = RegisterModule(b, "linear2", NewLinear(c.DimFeedforward, c.DModel, true))
+	l.Norm1 = RegisterModule(b, "norm1", c.norm())
+	l.Norm2 = RegisterModule(b, "norm2", c.norm())
+	l.Dropout1 = RegisterModule(b, "dropout1", NewDropout(c.Dropout))
+	l.Dropout2 = RegisterModule(b, "dropout2", NewDropout(c.Dropout))
+	l.ff = feedForward{l.Linear1, l.Linear2, l.Dropout, c.activation()}
+	return l
+}
+
+// Forward runs the layer on src ((S, N, E), or (N, S, E) batch-first);
+// o's masks apply to self-attention (its NeedWeights is ignored).
+func (l *TransformerEncoderLayer) Forward(src *torch.Tensor, o AttnOpts) *torch.Tensor {
+	o.NeedWeights = false
+	return torch.TidyTensor(func() *torch.Tensor {
+		sa := func(x *torch.Tensor) *torch.Tensor {
+			y, _ := l.SelfAttn.Forward(x, x, x, o)
+			return l.Dropout1.Forward(y)
+		}
+		ff := func(x *torch.Tensor) *torch.Tensor { return l.Dropout2.Forward(l.ff.forward(x)) }
+		x := src
+		if l.NormFirst {
+			x = x.Add(sa(l.Norm1.Forward(x)))
+			return x.Add(ff(l.Norm2.Forward(x)))
+		}
+		x = l.Norm1.Forward(x.Add(sa(x)))
+		return l.Norm2.Forward(x.Add(ff(x)))
+	})
+}
+
+// TransformerDecoderLayer is nn.TransformerDecoderLayer: self_attn.*,
+// multihead_attn.*, linear1.*, linear2.*, norm1.*, norm2.*, norm3.*.
+type TransformerDecoderLayer struct {
+	Base
+	SelfAttn, MultiheadAttn      *MultiheadAttention
+	Linear1, Linear2             *Linear
+	Norm1, Norm2, Norm3          *LayerNorm
+	Dropout                      *Dropout
+	Dropout1, Dropout2, Dropout3 *Dropout
+	NormFirst                    bool
+	ff                           feedForward
+}
+
+// NewTransformerDecoderLayer builds a decoder layer in PyTorch's order.
+func NewTransformerDecoderLayer(c TransformerConfig) *TransformerDecoderLayer {
+	c.activation()
+	l := &TransformerDecoderLayer{NormFirst: c.NormFirst}
+	b := &l.Base
+	l.SelfAttn = RegisterModule(b, "self_attn", NewMultiheadAttention(c.DModel, c.NHead, c.Dropout, c.BatchFirst))
+	l.MultiheadAttn = RegisterModule(b, "multihead_attn", NewMultiheadAttention(c.DModel, c.NHead, c.Dropout, c.BatchFirst))
+	l.Linear1 = RegisterModule(b, "linear1", NewLinear(c.DModel, c.DimFeedforward, true))
+	l.Dropout = RegisterModule(b, "dropout", NewDropout(c.Dropout))
+	l.Linear2 = RegisterModule(b, "linear2", NewLinear(c.DimFeedforward, c.DModel, true))
+	l.Norm1 = RegisterModule(b, "norm1", c.norm())
+	l.Norm2 = RegisterModule(b, "norm2", c.norm())
+	l.Norm3 = RegisterModule(b, "norm3", c.norm())
+	l.Dropout1 = RegisterModule(b, "dropout1", NewDropout(c.Dropout))
+	l.Dropout2 = RegisterModule(b, "dropout2", NewDropout(c.Dropout))
+	l.Dropout3 = RegisterModule(b, "dropout3", NewDropout(c.Dropout))
+	l.ff = feedForward{l.Linear1, l.Linear2, l.Dropout, c.activation()}
+	return l
+}
+
+// Forward runs the layer on tgt attending to memory; tgtOpts mask the
+// self-attention (tgt_mask, tgt_key_padding_mask, causal), memOpts the
+// cross-attention (memory_mask, memory_key_padding_mask).
+func (l *TransformerDecoderLayer) Forward(tgt, memory *torch.Tensor, tgtOpts, memOpts AttnOpts) *torch.Tensor {
+	tgtOpts.NeedWeights, memOpts.NeedWeights = false, false
+	return torch.TidyTensor(func() *torch.Tensor {
+		sa := func(x *torch.Tensor) *torch.Tensor {
+			y, _ := l.SelfAttn.Forward(x, x, x, tgtOpts)
+			return l.Dropout1.Forward(y)
+		}
+		mha := func(x *torch.Tensor) *torch.Tensor {
+			y, _ := l.MultiheadAttn.Forward(x, memory, memory, memOpts)
+			return l.Dropout2.Forward(y)
+		}
+		ff := func(x *torch.Tensor) *torch.Tensor { return l.Dropout3.Forward(l.ff.forward(x)) }
+		x := tgt
+		if l.NormFirst {
+			x = x.Add(sa(l.Norm1.Forward(x)))
+			x = x.Add(mha(l.Norm2.Forward(x)))
+			return x.Add(ff(l.Norm3.Forward(x)))
+		}
+		x = l.Norm1.Forward(x.Add(sa(x)))
+		x = l.Norm2.Forward(x.Add(mha(x)))
+		return l.Norm3.Forward(x.Add(ff(x)))
+	})
+}
+
+// TransformerEncoder is nn.TransformerEncoder: layers.0.*, layers.1.*, ...
+// and, optionally, a final norm.*. As in PyTorch (which deep-copies one
+// layer), all layers start with identical weights.
+type TransformerEncoder struct {
+	Base
+	Layers *ModuleList[*TransformerEncoderLayer]
+	Norm   *LayerNorm // nil without a final norm
+}
+
+// NewTransformerEncoder stacks numLayers layers of config c; finalNorm adds
+// a LayerNorm after the last (PyTorch's norm argument, usual with NormFirst).
+func NewTransformerEncoder(c TransformerConfig, numLayers int, finalNorm bool) *TransformerEncoder {
+	e := &TransformerEncoder{}
+	e.Layers = RegisterModule(&e.Base, "layers", NewModuleList[*TransformerEncoderLayer]())
+	for k := 0; k < numLayers; k++ {
+		l := NewTransformerEncoderLayer(c)
+		if k > 0 {
+			copyState(l, e.Layers.Items[0])
+		}
+		e.Layers.Append(l)
+	}
+	if finalNorm {
+		e.Norm = RegisterModule(&e.Base, "norm", c.norm())
+	}
+	return e
+}
+
+// copyState copies src's state dict values into dst (same architecture).
+func copyState(dst, src Module) {
+	d, s := StateDict(dst), StateDict(src)
+	torch.NoGrad(func() {
+		for k := range d {
+			d[k].T.CopyFrom(s[k].T)
+		}
+	})
+}
+
+// Forward runs the layers in turn (o's masks apply to each) and the final norm.
+func (e *TransformerEncoder) Forward(src *torch.Tensor, o AttnOpts) *torch.Tensor {
+	return torch.TidyTensor(func() *torch.Tensor {
+		x := src
+		for _, l := range e.Layers.Items {
+			x = l.Forward(x, o)
+		}
+		if e.Norm != nil {
+			x = e.Norm.Forward(x)
+		}
+		return x
+	})
+}
