@@ -172,3 +172,12 @@ func (s *GradScaler) LoadState(st map[string]float64) error {
 	})
 	return nil
 }
+
+// Reset abandons the current step (after an out-of-memory error, say):
+// the unscaled/stepped flags and the inf record are dropped; the scale and
+// growth tracker are kept.
+func (s *GradScaler) Reset() {
+	s.foundInf.Free()
+	s.foundInf = nil
+	s.unscaled, s.stepped = false, false
+}

@@ -26,6 +26,9 @@ type Optimizer interface {
 	// Groups returns the parameter groups. Their hyperparameters may be
 	// changed between steps (schedules set LR).
 	Groups() []*Group
+	// Parameters returns the tensors of every group, in order (GradScaler
+	// unscales their gradients).
+	Parameters() []*torch.Tensor
 	// State returns the optimizer state as named tensors, for checkpoints:
 	// "param_groups.<i>.<hyperparameter>" (0-d float64) and
 	// "state.<param name>.<buffer>" (see each optimizer). The tensors are
@@ -205,6 +208,14 @@ func newOptimBase(kind string, groups []ParamGroup, lr, wd float64, fill func(g 
 }
 
 func (o *optimBase) Groups() []*Group { return o.groups }
+
+func (o *optimBase) Parameters() []*torch.Tensor {
+	var out []*torch.Tensor
+	for _, g := range o.groups {
+		out = append(out, Tensors(g.Params)...)
+	}
+	return out
+}
 
 func (o *optimBase) ZeroGrad() {
 	for _, g := range o.groups {

@@ -20,6 +20,56 @@ type Batch struct {
 	// Lengths holds, for each padded field, the samples' lengths along the
 	// padded dimension before padding: int64 [B].
 	Lengths map[string]*torch.Tensor
+	// PadDims holds, for each padded field, the padded dimension of the
+	// batched tensor (the sample's dimension + 1).
+	PadDims map[string]int
+}
+
+// Size returns the number of samples (dimension 0 of the fields).
+func (b *Batch) Size() int {
+	for _, t := range b.Fields {
+		return int(t.Size(0))
+	}
+	return 0
+}
+
+// Slice returns samples [i, j) as a new batch on device. On the CPU its
+// tensors are views of b's; elsewhere only the slice is copied to the
+// device. Padded fields are trimmed to the longest sample of the slice, so
+// a micro-batch of short utterances does not pay for the longest one of the
+// whole batch. The caller owns the result (Free it, or slice inside Tidy).
+func (b *Batch) Slice(i, j int, device torch.Device) *Batch {
+	n := int64(j - i)
+	out := &Batch{Fields: map[string]*torch.Tensor{}}
+	for name, t := range b.Fields {
+		x := t.Narrow(0, int64(i), n)
+		if l, ok := b.Lengths[name]; ok {
+			lens := l.Narrow(0, int64(i), n)
+			longest := lens.Max().ItemInt()
+			if out.Lengths == nil {
+				out.Lengths, out.PadDims = map[string]*torch.Tensor{}, map[string]int{}
+			}
+			d := b.PadDims[name]
+			if d > 0 && longest < x.Size(d) {
+				trimmed := x.Narrow(int64(d), 0, longest)
+				x.Free()
+				x = trimmed
+			}
+			out.Lengths[name] = moveTo(lens, device)
+			out.PadDims[name] = d
+		}
+		out.Fields[name] = moveTo(x, device)
+	}
+	return out
+}
+
+func moveTo(t *torch.Tensor, device torch.Device) *torch.Tensor {
+	if device == torch.CPU || t.Device() == device {
+		return t
+	}
+	u := t.ToAsync(device, t.DType())
+	t.Free()
+	return u
 }
 
 // Tensors lists the fields then the lengths, each sorted by name.
@@ -192,6 +242,14 @@ func collate(samples []Sample, pad map[string]Pad) (_ *Batch, err error) {
 				b.Lengths = map[string]*torch.Tensor{}
 			}
 			b.Lengths[name] = l
+			if b.PadDims == nil {
+				b.PadDims = map[string]int{}
+			}
+			d := p.Dim
+			if d < 0 {
+				d += col[0].Dim()
+			}
+			b.PadDims[name] = d + 1
 			continue
 		}
 		x, err := StackTensors(col)

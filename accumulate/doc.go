@@ -1,0 +1,28 @@
+// Package accumulate is torchfit's memory-bounded training loop: the one
+// place where every lever of the seeds meets.
+//
+// A Trainer takes effective batches (from a torch/data Loader, on the CPU)
+// and splits each into micro-batches that are moved to the device one at a
+// time. Each micro-batch runs forward (under autocast when asked) and
+// backward inside its own tensor scope, so its activations are released
+// before the next one starts; gradients accumulate; at the window's end the
+// gradients are unscaled (float16), clipped, the optimizer and schedule
+// step, and gradients are set to none.
+//
+// Micro-batch losses are weighted by their share of the window's samples
+// (1/number of micro-batches when they are equal), so the accumulated
+// gradient is the gradient of the whole effective batch's mean loss — also
+// for a short last micro-batch or window.
+//
+// Out-of-memory adaptation: when a micro-batch's forward or backward raises
+// torch.ErrOutOfMemory, the loop drops the window's gradients, empties the
+// CUDA cache, halves the micro-batch and redoes the window from its start.
+// The effective batch and the data seen do not change, so the parameters
+// end up (within float rounding) where a run with the smaller micro-batch
+// from the start would have put them. An OOM at micro-batch 1, or in the
+// optimizer step (which a smaller micro-batch would not help), is returned.
+//
+// FindBatchSize searches for the largest micro-batch that fits; Fit adds
+// epochs, evaluation, atomic checkpoints in PyTorch's format, bit-exact
+// resume, signal handling, metrics (JSONL) and a progress bar.
+package accumulate

@@ -1,0 +1,328 @@
+package accumulate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
+)
+
+// Precision selects mixed precision.
+type Precision string
+
+// Precisions.
+const (
+	FP32 Precision = "fp32"
+	BF16 Precision = "bf16" // autocast to bfloat16 (CPU or CUDA); no scaler needed
+	FP16 Precision = "fp16" // autocast to float16 with a GradScaler (CUDA)
+)
+
+// ParsePrecision accepts fp32/float32/no, bf16/bfloat16, fp16/float16/half,
+// and "auto" (fp16 on CUDA, bf16 on the CPU — the --mixed-precision default).
+func ParsePrecision(s string, device torch.Device) (Precision, error) {
+	switch s {
+	case "", "fp32", "float32", "no", "none", "off":
+		return FP32, nil
+	case "bf16", "bfloat16":
+		return BF16, nil
+	case "fp16", "float16", "half":
+		if !device.IsCUDA() {
+			return "", fmt.Errorf("accumulate: float16 autocast needs CUDA; use bf16 on the CPU")
+		}
+		return FP16, nil
+	case "auto", "on", "yes", "true":
+		if device.IsCUDA() {
+			return FP16, nil
+		}
+		return BF16, nil
+	}
+	return "", fmt.Errorf("accumulate: unknown precision %q (want fp32, bf16, fp16 or auto)", s)
+}
+
+// Config configures a Trainer.
+type Config struct {
+	MicroBatch int // samples per micro-batch
+	Accum      int // micro-batches per optimizer step
+	Device     torch.Device
+	Precision  Precision
+	// ClipNorm clips the gradients' total L2 norm (after unscaling); 0: off.
+	ClipNorm float64
+	// EmptyCacheEvery empties the CUDA cache every N optimizer steps (0:
+	// never). It lowers reserved memory, not what tensors hold.
+	EmptyCacheEvery int
+	// MemoryEvery logs a memory line every N optimizer steps (0: never).
+	MemoryEvery int
+	// NoOOMAdapt returns out-of-memory errors instead of adapting.
+	NoOOMAdapt bool
+	// Logf receives the loop's log lines (nil: discarded).
+	Logf func(format string, args ...any)
+}
+
+// EffectiveBatch is MicroBatch × Accum: the samples per optimizer step.
+func (c Config) EffectiveBatch() int { return c.MicroBatch * c.Accum }
+
+// StepInfo describes one optimizer step.
+type StepInfo struct {
+	Step       int     // optimizer steps done, this one included
+	Loss       float64 // mean loss over the window's samples
+	LR         float64 // learning rate of the first group during the step
+	GradNorm   float64 // total gradient norm before clipping (NaN when not computed)
+	Skipped    bool    // the step was skipped (inf/nan gradients)
+	Samples    int     // samples in the window
+	MicroBatch int     // micro-batch size used
+	Micro      int     // micro-batches in the window
+	OOMRetries int     // windows redone for out-of-memory in this step
+	Duration   time.Duration
+	Memory     torch.MemStats // allocator stats right after the step
+}
+
+// Trainer runs training steps. Create it with New.
+type Trainer struct {
+	Model nn.Module
+	Opt   nn.Optimizer
+	Sched *nn.Schedule // optional
+	// Loss computes the mean loss of a micro-batch (already on the device).
+	// It runs inside a tensor scope: everything it creates is released when
+	// the micro-batch ends. It may panic with *torch.Error (as tensor math
+	// does); the loop turns that into an error.
+	Loss   func(mb *data.Batch) *torch.Tensor
+	Scaler *amp.GradScaler
+	// OnStep, when set, is called after every optimizer step.
+	OnStep func(StepInfo)
+
+	cfg   Config
+	micro int // current micro-batch (halved on OOM)
+	step  int
+	// OOMEvents counts windows redone with a smaller micro-batch.
+	OOMEvents int
+}
+
+// New returns a trainer for model with optimizer opt and loss function.
+func New(model nn.Module, opt nn.Optimizer, loss func(*data.Batch) *torch.Tensor, cfg Config) (*Trainer, error) {
+	if cfg.MicroBatch < 1 || cfg.Accum < 1 {
+		return nil, fmt.Errorf("accumulate: micro-batch (%d) and accumulation steps (%d) must be >= 1", cfg.MicroBatch, cfg.Accum)
+	}
+	if cfg.Precision == "" {
+		cfg.Precision = FP32
+	}
+	if cfg.Precision == FP16 && !cfg.Device.IsCUDA() {
+		return nil, fmt.Errorf("accumulate: float16 training needs CUDA; use bf16 on the CPU")
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	t := &Trainer{Model: model, Opt: opt, Loss: loss, cfg: cfg, micro: cfg.MicroBatch}
+	t.Scaler = amp.NewGradScaler(cfg.Device, amp.ScalerOptions{Disabled: cfg.Precision != FP16})
+	cfg.Logf("effective batch %d = micro-batch %d × %d accumulation steps; precision %s; device %v",
+		cfg.EffectiveBatch(), cfg.MicroBatch, cfg.Accum, cfg.Precision, cfg.Device)
+	return t, nil
+}
+
+// Config returns the trainer's configuration.
+func (t *Trainer) Config() Config { return t.cfg }
+
+// MicroBatch returns the micro-batch in use (smaller than configured after
+// out-of-memory adaptation).
+func (t *Trainer) MicroBatch() int { return t.micro }
+
+// SetMicroBatch sets the micro-batch (resuming a run that had adapted).
+func (t *Trainer) SetMicroBatch(n int) {
+	if n >= 1 {
+		t.micro = n
+	}
+}
+
+// Steps returns the optimizer steps done.
+func (t *Trainer) Steps() int { return t.step }
+
+// SetSteps sets the step counter (resume).
+func (t *Trainer) SetSteps(n int) { t.step = n }
+
+// errOptimizerOOM marks an OOM in the optimizer phase: not adaptable.
+type optimizerError struct{ err error }
+
+func (e *optimizerError) Error() string { return "optimizer step: " + e.err.Error() }
+func (e *optimizerError) Unwrap() error { return e.err }
+
+// Step trains on one effective batch (the loader's batch: its size is the
+// window, normally MicroBatch × Accum; a short last batch is fine). The
+// batch stays the caller's.
+func (t *Trainer) Step(b *data.Batch) (StepInfo, error) {
+	start := time.Now()
+	size := b.Size()
+	if size == 0 {
+		return StepInfo{}, fmt.Errorf("accumulate: empty batch")
+	}
+	retries := 0
+	for {
+		info, err := t.window(b, size)
+		if err == nil {
+			info.OOMRetries = retries
+			info.Duration = time.Since(start)
+			t.after(&info)
+			return info, nil
+		}
+		t.abandon()
+		var oe *optimizerError
+		if !errors.Is(err, torch.ErrOutOfMemory) || t.cfg.NoOOMAdapt || errors.As(err, &oe) {
+			return StepInfo{}, err
+		}
+		if t.micro == 1 {
+			return StepInfo{}, fmt.Errorf("accumulate: out of memory even with micro-batch 1 (step %d): %w", t.step+1, err)
+		}
+		old := t.micro
+		t.micro = (t.micro + 1) / 2
+		retries++
+		t.OOMEvents++
+		accum := (size + t.micro - 1) / t.micro
+		t.cfg.Logf("out of memory at micro-batch %d (step %d): redoing the window with micro-batch %d × %d accumulation steps; effective batch %d unchanged",
+			old, t.step+1, t.micro, accum, size)
+	}
+}
+
+// abandon drops a failed window's gradients and per-step state.
+func (t *Trainer) abandon() {
+	torch.Try(func() { t.Opt.ZeroGrad() })
+	t.Scaler.Reset()
+	torch.EmptyCache()
+}
+
+func (t *Trainer) autocast(fn func()) {
+	switch t.cfg.Precision {
+	case BF16:
+		amp.Autocast(t.cfg.Device, torch.BFloat16, fn)
+	case FP16:
+		amp.Autocast(t.cfg.Device, torch.Float16, fn)
+	default:
+		fn()
+	}
+}
+
+func (t *Trainer) window(b *data.Batch, size int) (StepInfo, error) {
+	info := StepInfo{Samples: size, MicroBatch: t.micro, GradNorm: math.NaN(), LR: t.lr()}
+	nn.Train(t.Model, true)
+	for i := 0; i < size; i += t.micro {
+		j := min(i+t.micro, size)
+		err := torch.TidyErr(func() error {
+			mb := b.Slice(i, j, t.cfg.Device)
+			var loss *torch.Tensor
+			t.autocast(func() { loss = t.Loss(mb) })
+			if loss == nil {
+				return fmt.Errorf("accumulate: the loss function returned nil")
+			}
+			share := float64(j-i) / float64(size)
+			weighted := loss.ToDType(torch.Float32).MulScalar(share)
+			info.Loss += weighted.Item()
+			t.Scaler.Scale(weighted).Backward()
+			return nil
+		})
+		if err != nil {
+			return info, err
+		}
+		info.Micro++
+	}
+	if math.IsNaN(info.Loss) || math.IsInf(info.Loss, 0) {
+		if !t.Scaler.Enabled() {
+			t.cfg.Logf("step %d: loss is %v; skipping the optimizer step", t.step+1, info.Loss)
+			t.Opt.ZeroGrad()
+			info.Skipped = true
+			t.step++
+			info.Step = t.step
+			return info, nil
+		}
+	}
+	err := torch.TidyErr(func() error {
+		params := t.Opt.Parameters()
+		if t.Scaler.Enabled() {
+			t.Scaler.Unscale(t.Opt)
+		}
+		if t.cfg.ClipNorm > 0 {
+			norm, err := nn.ClipGradNorm(params, t.cfg.ClipNorm, 2)
+			info.GradNorm = norm
+			if err != nil && !t.Scaler.Enabled() {
+				// Without a scaler nothing else would stop a nan update.
+				t.cfg.Logf("step %d: gradient norm is %v; skipping the optimizer step", t.step+1, norm)
+				info.Skipped = true
+			}
+		}
+		if !info.Skipped {
+			info.Skipped = !t.Scaler.Step(t.Opt)
+		}
+		t.Scaler.Update()
+		if t.Sched != nil {
+			t.Sched.Step()
+		}
+		t.Opt.ZeroGrad()
+		if t.cfg.Precision != FP32 {
+			amp.ClearCache()
+		}
+		return nil
+	})
+	if err != nil {
+		return info, &optimizerError{err}
+	}
+	t.step++
+	info.Step = t.step
+	return info, nil
+}
+
+func (t *Trainer) lr() float64 {
+	if gs := t.Opt.Groups(); len(gs) > 0 {
+		return gs[0].LR
+	}
+	return 0
+}
+
+func (t *Trainer) after(info *StepInfo) {
+	if n := t.cfg.EmptyCacheEvery; n > 0 && t.step%n == 0 {
+		torch.EmptyCache()
+	}
+	if s, err := torch.MemoryStats(t.cfg.Device); err == nil {
+		info.Memory = s
+	}
+	if n := t.cfg.MemoryEvery; n > 0 && t.step%n == 0 {
+		t.cfg.Logf("step %d | %s", t.step, MemoryLine(info.Memory))
+	}
+	if t.OnStep != nil {
+		t.OnStep(*info)
+	}
+}
+
+// MemoryLine formats allocated, peak and reserved memory as the loop logs it.
+func MemoryLine(s torch.MemStats) string {
+	return fmt.Sprintf("memory allocated %s | peak %s | reserved %s", torch.FormatBytes(s.Allocated),
+		torch.FormatBytes(s.PeakAllocated), torch.FormatBytes(s.Reserved))
+}
+
+// Evaluate runs fn on each batch under NoGrad with the model in eval mode
+// (restored to training afterwards) and returns the sample-weighted mean of
+// what fn returns. Batches are moved to the device; fn's tensors are
+// released after each batch.
+func (t *Trainer) Evaluate(batches func(yield func(*data.Batch) bool), fn func(*data.Batch) float64) (mean float64, err error) {
+	nn.Train(t.Model, false)
+	defer nn.Train(t.Model, true)
+	var total float64
+	var n int
+	batches(func(b *data.Batch) bool {
+		err = torch.TidyErr(func() error {
+			torch.NoGrad(func() {
+				mb := b.Slice(0, b.Size(), t.cfg.Device)
+				var v float64
+				t.autocast(func() { v = fn(mb) })
+				total += v * float64(b.Size())
+				n += b.Size()
+			})
+			return nil
+		})
+		return err == nil
+	})
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	return total / float64(n), nil
+}
