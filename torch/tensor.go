@@ -221,7 +221,7 @@ func (t *Tensor) Shape() []int64 {
 	if int(info.NDim) > capi.MaxDims {
 		throwf("Shape", "tensor has %d dimensions; torchfit supports %d", info.NDim, capi.MaxDims)
 	}
-	return append([]int64(nil), shape[:info.NDim]...)
+	return append(make([]int64, 0, info.NDim), shape[:info.NDim]...) // 0-d: empty, not nil
 }
 
 // Strides returns t's strides in elements.
@@ -230,7 +230,7 @@ func (t *Tensor) Strides() []int64 {
 	info, err := capi.Describe(t.handle("Strides"), &shape, &strides)
 	runtime.KeepAlive(t)
 	check("Strides", err)
-	return append([]int64(nil), strides[:info.NDim]...)
+	return append(make([]int64, 0, info.NDim), strides[:info.NDim]...)
 }
 
 // Size returns the size of dimension d (negative counts from the end).
