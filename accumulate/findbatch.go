@@ -111,7 +111,7 @@ func (t *Trainer) FindBatchSize(max int, batch func(n int) (*data.Batch, error))
 	params := nn.StateDict(t.Model)
 	saved := make([]*torch.Tensor, len(params))
 	var optState map[string]*torch.Tensor
-	err := torch.Try(func() {
+	err := torch.TidyErr(func() error {
 		for k, p := range params {
 			saved[k] = p.T.To(torch.CPU, p.T.DType()).Clone().Keep()
 		}
@@ -119,6 +119,7 @@ func (t *Trainer) FindBatchSize(max int, batch func(n int) (*data.Batch, error))
 		for _, s := range t.Opt.State() {
 			optState[s.Name] = s.T.To(torch.CPU, s.T.DType()).Clone().Keep()
 		}
+		return nil
 	})
 	defer func() {
 		for _, s := range saved {

@@ -33,6 +33,7 @@ func TestTrainerFindBatchSizeUnderCap(t *testing.T) {
 	ds := regressionData(128)
 	defer ds.Free()
 	m := newRegression(1)
+	defer nn.Free(m)
 	opt := nn.NewAdam(nn.Parameters(m), nn.AdamDefaults(1e-3))
 	defer opt.Free()
 	tr, err := accumulate.New(m, opt, m.loss, accumulate.Config{MicroBatch: 1, Accum: 1, Device: torch.CPU})
@@ -56,6 +57,7 @@ func TestTrainerFindBatchSizeUnderCap(t *testing.T) {
 	for _, p := range before {
 		want[p.Name] = p.T.Float32s()
 	}
+	opt.State() // the optimizer's own hyperparameter tensors, created once
 	live := torch.LiveTensors()
 	base := torch.MustMemoryStats(torch.CPU).Allocated
 	// Room for the search's CPU copy of the parameters and for a step at

@@ -62,6 +62,7 @@ func train(t *testing.T, micro, steps int, limit int64) run {
 	ds := regressionData(256)
 	defer ds.Free()
 	m := newRegression(1)
+	defer nn.Free(m)
 	opt := nn.NewSGD(nn.Parameters(m), nn.SGDConfig{LR: 0.05, Momentum: 0.9})
 	defer opt.Free()
 	var r run
@@ -100,6 +101,7 @@ func peakAt(t *testing.T, micro int) int64 {
 	ds := regressionData(64)
 	defer ds.Free()
 	m := newRegression(1)
+	defer nn.Free(m)
 	opt := nn.NewSGD(nn.Parameters(m), nn.SGDConfig{LR: 0.05, Momentum: 0.9})
 	defer opt.Free()
 	tr, err := accumulate.New(m, opt, m.loss, accumulate.Config{MicroBatch: micro, Accum: 16 / micro, Device: torch.CPU})
@@ -149,6 +151,7 @@ func TestOOMAtMicroBatchOneIsAnError(t *testing.T) {
 	ds := regressionData(32)
 	defer ds.Free()
 	m := newRegression(1)
+	defer nn.Free(m)
 	opt := nn.NewSGD(nn.Parameters(m), nn.SGDConfig{LR: 0.05})
 	defer opt.Free()
 	tr, err := accumulate.New(m, opt, m.loss, accumulate.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU})

@@ -325,3 +325,15 @@ func To(m Module, d torch.Device, dt torch.DType) {
 		}
 	})
 }
+
+// Free releases m's parameters and buffers (and their gradients). m must
+// not be used afterwards.
+func Free(m Module) {
+	for _, p := range Parameters(m) {
+		p.T.SetGrad(nil)
+		p.T.Free()
+	}
+	for _, b := range Buffers(m) {
+		b.T.Free()
+	}
+}
