@@ -373,6 +373,12 @@ func readFile(t *testing.T, path string) []byte {
 	return b
 }
 
+func decodeB64(t *testing.T, s string) []byte {
+	b, err := base64.StdEncoding.DecodeString(s)
+	require.NoError(t, err)
+	return b
+}
+
 func keys(m map[string][]byte) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {

@@ -829,14 +829,15 @@ func (l *storageLoader) tensor(storage, offset, size, stride any, grad bool) (an
 		return nil, badf("tensor size %v and stride %v differ in length", shape, strides)
 	}
 	// Elements touched: offset + sum((size-1)*stride) + 1 must fit the storage.
-	numel, extent := int64(1), off
+	numel, extent, dense := int64(1), off, int64(1)
 	for k := range shape {
+		if max(shape[k], 1) > math.MaxInt64/dense {
+			return nil, badf("tensor size %v overflows", shape)
+		}
+		dense *= max(shape[k], 1)
 		if shape[k] == 0 {
 			numel = 0
 			continue
-		}
-		if numel != 0 && shape[k] > math.MaxInt64/max(numel, 1) {
-			return nil, badf("tensor size %v overflows", shape)
 		}
 		numel *= shape[k]
 		if strides[k] != 0 && shape[k]-1 > (math.MaxInt64-extent)/strides[k] {
@@ -872,6 +873,9 @@ func (l *storageLoader) tensor(storage, offset, size, stride any, grad bool) (an
 
 // decode reads a torch.save zip file.
 func decode(r io.ReaderAt, size int64) (result any, err error) {
+	if size == 0 {
+		return nil, badf("file is empty")
+	}
 	var head [4]byte
 	if n, _ := r.ReadAt(head[:], 0); n >= 2 && head[0] == 0x80 && head[1] <= 5 {
 		return nil, ErrLegacyFormat
