@@ -78,7 +78,7 @@ func TestLoadPythonFiles(t *testing.T) {
 
 		names, m, err := torch.LoadTensors(filepath.Join(dir, "sd.pt"))
 		require.NoError(t, err)
-		defer torch.FreeAll(torch.NewDict("m", m))
+		defer torch.FreeAll(m)
 		require.Equal(t, []string{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var", "1.num_batches_tracked"}, names)
 		require.Len(t, m, 7)
 	})

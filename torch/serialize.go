@@ -143,8 +143,8 @@ func (d *Dict) Tensor(key any) *Tensor {
 	return t
 }
 
-// FreeAll releases every tensor inside v (a value Load returned: nested
-// dicts, lists and tuples included).
+// FreeAll releases every tensor inside v: a value Load returned (nested
+// dicts, lists and tuples included), a []NamedTensor or a map[string]*Tensor.
 func FreeAll(v any) {
 	seen := map[any]bool{}
 	var walk func(v any)
@@ -168,6 +168,14 @@ func FreeAll(v any) {
 		case Tuple:
 			for _, e := range x {
 				walk(e)
+			}
+		case []NamedTensor:
+			for _, e := range x {
+				e.T.Free()
+			}
+		case map[string]*Tensor:
+			for _, e := range x {
+				e.Free()
 			}
 		}
 	}
