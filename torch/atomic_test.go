@@ -1,0 +1,110 @@
+package torch_test
+
+import (
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/torchfit/torchfit/torch"
+)
+
+const killDirEnv = "TORCHFIT_SAVE_KILL_DIR"
+
+// killTensorElems is the float32 count of each of the writer's two tensors
+// (2 × 25M × 4 bytes = 200 MB a file).
+func killTensorElems() int64 {
+	if s := os.Getenv("TORCHFIT_SAVE_KILL_ELEMS"); s != "" {
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	return 25 << 20
+}
+
+// TestSaveKillHelper is the writer process of TestSaveAtomicUnderKill: it
+// saves checkpoint after checkpoint to the same path until killed. It
+// does nothing unless TORCHFIT_SAVE_KILL_DIR is set.
+func TestSaveKillHelper(t *testing.T) {
+	dir := os.Getenv(killDirEnv)
+	if dir == "" {
+		t.Skip("helper process for TestSaveAtomicUnderKill")
+	}
+	n := killTensorElems()
+	path := filepath.Join(dir, "ckpt.pt")
+	for iter := 1; ; iter++ {
+		torch.Tidy(func() {
+			v := float64(iter)
+			sd := []torch.NamedTensor{
+				{"a", torch.Full([]int64{n}, v)},
+				{"b", torch.Full([]int64{n / 1024, 1024}, -v)},
+			}
+			if err := torch.Save(path, torch.NewDict("iter", iter, "model", sd)); err != nil {
+				t.Fatal(err)
+			}
+		})
+		os.WriteFile(filepath.Join(dir, "done"), []byte(strconv.Itoa(iter)), 0o644)
+	}
+}
+
+// TestSaveAtomicUnderKill SIGKILLs a process in the middle of writing
+// 200 MB checkpoints: the final path must then either not exist or load
+// completely and consistently, and temporary files must never carry the
+// final name.
+func TestSaveAtomicUnderKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes several 200 MB files")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ckpt.pt")
+	rng := rand.New(rand.NewSource(1))
+	sawFile, sawMissing := false, false
+	for round := 0; round < 4; round++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSaveKillHelper$", "-test.count=1")
+		cmd.Env = append(os.Environ(), killDirEnv+"="+dir)
+		require.NoError(t, cmd.Start())
+		delay := time.Duration(300+rng.Intn(2500)) * time.Millisecond
+		time.Sleep(delay)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		_ = cmd.Wait()
+
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		for _, e := range entries {
+			name := e.Name()
+			if name == "ckpt.pt" || name == "done" {
+				continue
+			}
+			require.True(t, strings.HasPrefix(name, ".ckpt.pt.tmp-"), "unexpected file %s", name)
+		}
+		if _, err := os.Stat(path); os.IsNotExist(err) {
+			sawMissing = true
+			t.Logf("round %d (killed after %v): no file yet", round, delay)
+			continue
+		}
+		sawFile = true
+		torch.Tidy(func() {
+			v, err := torch.Load(path)
+			require.NoError(t, err, "round %d: the final file must load", round)
+			d := v.(*torch.Dict)
+			iter, _ := d.Get("iter")
+			m, _ := d.Get("model")
+			sd := m.(*torch.Dict)
+			want := float64(iter.(int64))
+			a, b := sd.Tensor("a"), sd.Tensor("b")
+			n := killTensorElems()
+			require.Equal(t, []int64{n}, a.Shape())
+			require.Equal(t, []int64{n / 1024, 1024}, b.Shape())
+			require.True(t, a.Equal(torch.Full([]int64{n}, want)), "round %d: tensor a of iteration %v is intact", round, want)
+			require.True(t, b.Equal(torch.Full([]int64{n / 1024, 1024}, -want)), "round %d: tensor b intact", round)
+			t.Logf("round %d (killed after %v): ckpt of iteration %v loads intact; dir has %d entries", round, delay, want, len(entries))
+		})
+	}
+	t.Logf("saw a complete file: %v, saw no file: %v", sawFile, sawMissing)
+}

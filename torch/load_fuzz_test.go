@@ -1,0 +1,123 @@
+package torch_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/torchfit/torchfit/torch"
+)
+
+// fuzzZip wraps pkl as data.pkl next to four 64-byte storage records, so
+// mutations of the pickle reach the VM (a mutated zip mostly fails its
+// checksum first).
+func fuzzZip(pkl []byte) []byte {
+	var b bytes.Buffer
+	zw := zip.NewWriter(&b)
+	add := func(name string, data []byte) {
+		w, _ := zw.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Store})
+		w.Write(data)
+	}
+	add("archive/data.pkl", pkl)
+	for _, k := range []string{"0", "1", "2", "3"} {
+		data := make([]byte, 64)
+		for i := range data {
+			data[i] = byte(i * 37)
+		}
+		add("archive/data/"+k, data)
+	}
+	add("archive/version", []byte("3\n"))
+	zw.Close()
+	return b.Bytes()
+}
+
+// dataPkl extracts data.pkl from a torch.save file (for seeds).
+func dataPkl(file []byte) []byte {
+	zr, err := zip.NewReader(bytes.NewReader(file), int64(len(file)))
+	if err != nil {
+		return nil
+	}
+	for _, f := range zr.File {
+		if strings.HasSuffix(f.Name, "/data.pkl") {
+			rc, _ := f.Open()
+			b, _ := io.ReadAll(rc)
+			return b
+		}
+	}
+	return nil
+}
+
+// FuzzLoad feeds arbitrary bytes to LoadBytes, both as a whole file and as
+// the data.pkl of a well-formed zip: it must return a value or an error,
+// never panic, crash, or leak tensors. Loaded values must save again.
+func FuzzLoad(f *testing.F) {
+	seeds := []any{
+		torch.FromSlice([]float32{1, 2, 3, 4}, []int64{2, 2}),
+		torch.NewDict("w", torch.FromSlice([]int64{1, 2}, nil), "step", 3, "lr", 0.5, "name", "x",
+			"l", []any{true, nil, torch.Tuple{1, -70000}}, "k", torch.NewDict(0, int64(1)<<40)),
+		[]torch.NamedTensor{{"a", torch.FromSlice([]float32{1, 2}, nil, torch.BFloat16)}, {"b", torch.FromSlice([]bool{true}, []int64{})}},
+	}
+	for _, s := range seeds {
+		b, err := torch.SaveBytes(s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		f.Add(dataPkl(b))
+		torch.FreeAll(s)
+	}
+	// Pickles using the fuzz storages (FloatStorage key "0" holds 16 floats).
+	f.Add([]byte("\x80\x02ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x10tQK\x01K\x03K\x02\x86K\x04K\x02\x86\x89}tR."))
+	f.Add([]byte("\x80\x02ccollections\nOrderedDict\n)R(X\x01\x00\x00\x00a]K\x01aX\x01\x00\x00\x00bG?\xf0\x00\x00\x00\x00\x00\x00u}X\x09\x00\x00\x00_metadata}sb."))
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		before := torch.LiveTensors()
+		for _, in := range [][]byte{data, fuzzZip(data)} {
+			v, err := torch.LoadBytes(in)
+			if err != nil {
+				continue
+			}
+			// Stride-0 views (expand) can describe huge tensors over a
+			// small storage; saving materializes them, so skip those.
+			if elems(v) > 1<<20 {
+				torch.FreeAll(v)
+				continue
+			}
+			if _, err := torch.SaveBytes(v); err != nil && !strings.Contains(err.Error(), "cannot save") {
+				t.Fatalf("loaded value does not save: %v", err)
+			}
+			torch.FreeAll(v)
+		}
+		if after := torch.LiveTensors(); after > before {
+			t.Fatalf("leaked %d tensors", after-before)
+		}
+	})
+}
+
+// elems counts the tensor elements in a loaded value.
+func elems(v any) int64 {
+	var n int64
+	switch x := v.(type) {
+	case *torch.Tensor:
+		n = x.Numel()
+	case *torch.Dict:
+		if x == nil {
+			return 0
+		}
+		for _, e := range x.Entries {
+			n += elems(e.Value)
+		}
+		n += elems(x.Attrs)
+	case []any:
+		for _, e := range x {
+			n += elems(e)
+		}
+	case torch.Tuple:
+		for _, e := range x {
+			n += elems(e)
+		}
+	}
+	return n
+}

@@ -1,0 +1,396 @@
+package torch
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// This file is the public face of torchfit's torch.save / torch.load
+// compatible serialization: pickle.go writes PyTorch's pickle, unpickle.go
+// reads it, ptzip.go handles the zip container.
+
+// ErrBadFile is wrapped by every error Load returns for input that is not a
+// readable torch.save file (corrupt, truncated, or using a feature torchfit
+// does not load).
+var ErrBadFile = errors.New("not a readable torch.save file")
+
+// ErrLegacyFormat is wrapped by the error for files in PyTorch's pre-1.6
+// (non-zip) format.
+var ErrLegacyFormat = errors.New("legacy (pre-1.6, non-zip) torch.save format: re-save it in Python with a newer torch.save (the default zip format, _use_new_zipfile_serialization=True)")
+
+// Dict is an ordered mapping: Python's dict or collections.OrderedDict (a
+// state dict). Keys are strings or int64 (optimizer state dicts use ints);
+// float64, bool and nil keys load too. Order is kept as written.
+type Dict struct {
+	Entries []DictEntry
+	// Ordered marks a collections.OrderedDict, which is what
+	// module.state_dict() returns. Save writes one when set, a plain dict
+	// otherwise; both load in Python as dicts with the same order.
+	Ordered bool
+	// Attrs holds an OrderedDict's instance attributes, as pickled by
+	// Python (state_dict()'s "_metadata", which load_state_dict uses for
+	// versioned modules). Load fills it; Save writes it back when set.
+	Attrs *Dict
+}
+
+// DictEntry is one key/value pair of a Dict.
+type DictEntry struct {
+	Key   any
+	Value any
+}
+
+// Tuple is a Python tuple (a list is []any).
+type Tuple []any
+
+// NamedTensor is a tensor with its state-dict name.
+type NamedTensor struct {
+	Name string
+	T    *Tensor
+}
+
+// NewDict returns an empty dict; pairs, when given, are key, value, key, value...
+func NewDict(pairs ...any) *Dict {
+	d := &Dict{}
+	for k := 0; k+1 < len(pairs); k += 2 {
+		d.Set(pairs[k], pairs[k+1])
+	}
+	return d
+}
+
+// normKey turns Go integer kinds into int64 so 0 and int64(0) are the same key.
+func normKey(k any) any {
+	switch v := k.(type) {
+	case int:
+		return int64(v)
+	case int32:
+		return int64(v)
+	case int16:
+		return int64(v)
+	case int8:
+		return int64(v)
+	case uint8:
+		return int64(v)
+	case uint16:
+		return int64(v)
+	case uint32:
+		return int64(v)
+	case float32:
+		return float64(v)
+	}
+	return k
+}
+
+func keyEqual(a, b any) bool {
+	a, b = normKey(a), normKey(b)
+	switch a.(type) {
+	case string, int64, float64, bool, nil:
+		return a == b
+	}
+	return false
+}
+
+// Len returns the number of entries.
+func (d *Dict) Len() int {
+	if d == nil {
+		return 0
+	}
+	return len(d.Entries)
+}
+
+// Get returns the value stored under key.
+func (d *Dict) Get(key any) (any, bool) {
+	if d == nil {
+		return nil, false
+	}
+	for _, e := range d.Entries {
+		if keyEqual(e.Key, key) {
+			return e.Value, true
+		}
+	}
+	return nil, false
+}
+
+// Set stores value under key: in place when the key exists, else at the end.
+func (d *Dict) Set(key, value any) {
+	key = normKey(key)
+	for k := range d.Entries {
+		if keyEqual(d.Entries[k].Key, key) {
+			d.Entries[k].Value = value
+			return
+		}
+	}
+	d.Entries = append(d.Entries, DictEntry{key, value})
+}
+
+// Keys returns the keys in order.
+func (d *Dict) Keys() []any {
+	out := make([]any, d.Len())
+	for k := range out {
+		out[k] = d.Entries[k].Key
+	}
+	return out
+}
+
+// Tensor returns the tensor stored under key, or nil.
+func (d *Dict) Tensor(key any) *Tensor {
+	v, _ := d.Get(key)
+	t, _ := v.(*Tensor)
+	return t
+}
+
+// FreeAll releases every tensor inside v: a value Load returned (nested
+// dicts, lists and tuples included), a []NamedTensor or a map[string]*Tensor.
+func FreeAll(v any) {
+	seen := map[any]bool{}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case *Tensor:
+			x.Free()
+		case *Dict:
+			if x == nil || seen[x] {
+				return
+			}
+			seen[x] = true
+			for _, e := range x.Entries {
+				walk(e.Value)
+			}
+			walk(x.Attrs)
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		case Tuple:
+			for _, e := range x {
+				walk(e)
+			}
+		case []NamedTensor:
+			for _, e := range x {
+				e.T.Free()
+			}
+		case map[string]*Tensor:
+			for _, e := range x {
+				e.Free()
+			}
+		}
+	}
+	walk(v)
+}
+
+// Save writes v to path in PyTorch's torch.save format (zip, pickle
+// protocol 2), so that Python's torch.load(path) — with weights_only=True
+// too — returns the same structure.
+//
+// v may be a *Tensor, *Dict (ordered), []NamedTensor (written as a state
+// dict), map[string]*Tensor, map[string]any (Go maps are written with
+// sorted keys), []any, Tuple, []*Tensor, or a scalar: any Go integer,
+// float32/float64, string, bool, nil, DType. Containers nest. Tensors are
+// written as contiguous CPU copies (views and CUDA tensors included).
+//
+// The write is atomic: the data goes to a temporary file in the same
+// directory, which is synced and renamed over path; a crash leaves either
+// the old file or the new one, never a partial one.
+func Save(path string, v any) error {
+	return saveFile(path, v, false)
+}
+
+// SaveTensors writes an ordered state dict, as Python's
+// torch.save(model.state_dict(), path): an OrderedDict of tensors that do
+// not require grad.
+func SaveTensors(path string, ts []NamedTensor) error {
+	return saveFile(path, ts, true)
+}
+
+// WriteTo writes v in torch.save format to w (see Save). archive is the
+// folder name inside the zip ("archive" when empty).
+func WriteTo(w io.Writer, archive string, v any) error {
+	return encode(w, archive, v, false)
+}
+
+// SaveBytes returns what Save would write.
+func SaveBytes(v any) ([]byte, error) {
+	var b bytes.Buffer
+	if err := encode(&b, "archive", v, false); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func saveFile(path string, v any, stateDict bool) (err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("torch.Save %s: %w", path, err)
+		}
+	}()
+	return atomicWrite(path, func(w io.Writer) error {
+		return encode(w, archiveName(path), v, stateDict)
+	})
+}
+
+// archiveName is the folder name inside the zip: Python uses the file
+// name up to its first dot.
+func archiveName(path string) string {
+	base := filepath.Base(path)
+	if i := strings.IndexByte(base, '.'); i >= 0 {
+		base = base[:i]
+	}
+	if base == "" || strings.ContainsAny(base, `/\`) {
+		return "archive"
+	}
+	return base
+}
+
+// atomicWrite writes a temporary file next to path with write, syncs it,
+// renames it over path and syncs the directory.
+func atomicWrite(path string, write func(io.Writer) error) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err = write(f); err != nil {
+		return err
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		err = d.Sync()
+		d.Close()
+	}
+	return err
+}
+
+// Load reads a file written by Python's torch.save (or Save). It returns
+// *Tensor, *Dict (dict and OrderedDict, in file order), []any (list),
+// Tuple, int64, float64, string, bool, nil, []byte, DType or Device values,
+// nested as in the file. Tensors are loaded on the CPU; views sharing a
+// storage in the file share it after loading. They follow the usual
+// ownership rules: a Tidy scope adopts them.
+//
+// Only the pickle subset torch.save produces is accepted: any other global
+// (arbitrary Python code) is refused with an error, as with
+// torch.load(weights_only=True).
+func Load(path string) (v any, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("torch.Load: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("torch.Load: %w", err)
+	}
+	v, err = decode(f, st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("torch.Load %s: %w", path, err)
+	}
+	return v, nil
+}
+
+// LoadBytes is Load reading from memory.
+func LoadBytes(data []byte) (any, error) {
+	v, err := decode(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return nil, fmt.Errorf("torch.LoadBytes: %w", err)
+	}
+	return v, nil
+}
+
+// ReadFrom is Load reading from r, whose size is size.
+func ReadFrom(r io.ReaderAt, size int64) (any, error) {
+	v, err := decode(r, size)
+	if err != nil {
+		return nil, fmt.Errorf("torch.ReadFrom: %w", err)
+	}
+	return v, nil
+}
+
+// LoadTensors reads a state dict (a dict of tensors, as written by
+// torch.save(model.state_dict()) or SaveTensors): the names in file order
+// and the tensors by name. A non-tensor value or a non-string key is an
+// error (and nothing stays allocated).
+func LoadTensors(path string) (names []string, tensors map[string]*Tensor, err error) {
+	v, err := Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	names, tensors, err = tensorsOf(v)
+	if err != nil {
+		FreeAll(v)
+		return nil, nil, fmt.Errorf("torch.LoadTensors %s: %w", path, err)
+	}
+	return names, tensors, nil
+}
+
+func tensorsOf(v any) ([]string, map[string]*Tensor, error) {
+	d, ok := v.(*Dict)
+	if !ok {
+		return nil, nil, fmt.Errorf("the file holds %s, not a dict of tensors", typeName(v))
+	}
+	names := make([]string, 0, d.Len())
+	m := make(map[string]*Tensor, d.Len())
+	for _, e := range d.Entries {
+		k, ok := e.Key.(string)
+		if !ok {
+			return nil, nil, fmt.Errorf("key %v is %s, not a string", e.Key, typeName(e.Key))
+		}
+		t, ok := e.Value.(*Tensor)
+		if !ok {
+			return nil, nil, fmt.Errorf("%q is %s, not a tensor", k, typeName(e.Value))
+		}
+		if _, dup := m[k]; !dup {
+			names = append(names, k)
+		}
+		m[k] = t
+	}
+	return names, m, nil
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "None"
+	case *Tensor:
+		return "a tensor"
+	case *Dict:
+		return "a dict"
+	case []any:
+		return "a list"
+	case Tuple:
+		return "a tuple"
+	case int64:
+		return "an int"
+	case float64:
+		return "a float"
+	case string:
+		return "a string"
+	case bool:
+		return "a bool"
+	}
+	return fmt.Sprintf("%T", v)
+}

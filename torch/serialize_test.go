@@ -1,0 +1,389 @@
+package torch_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/torchfit/torchfit/internal/pyref"
+	"github.com/torchfit/torchfit/torch"
+)
+
+// pyDescribe is a Python function describing a loaded object as JSON the
+// Go side (describe) reproduces: order and key types included.
+const pyDescribe = `
+import collections, base64, io, zipfile
+def describe(o):
+    if isinstance(o, torch.Tensor):
+        return {"tensor": str(o.dtype)[6:], "shape": list(o.shape),
+                "values": o.detach().reshape(-1).double().tolist(), "grad": o.requires_grad}
+    if isinstance(o, dict):
+        return {"dict": type(o).__name__, "items": [[describe(k), describe(v)] for k, v in o.items()]}
+    if isinstance(o, list):
+        return {"list": [describe(x) for x in o]}
+    if isinstance(o, tuple):
+        return {"tuple": [describe(x) for x in o]}
+    if isinstance(o, bool) or o is None or isinstance(o, str):
+        return o
+    if isinstance(o, int):
+        return {"int": o}
+    if isinstance(o, float):
+        return {"float": o}
+    raise TypeError(type(o))
+`
+
+// describe is pyDescribe for Go values.
+func describe(t *testing.T, v any) any {
+	switch x := v.(type) {
+	case *torch.Tensor:
+		shape := x.Shape()
+		if shape == nil {
+			shape = []int64{}
+		}
+		return map[string]any{"tensor": x.DType().String(), "shape": shape, "values": x.Float64s(), "grad": x.RequiresGrad()}
+	case *torch.Dict:
+		kind := "dict"
+		if x.Ordered {
+			kind = "OrderedDict"
+		}
+		items := []any{}
+		for _, e := range x.Entries {
+			items = append(items, []any{describe(t, e.Key), describe(t, e.Value)})
+		}
+		return map[string]any{"dict": kind, "items": items}
+	case []any:
+		out := []any{}
+		for _, e := range x {
+			out = append(out, describe(t, e))
+		}
+		return map[string]any{"list": out}
+	case torch.Tuple:
+		out := []any{}
+		for _, e := range x {
+			out = append(out, describe(t, e))
+		}
+		return map[string]any{"tuple": out}
+	case bool, nil, string:
+		return x
+	case int64:
+		return map[string]any{"int": x}
+	case int:
+		return map[string]any{"int": x}
+	case float64:
+		return map[string]any{"float": x}
+	}
+	t.Fatalf("describe: unexpected %T", v)
+	return nil
+}
+
+// canon round-trips through JSON so Go and Python descriptions compare.
+func canon(t *testing.T, v any) any {
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	var out any
+	require.NoError(t, json.Unmarshal(b, &out))
+	return out
+}
+
+// sampleState builds a state dict covering the dtypes and shapes Save must
+// handle, and a nested checkpoint around it.
+func sampleState(t *testing.T) (*torch.Dict, []torch.NamedTensor) {
+	base := torch.FromSlice([]float32{1, 2, 3, 4, 5, 6}, []int64{2, 3})
+	named := []torch.NamedTensor{
+		{"w.f32", torch.FromSlice([]float32{1.5, -2, 3.25}, []int64{3, 1})},
+		{"w.f64", torch.FromSlice([]float64{1e-300, 2, -3}, nil)},
+		{"w.bf16", torch.FromSlice([]float32{1, 0.5, -7.25, 3}, []int64{2, 2}, torch.BFloat16)},
+		{"w.f16", torch.FromSlice([]float32{0.25, 65504}, nil, torch.Float16)},
+		{"n.i64", torch.FromSlice([]int64{1 << 40, -5, 7}, nil)},
+		{"m.bool", torch.FromSlice([]bool{true, false, true}, nil)},
+		{"scalar", torch.FromSlice([]float32{3.5}, []int64{})},
+		{"count", torch.FromSlice([]int64{0}, []int64{})},
+		{"empty", torch.FromSlice([]float32{}, []int64{0, 3})},
+		{"transposed", base.T()}, // non-contiguous source
+		{"narrowed", base.Narrow(1, 1, 2)},
+		{"u8", torch.FromSlice([]uint8{0, 255}, nil)},
+		{"i32", torch.FromSlice([]int32{-1, 1 << 30}, nil)},
+	}
+	sd := &torch.Dict{Ordered: true}
+	for _, n := range named {
+		sd.Set(n.Name, n.T)
+	}
+	ckpt := torch.NewDict(
+		"model", sd,
+		"step", 3,
+		"lr", 0.1,
+		"name", "x",
+		"ok", true,
+		"none", nil,
+		"big", int64(-1)<<40,
+		"hist", []any{1, 2.5, "three", torch.Tuple{4, 5}},
+		"opt", torch.NewDict("state", torch.NewDict(0, torch.NewDict("step", 7, "buf", named[0].T), 1, torch.NewDict()),
+			"param_groups", []any{torch.NewDict("lr", 0.01, "betas", torch.Tuple{0.9, 0.999}, "params", []any{0, 1})}),
+	)
+	return ckpt, named
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	ckpt, named := sampleState(t)
+	cases := []struct {
+		name string
+		v    any
+		want any // nil: v
+	}{
+		{"tensor", named[0].T, nil},
+		{"checkpoint", ckpt, nil},
+		{"scalars", []any{int64(1), 2.5, "s", true, nil}, nil},
+		{"tuple", torch.Tuple{int64(1), torch.Tuple{}, []any{}}, nil},
+		{"go map sorted", map[string]*torch.Tensor{"b": named[1].T, "a": named[0].T},
+			torch.NewDict("a", named[0].T, "b", named[1].T)},
+		{"go any map", map[string]any{"z": 1, "y": []int64{2, 3}},
+			torch.NewDict("y", []any{int64(2), int64(3)}, "z", int64(1))},
+		{"int keys", map[int]any{2: "b", 1: "a"}, torch.NewDict(1, "a", 2, "b")},
+		{"large list", make([]any, 2500), nil},
+		{"int edges", []any{int64(255), int64(256), int64(65535), int64(65536), int64(-1), int64(-129),
+			int64(1<<31 - 1), int64(1 << 31), int64(-1 << 31), int64(-1<<31 - 1), int64(1<<63 - 1), int64(-1 << 63)}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(dir, c.name+".pt")
+			require.NoError(t, torch.Save(path, c.v))
+			got, err := torch.Load(path)
+			require.NoError(t, err)
+			defer torch.FreeAll(got)
+			want := c.want
+			if want == nil {
+				want = c.v
+			}
+			require.Equal(t, canon(t, describe(t, want)), canon(t, describe(t, got)))
+			// LoadBytes of the same bytes agrees.
+			b, err := torch.SaveBytes(c.v)
+			require.NoError(t, err)
+			got2, err := torch.LoadBytes(b)
+			require.NoError(t, err)
+			defer torch.FreeAll(got2)
+			require.Equal(t, canon(t, describe(t, want)), canon(t, describe(t, got2)))
+		})
+	}
+}
+
+func TestSaveTensorsLoadTensors(t *testing.T) {
+	_, named := sampleState(t)
+	path := filepath.Join(t.TempDir(), "sd.pt")
+	require.NoError(t, torch.SaveTensors(path, named))
+	names, m, err := torch.LoadTensors(path)
+	require.NoError(t, err)
+	want := make([]string, len(named))
+	for k, n := range named {
+		want[k] = n.Name
+		require.True(t, n.T.Equal(m[n.Name]), n.Name)
+		require.Equal(t, n.T.Shape(), m[n.Name].Shape(), n.Name)
+		require.Equal(t, n.T.DType(), m[n.Name].DType(), n.Name)
+	}
+	require.Equal(t, want, names)
+
+	ckpt, _ := sampleState(t)
+	require.NoError(t, torch.Save(path, ckpt))
+	_, _, err = torch.LoadTensors(path)
+	require.ErrorContains(t, err, "not a tensor")
+}
+
+func TestSaveLoadInTidy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.pt")
+	require.NoError(t, torch.Save(path, torch.NewDict("a", torch.Ones([]int64{2}))))
+	before := torch.LiveTensors()
+	var kept *torch.Tensor
+	torch.Tidy(func() {
+		v, err := torch.Load(path)
+		require.NoError(t, err)
+		kept = v.(*torch.Dict).Tensor("a").Keep()
+		v2, err := torch.Load(path)
+		require.NoError(t, err)
+		_ = v2
+	})
+	require.Equal(t, before+1, torch.LiveTensors(), "Tidy releases what was not kept, storages included")
+	require.Equal(t, []float32{1, 1}, kept.Float32s())
+	kept.Free()
+}
+
+func TestSaveRejects(t *testing.T) {
+	self := []any{nil}
+	self[0] = self
+	d := torch.NewDict()
+	d.Set("me", d)
+	freed := torch.Ones([]int64{1})
+	freed.Free()
+	cases := []struct {
+		name string
+		v    any
+		msg  string
+	}{
+		{"chan", make(chan int), "cannot save"},
+		{"cycle list", self, "itself"},
+		{"cycle dict", d, "itself"},
+		{"freed", freed, "released"},
+		{"bad key", torch.NewDict(torch.Tuple{1}, 1), "keys must be"},
+		{"uint64", uint64(1 << 63), "does not fit"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "x.pt")
+			err := torch.Save(path, c.v)
+			require.ErrorContains(t, err, c.msg)
+			require.NoFileExists(t, path)
+			matches, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "*"))
+			require.Empty(t, matches, "no temp file left behind")
+		})
+	}
+}
+
+// TestSavePythonReads: Go writes; Python's torch.load, with and without
+// weights_only, reads the same names and values.
+func TestSavePythonReads(t *testing.T) {
+	dir := t.TempDir()
+	ckpt, named := sampleState(t)
+	model, _ := ckpt.Get("model")
+	// PyTorch 1.13's weights_only unpickler lacks BINFLOAT and LONG1, so
+	// floats and big ints fail there even in files Python writes itself;
+	// intCkpt has neither, and must load with weights_only=True.
+	intCkpt := torch.NewDict("model", model, "step", 3, "name", "x", "ok", false, "none", nil,
+		"opt", torch.NewDict("state", torch.NewDict(0, torch.NewDict("step", 7), 5, []any{torch.Tuple{1, "a"}})))
+	wantSD := &torch.Dict{Ordered: true}
+	for _, n := range named {
+		wantSD.Set(n.Name, n.T)
+	}
+	cases := []struct {
+		name        string
+		save        func(path string) error
+		want        any
+		weightsOnly bool // weights_only=True must load it in 1.13
+	}{
+		{"sd.pt", func(p string) error { return torch.SaveTensors(p, named) }, wantSD, true},
+		{"int_ckpt.pt", func(p string) error { return torch.Save(p, intCkpt) }, intCkpt, true},
+		{"ckpt.pth", func(p string) error { return torch.Save(p, ckpt) }, ckpt, false},
+		{"tensor.pt", func(p string) error { return torch.Save(p, named[2].T) }, named[2].T, true},
+	}
+	var paths []string
+	for _, c := range cases {
+		p := filepath.Join(dir, c.name)
+		require.NoError(t, c.save(p))
+		paths = append(paths, p)
+	}
+	var got []any
+	pyref.Run(t, pyDescribe+`
+out = []
+for p in inp:
+    a = torch.load(p)
+    try:
+        b = describe(torch.load(p, weights_only=True))
+    except Exception as e:
+        # Does Python's own file of the same object fail the same way?
+        buf = io.BytesIO()
+        torch.save(a, buf)
+        buf.seek(0)
+        try:
+            torch.load(buf, weights_only=True)
+            b = "only Go's file fails: " + str(e)
+        except Exception:
+            b = "fails for Python's own file too"
+    out.append([describe(a), b])
+emit(out)
+`, paths, &got)
+	for k, c := range cases {
+		pair := got[k].([]any)
+		w := canon(t, describe(t, c.want))
+		require.Equal(t, w, pair[0], "%s: torch.load", c.name)
+		if c.weightsOnly {
+			require.Equal(t, w, pair[1], "%s: torch.load(weights_only=True)", c.name)
+		} else {
+			require.Equal(t, "fails for Python's own file too", pair[1], c.name)
+		}
+	}
+}
+
+// records returns the zip's record names and contents.
+func records(t *testing.T, data []byte) map[string][]byte {
+	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	require.NoError(t, err)
+	out := map[string][]byte{}
+	for _, f := range zr.File {
+		rc, err := f.Open()
+		require.NoError(t, err)
+		b, err := io.ReadAll(rc)
+		require.NoError(t, err)
+		out[f.Name] = b
+	}
+	return out
+}
+
+// TestSaveMatchesPython: for a state dict, Go's records (data.pkl bytes
+// included) are exactly those Python's torch.save writes for the same
+// tensors, and storages are 64-byte aligned.
+func TestSaveMatchesPython(t *testing.T) {
+	dir := t.TempDir()
+	_, named := sampleState(t)
+	goPath := filepath.Join(dir, "go", "model.pt")
+	pyPath := filepath.Join(dir, "py", "model.pt")
+	require.NoError(t, os.MkdirAll(filepath.Dir(goPath), 0o755))
+	require.NoError(t, torch.SaveTensors(goPath, named))
+	pyref.Run(t, `
+import os
+os.makedirs(os.path.dirname(inp[1]), exist_ok=True)
+sd = torch.load(inp[0])
+torch.save(sd, inp[1])
+`, []string{goPath, pyPath}, nil)
+
+	var pyFile string
+	pyref.Run(t, `
+import base64
+emit(base64.b64encode(open(inp, "rb").read()).decode())
+`, pyPath, &pyFile)
+	pyBytes, err := base64.StdEncoding.DecodeString(pyFile)
+	require.NoError(t, err)
+
+	goRecs := records(t, readFile(t, goPath))
+	pyRecs := records(t, pyBytes)
+	require.Equal(t, keys(pyRecs), keys(goRecs))
+	for name, b := range pyRecs {
+		require.Equal(t, b, goRecs[name], name)
+	}
+
+	// Storage data starts at 64-byte boundaries.
+	data := readFile(t, goPath)
+	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	require.NoError(t, err)
+	for _, f := range zr.File {
+		off, err := f.DataOffset()
+		require.NoError(t, err)
+		require.Zero(t, off%64, f.Name)
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
+}
+
+func decodeB64(t *testing.T, s string) []byte {
+	b, err := base64.StdEncoding.DecodeString(s)
+	require.NoError(t, err)
+	return b
+}
+
+func keys(m map[string][]byte) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
