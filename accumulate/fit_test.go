@@ -157,3 +157,31 @@ func TestCheckpointLoadsInPython(t *testing.T) {
 	require.Equal(t, []int{0, 3}, got.Loader)
 	require.Positive(t, got.Opt)
 }
+
+func TestMetricsAndPlot(t *testing.T) {
+	dir := t.TempDir()
+	metrics := filepath.Join(dir, "metrics.jsonl")
+	ds := regressionData(64)
+	defer ds.Free()
+	m := newRegression(1)
+	defer nn.Free(m)
+	opt := nn.NewSGD(nn.Parameters(m), nn.SGDConfig{LR: 0.01})
+	defer opt.Free()
+	tr, err := accumulate.New(m, opt, m.loss, accumulate.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU})
+	require.NoError(t, err)
+	_, err = accumulate.Fit(context.Background(), tr, func(st *data.State) (accumulate.Loader, error) {
+		return data.NewLoader(data.Dataset[data.Sample](ds), data.Collate, data.Options{BatchSize: 8, Resume: st})
+	}, accumulate.FitConfig{Epochs: 2, Metrics: metrics,
+		Eval: func(int) (map[string]float64, error) { return map[string]float64{"val_loss": 1}, nil }})
+	require.NoError(t, err)
+	raw, err := os.ReadFile(metrics)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	require.Len(t, lines, 16+2, "one line per step and per evaluation")
+	require.Contains(t, lines[0], `"allocated":`)
+	png := filepath.Join(dir, "curves.png")
+	require.NoError(t, accumulate.PlotMetrics(metrics, png))
+	st, err := os.Stat(png)
+	require.NoError(t, err)
+	require.Greater(t, st.Size(), int64(10000))
+}

@@ -799,3 +799,36 @@ func TestOpsCoverage(t *testing.T) {
 	sort.Strings(missing)
 	require.Empty(t, missing, "wrappers without a case")
 }
+
+func TestRNGStateRoundTrip(t *testing.T) {
+	ManualSeed(3)
+	state := RNGState()
+	defer state.Free()
+	a := Randn([]int64{16}).Float32s()
+	Randn([]int64{100}) // move the generator on
+	func() { SetRNGState(state) }()
+	require.Equal(t, a, Randn([]int64{16}).Float32s(), "restoring the state replays the same draws")
+	require.Equal(t, Uint8, state.DType())
+}
+
+func TestAmpFusedKernels(t *testing.T) {
+	grads := []*Tensor{FromSlice([]float32{2, 4}, nil), FromSlice([]float32{float32(math.Inf(1))}, nil)}
+	found := Zeros([]int64{})
+	inv := Scalar(0.5)
+	scale := Scalar(8)
+	tracker := Zeros([]int64{}, Int32)
+	major, minor, _ := LibtorchVersion()
+	errUnscale := Try(func() { AmpUnscale(grads, found, inv) })
+	errUpdate := Try(func() { AmpUpdateScale(scale, tracker, found, 2, 0.5, 2000) })
+	if major < 2 || (major == 2 && minor < 3) {
+		// libtorch before 2.3 has these kernels for CUDA only: a clear error, no crash.
+		require.ErrorContains(t, errUnscale, "_amp_foreach_non_finite_check_and_unscale_")
+		require.ErrorContains(t, errUpdate, "_amp_update_scale_")
+		return
+	}
+	require.NoError(t, errUnscale)
+	require.Equal(t, []float32{1, 2}, grads[0].Float32s())
+	require.Equal(t, float64(1), found.Item())
+	require.NoError(t, errUpdate)
+	require.Equal(t, float64(4), scale.Item())
+}
