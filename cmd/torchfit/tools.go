@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/torch"
+)
+
+func plotCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "plot",
+		Usage: "render loss and memory curves from a metrics JSONL file to PNG",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "metrics", Usage: "metrics JSONL written by training (--metrics)", Required: true},
+			&cli.StringFlag{Name: "out", Value: "curves.png", Usage: "PNG to write"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := accumulate.PlotMetrics(c.String("metrics"), c.String("out")); err != nil {
+				return userErr("%v", err)
+			}
+			fmt.Println("wrote", c.String("out"))
+			return nil
+		},
+	}
+}
+
+func memoryCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "memory",
+		Usage: "show the memory counter against a known allocation pattern, a cap and an OOM",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
+		},
+		Action: func(c *cli.Context) error {
+			dev, err := torch.ParseDevice(c.String("device"))
+			if err != nil {
+				return userErr("%v", err)
+			}
+			return memoryReport(dev)
+		},
+	}
+}
+
+// memoryReport allocates 10 tensors of 1000×1000 float32 (4,000,000 bytes
+// each), frees half, caps memory and triggers an OOM, printing the counter
+// at each point.
+func memoryReport(dev torch.Device) error {
+	line := func(what string) {
+		s := torch.MustMemoryStats(dev)
+		fmt.Printf("%-44s allocated %12d B  peak %12d B  reserved %12d B\n", what, s.Allocated, s.PeakAllocated, s.Reserved)
+	}
+	torch.EmptyCache()
+	if err := torch.ResetPeakMemory(dev); err != nil {
+		return err
+	}
+	base := torch.MustMemoryStats(dev).Allocated
+	line("start")
+	var ts []*torch.Tensor
+	for i := 0; i < 10; i++ {
+		ts = append(ts, torch.Zeros([]int64{1000, 1000}, dev))
+	}
+	line("10 × zeros(1000, 1000) float32")
+	fmt.Printf("%-44s %d B (expected 40000000)\n", "  allocated - start", torch.MustMemoryStats(dev).Allocated-base)
+	for _, t := range ts[:5] {
+		t.Free()
+	}
+	line("5 freed")
+	cap := torch.MustMemoryStats(dev).Allocated + 6_000_000
+	if err := torch.SetMemoryLimit(dev, cap); err != nil {
+		return err
+	}
+	fmt.Printf("limit set to allocated + 6,000,000 B\n")
+	ok := torch.Zeros([]int64{1000, 1000}, dev)
+	line("one more fits")
+	err := torch.Try(func() { torch.Zeros([]int64{1000, 1000}, dev) })
+	if te, isTorch := err.(*torch.Error); isTorch && te.OOM {
+		fmt.Printf("next one: ErrOutOfMemory, requested %d B: %s\n", te.Requested, te.Msg)
+	} else {
+		return fmt.Errorf("expected an out-of-memory error, got %v", err)
+	}
+	torch.SetMemoryLimit(dev, 0)
+	ok.Free()
+	for _, t := range ts[5:] {
+		t.Free()
+	}
+	torch.EmptyCache()
+	line("all freed")
+	s, err := torch.MemorySummary(dev)
+	if err != nil {
+		return err
+	}
+	fmt.Print(s)
+	return nil
+}

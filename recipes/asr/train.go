@@ -1,0 +1,542 @@
+package asr
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
+)
+
+// TrainConfig is `torchfit asr train`: the KonkaniVani guide's knobs.
+type TrainConfig struct {
+	Data          string // corpus directory (train.jsonl, valid.jsonl, test.jsonl)
+	Preset        string // original, optimized, minimal, tiny
+	DModel        int64  // overrides the preset when > 0
+	EncoderLayers int
+	DecoderLayers int
+	BatchSize     int    // micro-batch
+	GradAccum     int    // micro-batches per optimizer step
+	Precision     string // fp32, bf16, fp16, auto (--mixed-precision)
+	Device        torch.Device
+	Epochs        int
+	MaxSteps      int
+	LR            float64
+	Warmup        int
+	ClipNorm      float64
+	// EmptyCacheEvery empties the CUDA cache every N steps (the guide's 50).
+	EmptyCacheEvery   int
+	GradCheckpointing bool
+	MemoryLimit       string // "6GiB", "512MB" or a fraction "0.9"
+	AutoBatch         bool   // find the largest micro-batch; keep the effective batch
+	CheckpointDir     string
+	CheckpointEvery   int
+	Resume            string
+	Metrics           string
+	Workers           int
+	SpecAugment       bool
+	Seed              uint64
+	ValidLimit        int // utterances scored each epoch (0: all)
+	MemoryEvery       int
+	Progress          bool
+	Logf              func(format string, args ...any)
+}
+
+// VRAMPreset returns the settings the guide's tables recommend for a GPU of
+// the given size (8gb, 12gb, 16gb, 24gb): model preset, micro-batch,
+// accumulation, mixed precision and checkpointing, at an effective batch of 8.
+func VRAMPreset(name string) (preset string, batch, accum int, mixed, checkpointing bool, err error) {
+	switch strings.ToLower(name) {
+	case "8gb":
+		return "minimal", 2, 4, true, true, nil
+	case "12gb":
+		return "optimized", 2, 4, true, true, nil
+	case "16gb":
+		return "optimized", 4, 2, true, false, nil
+	case "24gb":
+		return "original", 8, 1, true, false, nil
+	}
+	return "", 0, 0, false, false, fmt.Errorf("asr: unknown --vram %q (want 8gb, 12gb, 16gb or 24gb)", name)
+}
+
+// TrainResult is what Train reports.
+type TrainResult struct {
+	Params       int64
+	Steps        int
+	MicroBatch   int
+	Accum        int
+	CERStart     float64 // validation CER before training (NaN when resumed)
+	CER          float64 // validation CER at the end
+	ValidLoss    float64
+	Checkpoint   string
+	PeakMemory   int64
+	OOMEvents    int
+	EpochsDone   int
+	Interrupted  bool
+	FoundBatches *accumulate.FindResult
+}
+
+// sample is one utterance for the loader.
+func dataset(c *Corpus) data.Dataset[data.Sample] {
+	return data.DatasetFunc[data.Sample]{N: c.Len(), F: func(i int) (data.Sample, error) {
+		feats, ids, _, err := c.Get(i)
+		if err != nil {
+			return nil, err
+		}
+		if len(ids) == 0 {
+			ids = []int64{UNKID}
+		}
+		return data.Sample{"feats": feats, "tokens": torch.FromSlice(ids, nil)}, nil
+	}}
+}
+
+// Collate pads features and token ids of a list of utterances.
+var Collate = data.PadCollate(map[string]data.Pad{"feats": {Dim: 0}, "tokens": {Dim: 0, Value: float64(PadID)}})
+
+// lossFn is the trainer's loss on a micro-batch.
+func lossFn(m *Conformer) func(b *data.Batch) *torch.Tensor {
+	return func(b *data.Batch) *torch.Tensor {
+		total, _, _ := m.Loss(b.Fields["feats"], b.Lengths["feats"], b.Fields["tokens"], b.Lengths["tokens"])
+		return total
+	}
+}
+
+// modelMeta is stored in checkpoints so eval/transcribe rebuild the model.
+type modelMeta struct {
+	Config ModelConfig `json:"config"`
+	Vocab  []string    `json:"vocab"`
+}
+
+func metaDict(cfg ModelConfig, v *Vocab) *torch.Dict {
+	cfg.GradCheckpointing = false
+	b, _ := json.Marshal(modelMeta{Config: cfg, Vocab: v.Tokens()})
+	return torch.NewDict("recipe", "asr", "model", string(b))
+}
+
+// Train trains (or resumes) a conformer on the corpus in cfg.Data.
+func Train(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+	logf := cfg.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	res.CERStart = math.NaN()
+	trainManifest := filepath.Join(cfg.Data, "train.jsonl")
+	if _, err := os.Stat(trainManifest); err != nil {
+		return res, fmt.Errorf("asr: no corpus in %s (%s missing): create one with `torchfit asr data --out %s`", cfg.Data, trainManifest, cfg.Data)
+	}
+	var vocab *Vocab
+	var mcfg ModelConfig
+	if cfg.Resume != "" {
+		meta, err := ReadModelMeta(cfg.Resume)
+		if err != nil {
+			return res, err
+		}
+		if vocab, err = NewVocab(meta.Vocab); err != nil {
+			return res, err
+		}
+		mcfg = meta.Config
+	} else {
+		if vocab, err = BuildVocabFromManifest(trainManifest); err != nil {
+			return res, err
+		}
+		if mcfg, err = Preset(cfg.Preset, vocab.Size()); err != nil {
+			return res, err
+		}
+		if cfg.DModel > 0 {
+			mcfg.DModel = cfg.DModel
+		}
+		if cfg.EncoderLayers > 0 {
+			mcfg.EncoderLayers = cfg.EncoderLayers
+		}
+		if cfg.DecoderLayers > 0 {
+			mcfg.DecoderLayers = cfg.DecoderLayers
+		}
+	}
+	mcfg.GradCheckpointing = cfg.GradCheckpointing
+	feat, err := NewFeaturizer(16000, 400, 160, int(mcfg.NumMels))
+	if err != nil {
+		return res, err
+	}
+	defer feat.Close()
+	train, err := LoadCorpus(trainManifest, vocab, feat)
+	if err != nil {
+		return res, err
+	}
+	if cfg.SpecAugment {
+		train = train.WithSpecAugment(DefaultSpecAugment(), cfg.Seed)
+	}
+	valid, err := LoadCorpus(filepath.Join(cfg.Data, "valid.jsonl"), vocab, feat)
+	if err != nil {
+		return res, err
+	}
+	if cfg.ValidLimit > 0 && valid.Len() > cfg.ValidLimit {
+		valid.Utts = valid.Utts[:cfg.ValidLimit]
+	}
+
+	if cfg.MemoryLimit != "" {
+		bytes, frac, err := torch.ParseMemory(cfg.MemoryLimit)
+		if err != nil {
+			return res, err
+		}
+		if frac > 0 {
+			err = torch.SetMemoryFraction(cfg.Device, frac)
+		} else {
+			err = torch.SetMemoryLimit(cfg.Device, bytes)
+		}
+		if err != nil {
+			return res, err
+		}
+		defer torch.SetMemoryLimit(cfg.Device, 0)
+		logf("memory limit on %v: %s", cfg.Device, cfg.MemoryLimit)
+	}
+
+	torch.ManualSeed(cfg.Seed)
+	m, err := NewConformer(mcfg)
+	if err != nil {
+		return res, err
+	}
+	defer nn.Free(m)
+	m.Vocab = vocab
+	if cfg.Device != torch.CPU {
+		nn.To(m, cfg.Device, torch.Float32)
+	}
+	res.Params = nn.NumParams(m)
+	logf("model %s: d_model %d, %d encoder / %d decoder layers, %s parameters (%.2fM), vocabulary %d",
+		cfg.Preset, mcfg.DModel, mcfg.EncoderLayers, mcfg.DecoderLayers, commas(res.Params), float64(res.Params)/1e6, vocab.Size())
+
+	precision, err := accumulate.ParsePrecision(cfg.Precision, cfg.Device)
+	if err != nil {
+		return res, err
+	}
+	opt := nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), 0.01), nn.AdamWDefaults(cfg.LR))
+	defer opt.Free()
+	effective := cfg.BatchSize * cfg.GradAccum
+	stepsPerEpoch := train.Len() / effective
+	if stepsPerEpoch == 0 {
+		return res, fmt.Errorf("asr: the training split has %d utterances, fewer than one effective batch of %d", train.Len(), effective)
+	}
+	total := stepsPerEpoch * cfg.Epochs
+	if cfg.MaxSteps > 0 && cfg.MaxSteps < total {
+		total = cfg.MaxSteps
+	}
+	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, total, 0.05))
+	defer sched.Free()
+	tr, err := accumulate.New(m, opt, lossFn(m), accumulate.Config{
+		MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision,
+		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery, Logf: logf,
+	})
+	if err != nil {
+		return res, err
+	}
+	tr.Sched = sched
+
+	if cfg.AutoBatch && cfg.Resume == "" {
+		found, err := autoBatch(tr, train, effective, logf)
+		if err != nil {
+			return res, err
+		}
+		res.FoundBatches = &found
+		micro := min(found.MicroBatch, effective)
+		tr.SetMicroBatch(micro)
+		logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d", micro, (effective+micro-1)/micro, effective)
+	}
+
+	evaluate := func() (float64, float64, error) { return scoreCorpus(m, valid, cfg.Device, cfg.BatchSize*2) }
+	if cfg.Resume == "" {
+		cer, loss, err := evaluate()
+		if err != nil {
+			return res, err
+		}
+		res.CERStart = cer
+		logf("validation before training: CER %.3f, loss %.3f", cer, loss)
+	}
+	newLoader := func(st *data.State) (accumulate.Loader, error) {
+		return data.NewLoader(dataset(train), Collate, data.Options{
+			BatchSize: effective, Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Resume: st,
+		})
+	}
+	torch.ResetPeakMemory(cfg.Device)
+	var lastVals map[string]float64
+	_, err = accumulate.Fit(ctx, tr, newLoader, accumulate.FitConfig{
+		Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery,
+		Resume: cfg.Resume, Metrics: cfg.Metrics, Progress: cfg.Progress, Meta: metaDict(mcfg, vocab), Signals: true,
+		Eval: func(epoch int) (map[string]float64, error) {
+			train.SetEpoch(epoch)
+			res.EpochsDone = epoch
+			cer, loss, err := evaluate()
+			lastVals = map[string]float64{"val_cer": cer, "val_loss": loss}
+			return lastVals, err
+		},
+	})
+	res.Interrupted = errors.Is(err, accumulate.ErrInterrupted)
+	if err != nil && !res.Interrupted {
+		return res, err
+	}
+	res.Steps, res.MicroBatch, res.Accum, res.OOMEvents = tr.Steps(), tr.MicroBatch(), cfg.GradAccum, tr.OOMEvents
+	res.PeakMemory = torch.MustMemoryStats(cfg.Device).PeakAllocated
+	if lastVals == nil || res.Interrupted {
+		if res.CER, res.ValidLoss, err = evaluate(); err != nil {
+			return res, err
+		}
+	} else {
+		res.CER, res.ValidLoss = lastVals["val_cer"], lastVals["val_loss"]
+	}
+	if cfg.CheckpointDir != "" {
+		if res.Checkpoint, err = accumulate.LatestCheckpoint(cfg.CheckpointDir); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// autoBatch finds the largest micro-batch on the longest utterances.
+func autoBatch(tr *accumulate.Trainer, c *Corpus, effective int, logf func(string, ...any)) (accumulate.FindResult, error) {
+	order := make([]int, c.Len())
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return c.Frames(order[a]) > c.Frames(order[b]) })
+	ds := dataset(c)
+	res, err := tr.FindBatchSize(max(effective, 1), func(n int) (*data.Batch, error) {
+		samples := make([]data.Sample, 0, n)
+		defer func() {
+			for _, s := range samples {
+				for _, t := range s {
+					t.Free()
+				}
+			}
+		}()
+		for k := 0; k < n && k < len(order); k++ {
+			s, err := ds.Get(order[k])
+			if err != nil {
+				return nil, err
+			}
+			samples = append(samples, s)
+		}
+		return Collate(samples)
+	})
+	var b strings.Builder
+	res.Table(&b)
+	logf("batch-size search on the longest utterances:\n%s", b.String())
+	return res, err
+}
+
+// scoreCorpus returns CER (greedy CTC) and mean loss over a corpus.
+func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int) (cer, loss float64, err error) {
+	training := m.Training()
+	nn.Train(m, false)
+	defer nn.Train(m, training)
+	var er ErrorRate
+	var lossSum float64
+	var n int
+	ds := dataset(c)
+	for start := 0; start < c.Len(); start += batch {
+		end := min(start+batch, c.Len())
+		err = torch.TidyErr(func() error {
+			samples := make([]data.Sample, 0, end-start)
+			for i := start; i < end; i++ {
+				s, err := ds.Get(i)
+				if err != nil {
+					return err
+				}
+				samples = append(samples, s)
+			}
+			b, err := Collate(samples)
+			if err != nil {
+				return err
+			}
+			mb := b.Slice(0, b.Size(), dev)
+			torch.NoGrad(func() {
+				total, _, _ := m.Loss(mb.Fields["feats"], mb.Lengths["feats"], mb.Fields["tokens"], mb.Lengths["tokens"])
+				lossSum += total.Item() * float64(end-start)
+				hyps := m.Transcribe(mb.Fields["feats"], mb.Lengths["feats"])
+				for k, h := range hyps {
+					er.Add(c.Utts[start+k].Text, h)
+				}
+			})
+			n += end - start
+			return nil
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	if n == 0 {
+		return 0, 0, fmt.Errorf("asr: empty validation split")
+	}
+	return er.CER(), lossSum / float64(n), nil
+}
+
+// ReadModelMeta reads the model configuration and vocabulary stored in a
+// torchfit ASR checkpoint.
+func ReadModelMeta(path string) (modelMeta, error) {
+	var meta modelMeta
+	v, err := torch.Load(path)
+	if err != nil {
+		return meta, fmt.Errorf("asr: checkpoint %s: %w", path, err)
+	}
+	defer torch.FreeAll(v)
+	d, ok := v.(*torch.Dict)
+	if !ok {
+		return meta, fmt.Errorf("asr: %s is not a torchfit checkpoint", path)
+	}
+	mv, _ := d.Get("meta")
+	md, ok := mv.(*torch.Dict)
+	if !ok {
+		return meta, fmt.Errorf("asr: %s has no model description (not an ASR checkpoint)", path)
+	}
+	s, _ := md.Get("model")
+	str, ok := s.(string)
+	if !ok {
+		return meta, fmt.Errorf("asr: %s is not an ASR checkpoint", path)
+	}
+	if err := json.Unmarshal([]byte(str), &meta); err != nil {
+		return meta, fmt.Errorf("asr: %s: bad model description: %w", path, err)
+	}
+	return meta, nil
+}
+
+// LoadModel rebuilds the model of a checkpoint, with its weights, for
+// evaluation or transcription.
+func LoadModel(path string, dev torch.Device) (*Conformer, error) {
+	meta, err := ReadModelMeta(path)
+	if err != nil {
+		return nil, err
+	}
+	vocab, err := NewVocab(meta.Vocab)
+	if err != nil {
+		return nil, err
+	}
+	m, err := NewConformer(meta.Config)
+	if err != nil {
+		return nil, err
+	}
+	m.Vocab = vocab
+	v, err := torch.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	defer torch.FreeAll(v)
+	d := v.(*torch.Dict)
+	mv, _ := d.Get("model")
+	sd, ok := mv.(*torch.Dict)
+	if !ok {
+		nn.Free(m)
+		return nil, fmt.Errorf("asr: %s has no model weights", path)
+	}
+	weights := map[string]*torch.Tensor{}
+	for _, e := range sd.Entries {
+		if k, ok := e.Key.(string); ok {
+			if t, ok := e.Value.(*torch.Tensor); ok {
+				weights[k] = t
+			}
+		}
+	}
+	if _, err := nn.LoadStateDict(m, weights, true); err != nil {
+		nn.Free(m)
+		return nil, fmt.Errorf("asr: %s: %w", path, err)
+	}
+	if dev != torch.CPU {
+		nn.To(m, dev, torch.Float32)
+	}
+	nn.Train(m, false)
+	return m, nil
+}
+
+// EvaluateSplit scores a checkpoint on a split of a corpus: CER and WER.
+func EvaluateSplit(checkpoint, dir, split string, dev torch.Device) (cer, wer float64, n int, err error) {
+	m, err := LoadModel(checkpoint, dev)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer nn.Free(m)
+	feat, err := NewFeaturizer(16000, 400, 160, int(m.Cfg.NumMels))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer feat.Close()
+	c, err := LoadCorpus(filepath.Join(dir, split+".jsonl"), m.Vocab, feat)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var er ErrorRate
+	ds := dataset(c)
+	for start := 0; start < c.Len(); start += 16 {
+		end := min(start+16, c.Len())
+		err = torch.TidyErr(func() error {
+			samples := make([]data.Sample, 0, end-start)
+			for i := start; i < end; i++ {
+				s, err := ds.Get(i)
+				if err != nil {
+					return err
+				}
+				samples = append(samples, s)
+			}
+			b, err := Collate(samples)
+			if err != nil {
+				return err
+			}
+			mb := b.Slice(0, b.Size(), dev)
+			for k, h := range m.Transcribe(mb.Fields["feats"], mb.Lengths["feats"]) {
+				er.Add(c.Utts[start+k].Text, h)
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	return er.CER(), er.WER(), c.Len(), nil
+}
+
+// TranscribeFiles transcribes 16 kHz mono WAV files with a checkpoint.
+func TranscribeFiles(checkpoint string, files []string, dev torch.Device) ([]string, error) {
+	m, err := LoadModel(checkpoint, dev)
+	if err != nil {
+		return nil, err
+	}
+	defer nn.Free(m)
+	feat, err := NewFeaturizer(16000, 400, 160, int(m.Cfg.NumMels))
+	if err != nil {
+		return nil, err
+	}
+	defer feat.Close()
+	out := make([]string, len(files))
+	for k, f := range files {
+		err := torch.TidyErr(func() error {
+			x, err := feat.FeaturesFile(f)
+			if err != nil {
+				return err
+			}
+			x = x.Unsqueeze(0).ToDevice(dev)
+			lens := torch.FromSlice([]int64{x.Size(1)}, nil)
+			out[k] = m.Transcribe(x, lens)[0]
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
