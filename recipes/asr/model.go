@@ -28,6 +28,11 @@ type ModelConfig struct {
 	LabelSmoothing float64
 	// GradCheckpointing runs each conformer block under torch.Checkpoint in
 	// training: its activations are recomputed in backward instead of kept.
+	// The block's batch norm would update its running statistics (and
+	// num_batches_tracked) a second time during the recomputation; the
+	// re-run instead normalises with the batch statistics without touching
+	// the running ones, so checkpointed and plain training leave identical
+	// statistics and gradients (the tests check both).
 	GradCheckpointing bool
 	// MaxLen bounds the sinusoidal tables: subsampled frames for the
 	// encoder, tokens + 1 for the decoder (0: 5000).
