@@ -592,3 +592,14 @@ func (m *Conformer) Transcribe(feats, lens *torch.Tensor) []string {
 	}
 	return out
 }
+
+// ParamSummary is a one-line parameter count, total and per part, e.g.
+// "24.90M parameters (encoder 20.11M, ctc_head 0.02M, decoder 4.78M)".
+func (m *Conformer) ParamSummary() string {
+	f := func(n int64) string { return fmt.Sprintf("%.2fM", float64(n)/1e6) }
+	s := fmt.Sprintf("%s parameters (encoder %s, ctc_head %s", f(nn.NumParams(m)), f(nn.NumParams(m.Encoder)), f(nn.NumParams(m.CTCHead)))
+	if m.Decoder != nil {
+		s += ", decoder " + f(nn.NumParams(m.Decoder))
+	}
+	return s + ")"
+}

@@ -54,6 +54,7 @@ func TestConformerPresetParams(t *testing.T) {
 			t.Logf("preset %-9s d=%d heads=%d enc=%d dec=%d ff=%d/%d kernel=%d vocab=%d: %d parameters (%.2fM)",
 				c.name, cfg.DModel, cfg.Heads, cfg.EncoderLayers, cfg.DecoderLayers, cfg.FFDim, cfg.decFF(),
 				cfg.ConvKernel, cfg.Vocab, n, float64(n)/1e6)
+			t.Log(m.ParamSummary())
 			require.GreaterOrEqual(t, float64(n), c.lo)
 			require.LessOrEqual(t, float64(n), c.hi)
 		})
@@ -404,4 +405,27 @@ func TestConformerOverfit(t *testing.T) {
 	})
 	t.Logf("CER %.3f", er.CER())
 	require.Less(t, er.CER(), 0.5, "the memorised batch transcribes")
+}
+
+// BenchmarkConformerTinyStep times a training step of the tiny preset on 8
+// utterances of ~300 frames (~3 s), the demo corpus's shape.
+func BenchmarkConformerTinyStep(b *testing.B) {
+	cfg, err := Preset("tiny", testVocab)
+	require.NoError(b, err)
+	m, err := NewConformer(cfg)
+	require.NoError(b, err)
+	bt := synthBatch(4, 8, 30, 10, cfg.Vocab, 0)
+	defer bt.free()
+	opt := nn.NewAdam(nn.Parameters(m), nn.AdamDefaults(1e-3))
+	defer opt.Free()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		torch.Tidy(func() {
+			opt.ZeroGrad()
+			total, _, _ := m.Loss(bt.feats, bt.featLens, bt.tokens, bt.tokenLens)
+			total.Backward()
+			opt.Step()
+		})
+		opt.ZeroGrad()
+	}
 }
