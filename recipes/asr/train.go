@@ -122,8 +122,8 @@ func metaDict(cfg ModelConfig, v *Vocab) *torch.Dict {
 	return torch.NewDict("recipe", "asr", "model", string(b))
 }
 
-// Train trains (or resumes) a conformer on the corpus in cfg.Data.
-func Train(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+// TrainConformer trains (or resumes) a conformer on the corpus in cfg.Data.
+func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
 	logf := cfg.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}

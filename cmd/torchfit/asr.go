@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/torch"
+)
+
+func logger(c *cli.Context) func(string, ...any) {
+	start := time.Now()
+	return func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+}
+
+func asrCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "asr",
+		Usage: "Konkani speech recognition: a conformer with CTC and attention decoder",
+		Subcommands: []*cli.Command{
+			asrDataCommand(),
+			asrTrainCommand(),
+			asrEvalCommand(),
+			asrTranscribeCommand(),
+		},
+	}
+}
+
+func asrDataCommand() *cli.Command {
+	def := asr.DefaultGenerateConfig()
+	return &cli.Command{
+		Name:  "data",
+		Usage: "synthesise a Konkani corpus with espeak-ng (Marathi voices) and sox",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Value: def.OutDir, Usage: "corpus directory"},
+			&cli.IntFlag{Name: "utterances", Value: def.Utterances, Usage: "utterances over all splits"},
+			&cli.Uint64Flag{Name: "seed", Value: def.Seed},
+			&cli.IntFlag{Name: "workers", Value: 0, Usage: "parallel synthesis workers (0: all CPUs)"},
+			&cli.Float64Flag{Name: "noise", Value: def.NoiseFraction, Usage: "fraction of utterances with added noise"},
+		},
+		Action: func(c *cli.Context) error {
+			cfg := def
+			cfg.OutDir, cfg.Utterances, cfg.Seed = c.String("out"), c.Int("utterances"), c.Uint64("seed")
+			cfg.Workers, cfg.NoiseFraction = c.Int("workers"), c.Float64("noise")
+			st, err := asr.Generate(c.Context, cfg)
+			if err != nil {
+				return userErr("%v", err)
+			}
+			fmt.Printf("corpus in %s: %d synthesised, %d already there, %.1f min of audio in %s (train %d, valid %d, test %d)\n",
+				cfg.OutDir, st.Synthesised, st.Skipped, st.Seconds/60, st.Elapsed.Round(time.Millisecond),
+				st.Counts[asr.Train], st.Counts[asr.Valid], st.Counts[asr.Test])
+			return nil
+		},
+	}
+}
+
+// trainConfigFile is --config FILE.json: the same knobs as the flags, which override it.
+type trainConfigFile map[string]any
+
+func trainFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "data", Value: "data/asr", Usage: "corpus directory (from `torchfit asr data`)"},
+		&cli.StringFlag{Name: "config", Usage: "JSON file with any of these flags (flags override it)"},
+		&cli.StringFlag{Name: "preset", Value: "optimized", Usage: "model size: original, optimized, minimal, tiny"},
+		&cli.StringFlag{Name: "vram", Usage: "pick batch/accumulation/precision/checkpointing for an 8gb, 12gb, 16gb or 24gb GPU"},
+		&cli.Int64Flag{Name: "d-model", Usage: "override the preset's d_model"},
+		&cli.IntFlag{Name: "encoder-layers", Usage: "override the preset's encoder layers"},
+		&cli.IntFlag{Name: "decoder-layers", Usage: "override the preset's decoder layers"},
+		&cli.IntFlag{Name: "batch-size", Value: 2, Usage: "micro-batch"},
+		&cli.IntFlag{Name: "grad-accum", Value: 4, Usage: "gradient accumulation steps (effective batch = batch-size × grad-accum)"},
+		&cli.StringFlag{Name: "mixed-precision", Value: "no", Usage: "no, auto (fp16 on CUDA, bf16 on CPU), bf16 or fp16"},
+		&cli.StringFlag{Name: "device", Value: "auto", Usage: "cpu, cuda, cuda:N or auto"},
+		&cli.IntFlag{Name: "epochs", Value: 20},
+		&cli.IntFlag{Name: "max-steps", Usage: "stop after this many optimizer steps"},
+		&cli.Float64Flag{Name: "lr", Value: 1e-3},
+		&cli.IntFlag{Name: "warmup", Value: 100, Usage: "warmup steps"},
+		&cli.Float64Flag{Name: "clip-norm", Value: 5},
+		&cli.IntFlag{Name: "empty-cache-every", Value: 50, Usage: "empty the CUDA cache every N steps (0: never)"},
+		&cli.BoolFlag{Name: "grad-checkpointing", Usage: "recompute conformer blocks in backward instead of keeping activations"},
+		&cli.StringFlag{Name: "memory-limit", Usage: "cap device memory: bytes (6GiB, 512MB) or a fraction (0.9)"},
+		&cli.BoolFlag{Name: "auto-batch", Usage: "find the largest micro-batch that fits; keep the effective batch with accumulation"},
+		&cli.StringFlag{Name: "checkpoint-dir", Value: "checkpoints"},
+		&cli.IntFlag{Name: "checkpoint-every", Value: 100, Usage: "steps between checkpoints"},
+		&cli.StringFlag{Name: "resume", Usage: "checkpoint to resume from"},
+		&cli.StringFlag{Name: "metrics", Usage: "append per-step metrics (JSONL) here"},
+		&cli.IntFlag{Name: "workers", Value: 2, Usage: "data loader workers"},
+		&cli.BoolFlag{Name: "spec-augment", Usage: "SpecAugment masks on training features"},
+		&cli.Uint64Flag{Name: "seed", Value: 1},
+		&cli.IntFlag{Name: "valid-limit", Usage: "validation utterances scored per epoch (0: all)"},
+		&cli.IntFlag{Name: "memory-every", Value: 25, Usage: "log a memory line every N steps"},
+		&cli.IntFlag{Name: "threads", Usage: "libtorch CPU threads (0: default)"},
+	}
+}
+
+// applyConfigFile sets flags not given on the command line from --config.
+func applyConfigFile(c *cli.Context) error {
+	path := c.String("config")
+	if path == "" {
+		return nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return userErr("--config: %v", err)
+	}
+	var m trainConfigFile
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return userErr("--config %s: not valid JSON: %v", path, err)
+	}
+	known := map[string]bool{}
+	for _, f := range trainFlags() {
+		known[f.Names()[0]] = true
+	}
+	for k, v := range m {
+		name := strings.ReplaceAll(k, "_", "-")
+		if !known[name] || name == "config" {
+			return userErr("--config %s: unknown setting %q", path, k)
+		}
+		if c.IsSet(name) {
+			continue
+		}
+		if err := c.Set(name, fmt.Sprint(v)); err != nil {
+			return userErr("--config %s: %s: %v", path, k, err)
+		}
+	}
+	return nil
+}
+
+func trainConfig(c *cli.Context) (asr.TrainConfig, error) {
+	if err := applyConfigFile(c); err != nil {
+		return asr.TrainConfig{}, err
+	}
+	dev, err := torch.ParseDevice(c.String("device"))
+	if err != nil {
+		return asr.TrainConfig{}, userErr("%v", err)
+	}
+	if dev.IsCUDA() && !torch.CUDAAvailable() {
+		return asr.TrainConfig{}, userErr("--device %s: CUDA is not available in this build or machine", c.String("device"))
+	}
+	if n := c.Int("threads"); n > 0 {
+		torch.SetNumThreads(n)
+	}
+	cfg := asr.TrainConfig{
+		Data: c.String("data"), Preset: c.String("preset"), DModel: c.Int64("d-model"),
+		EncoderLayers: c.Int("encoder-layers"), DecoderLayers: c.Int("decoder-layers"),
+		BatchSize: c.Int("batch-size"), GradAccum: c.Int("grad-accum"), Precision: c.String("mixed-precision"),
+		Device: dev, Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"), LR: c.Float64("lr"), Warmup: c.Int("warmup"),
+		ClipNorm: c.Float64("clip-norm"), EmptyCacheEvery: c.Int("empty-cache-every"), GradCheckpointing: c.Bool("grad-checkpointing"),
+		MemoryLimit: c.String("memory-limit"), AutoBatch: c.Bool("auto-batch"), CheckpointDir: c.String("checkpoint-dir"),
+		CheckpointEvery: c.Int("checkpoint-every"), Resume: c.String("resume"), Metrics: c.String("metrics"),
+		Workers: c.Int("workers"), SpecAugment: c.Bool("spec-augment"), Seed: c.Uint64("seed"),
+		ValidLimit: c.Int("valid-limit"), MemoryEvery: c.Int("memory-every"), Progress: true, Logf: logger(c),
+	}
+	if !dev.IsCUDA() {
+		cfg.EmptyCacheEvery = 0 // no cache on the CPU
+	}
+	if v := c.String("vram"); v != "" {
+		preset, batch, accum, mixed, ckpt, err := asr.VRAMPreset(v)
+		if err != nil {
+			return cfg, userErr("%v", err)
+		}
+		if !c.IsSet("preset") {
+			cfg.Preset = preset
+		}
+		if !c.IsSet("batch-size") {
+			cfg.BatchSize = batch
+		}
+		if !c.IsSet("grad-accum") {
+			cfg.GradAccum = accum
+		}
+		if mixed && !c.IsSet("mixed-precision") {
+			cfg.Precision = "auto"
+		}
+		if !c.IsSet("grad-checkpointing") {
+			cfg.GradCheckpointing = ckpt
+		}
+	}
+	if cfg.BatchSize < 1 || cfg.GradAccum < 1 || cfg.Epochs < 1 {
+		return cfg, userErr("--batch-size, --grad-accum and --epochs must be at least 1")
+	}
+	if _, err := asr.Preset(cfg.Preset, 64); err != nil {
+		return cfg, userErr("%v", err)
+	}
+	if cfg.MemoryLimit != "" {
+		if _, _, err := torch.ParseMemory(cfg.MemoryLimit); err != nil {
+			return cfg, userErr("--memory-limit: %v", err)
+		}
+	}
+	if cfg.Resume != "" {
+		if _, err := os.Stat(cfg.Resume); err != nil {
+			return cfg, userErr("--resume: %v", err)
+		}
+	}
+	return cfg, nil
+}
+
+func asrTrainCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "train",
+		Usage: "train (or resume) a conformer",
+		Flags: trainFlags(),
+		Action: func(c *cli.Context) error {
+			cfg, err := trainConfig(c)
+			if err != nil {
+				return err
+			}
+			res, err := asr.TrainConformer(c.Context, cfg)
+			if err != nil {
+				return classify(err)
+			}
+			fmt.Printf("trained %d steps (micro-batch %d × %d); validation CER %.3f (start %.3f), loss %.3f; peak memory %s; checkpoint %s\n",
+				res.Steps, res.MicroBatch, res.Accum, res.CER, res.CERStart, res.ValidLoss, torch.FormatBytes(res.PeakMemory), res.Checkpoint)
+			return nil
+		},
+	}
+}
+
+// classify marks errors a user caused (files, inputs) as usage errors.
+func classify(err error) error {
+	msg := err.Error()
+	for _, s := range []string{"no corpus", "no such file", "expects 16 kHz", "not a torchfit checkpoint", "another model",
+		"not an ASR checkpoint", "unknown", "bad file", "is not a", "fewer than one"} {
+		if strings.Contains(msg, s) {
+			return usageError{err}
+		}
+	}
+	return err
+}
+
+func asrEvalCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "eval",
+		Usage: "CER and WER of a checkpoint on a split",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "checkpoint", Required: true},
+			&cli.StringFlag{Name: "data", Value: "data/asr"},
+			&cli.StringFlag{Name: "split", Value: "test", Usage: "train, valid or test"},
+			&cli.StringFlag{Name: "device", Value: "auto"},
+		},
+		Action: func(c *cli.Context) error {
+			dev, err := torch.ParseDevice(c.String("device"))
+			if err != nil {
+				return userErr("%v", err)
+			}
+			if _, err := os.Stat(c.String("checkpoint")); err != nil {
+				return userErr("--checkpoint: %v", err)
+			}
+			cer, wer, n, err := asr.EvaluateSplit(c.String("checkpoint"), c.String("data"), c.String("split"), dev)
+			if err != nil {
+				return classify(err)
+			}
+			fmt.Printf("%s split (%d utterances): CER %.3f, WER %.3f\n", c.String("split"), n, cer, wer)
+			return nil
+		},
+	}
+}
+
+func asrTranscribeCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "transcribe",
+		Usage:     "transcribe 16 kHz mono WAV files (greedy CTC)",
+		ArgsUsage: "file.wav...",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "checkpoint", Required: true},
+			&cli.StringFlag{Name: "device", Value: "auto"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return userErr("transcribe: give one or more WAV files")
+			}
+			dev, err := torch.ParseDevice(c.String("device"))
+			if err != nil {
+				return userErr("%v", err)
+			}
+			if _, err := os.Stat(c.String("checkpoint")); err != nil {
+				return userErr("--checkpoint: %v", err)
+			}
+			texts, err := asr.TranscribeFiles(c.String("checkpoint"), c.Args().Slice(), dev)
+			if err != nil {
+				return classify(err)
+			}
+			for k, t := range texts {
+				fmt.Printf("%s\t%s\n", c.Args().Get(k), t)
+			}
+			return nil
+		},
+	}
+}
+
+var _ = context.Background
