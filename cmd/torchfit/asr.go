@@ -30,6 +30,7 @@ func asrCommand() *cli.Command {
 			asrTrainCommand(),
 			asrEvalCommand(),
 			asrTranscribeCommand(),
+			asrMemoryTableCommand(),
 		},
 	}
 }
@@ -289,6 +290,30 @@ func asrTranscribeCommand() *cli.Command {
 			for k, t := range texts {
 				fmt.Printf("%s\t%s\n", c.Args().Get(k), t)
 			}
+			return nil
+		},
+	}
+}
+
+func asrMemoryTableCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "memory-table",
+		Usage: "measure parameters and peak step memory per preset with and without the levers (the guide's Model Size Comparison)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "data", Value: "data/asr"},
+			&cli.StringFlag{Name: "device", Value: "auto"},
+			&cli.StringSliceFlag{Name: "preset", Value: cli.NewStringSlice("original", "optimized", "minimal", "tiny")},
+		},
+		Action: func(c *cli.Context) error {
+			dev, err := torch.ParseDevice(c.String("device"))
+			if err != nil {
+				return userErr("%v", err)
+			}
+			table, err := asr.MemoryTable(c.String("data"), dev, c.StringSlice("preset"), logger(c))
+			if err != nil {
+				return classify(err)
+			}
+			fmt.Print(table)
 			return nil
 		},
 	}

@@ -1,0 +1,176 @@
+package asr
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
+)
+
+// MeasureConfig describes one training step to measure.
+type MeasureConfig struct {
+	Data              string // corpus directory
+	Preset            string
+	BatchSize         int // micro-batch
+	GradAccum         int
+	Precision         string // fp32, bf16, fp16
+	GradCheckpointing bool
+	Device            torch.Device
+}
+
+// Measurement is the memory and time of one optimizer step.
+type Measurement struct {
+	Params int64
+	// Peak is the peak bytes allocated during the step, model, gradients
+	// and optimizer state included (the allocator's high-water mark).
+	Peak int64
+	// Activations is Peak minus what is held between steps (weights and
+	// optimizer state).
+	Activations int64
+	Step        time.Duration
+}
+
+// MeasureStep runs two optimizer steps (AdamW) of a preset on the longest
+// training utterances and measures the second one.
+func MeasureStep(c MeasureConfig) (Measurement, error) {
+	var out Measurement
+	manifest := filepath.Join(c.Data, "train.jsonl")
+	vocab, err := BuildVocabFromManifest(manifest)
+	if err != nil {
+		return out, err
+	}
+	mcfg, err := Preset(c.Preset, vocab.Size())
+	if err != nil {
+		return out, err
+	}
+	mcfg.GradCheckpointing = c.GradCheckpointing
+	mcfg.Dropout = 0
+	feat, err := NewFeaturizer(16000, 400, 160, int(mcfg.NumMels))
+	if err != nil {
+		return out, err
+	}
+	defer feat.Close()
+	corpus, err := LoadCorpus(manifest, vocab, feat)
+	if err != nil {
+		return out, err
+	}
+	n := c.BatchSize * c.GradAccum
+	order := make([]int, corpus.Len())
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return corpus.Frames(order[a]) > corpus.Frames(order[b]) })
+	if len(order) < n {
+		return out, fmt.Errorf("asr: %d utterances, need %d", len(order), n)
+	}
+	ds := dataset(corpus)
+	samples := make([]data.Sample, n)
+	for k := range samples {
+		if samples[k], err = ds.Get(order[k]); err != nil {
+			return out, err
+		}
+	}
+	batch, err := Collate(samples)
+	for _, s := range samples {
+		for _, t := range s {
+			t.Free()
+		}
+	}
+	if err != nil {
+		return out, err
+	}
+	defer batch.Free()
+	torch.ManualSeed(1)
+	m, err := NewConformer(mcfg)
+	if err != nil {
+		return out, err
+	}
+	defer nn.Free(m)
+	if c.Device != torch.CPU {
+		nn.To(m, c.Device, torch.Float32)
+	}
+	out.Params = nn.NumParams(m)
+	prec, err := accumulate.ParsePrecision(c.Precision, c.Device)
+	if err != nil {
+		return out, err
+	}
+	opt := nn.NewAdamW(nn.Parameters(m), nn.AdamWDefaults(1e-4))
+	defer opt.Free()
+	tr, err := accumulate.New(m, opt, lossFn(m), accumulate.Config{MicroBatch: c.BatchSize, Accum: c.GradAccum, Device: c.Device, Precision: prec})
+	if err != nil {
+		return out, err
+	}
+	if _, err := tr.Step(batch); err != nil { // creates the optimizer state
+		return out, err
+	}
+	torch.EmptyCache()
+	held := torch.MustMemoryStats(c.Device).Allocated
+	torch.ResetPeakMemory(c.Device)
+	start := time.Now()
+	if _, err := tr.Step(batch); err != nil {
+		return out, err
+	}
+	out.Step = time.Since(start)
+	out.Peak = torch.MustMemoryStats(c.Device).PeakAllocated
+	out.Activations = out.Peak - held
+	return out, nil
+}
+
+// MemoryTable measures the guide's "Model Size Comparison" on this device:
+// parameters and peak step memory per preset, with the levers off and on.
+func MemoryTable(dataDir string, dev torch.Device, presets []string, logf func(string, ...any)) (string, error) {
+	low := "bf16"
+	if dev.IsCUDA() {
+		low = "fp16"
+	}
+	type lever struct {
+		name         string
+		batch, accum int
+		prec         string
+		ckpt         bool
+	}
+	levers := []lever{
+		{"batch 8, fp32", 8, 1, "fp32", false},
+		{"batch 2 × accum 4, fp32", 2, 4, "fp32", false},
+		{"batch 8, " + low, 8, 1, low, false},
+		{"batch 8, fp32, checkpointing", 8, 1, "fp32", true},
+		{"batch 2 × accum 4, " + low + ", checkpointing", 2, 4, low, true},
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "| preset | parameters | levers | peak memory | activations | step time |\n|---|---|---|---|---|---|\n")
+	for _, p := range presets {
+		for _, l := range levers {
+			r, err := MeasureStep(MeasureConfig{Data: dataDir, Preset: p, BatchSize: l.batch, GradAccum: l.accum,
+				Precision: l.prec, GradCheckpointing: l.ckpt, Device: dev})
+			if err != nil {
+				return b.String(), err
+			}
+			row := fmt.Sprintf("| %s | %.2fM | %s | %s | %s | %.2f s |\n", p, float64(r.Params)/1e6, l.name,
+				torch.FormatBytes(r.Peak), torch.FormatBytes(r.Activations), r.Step.Seconds())
+			if logf != nil {
+				logf("%s", strings.TrimSpace(row))
+			}
+			b.WriteString(row)
+		}
+	}
+	return b.String(), nil
+}
+
+// NativeBF16 reports whether the CPU computes bfloat16 natively (AVX-512
+// BF16 or AMX). Without it libtorch emulates bfloat16 arithmetic, and CPU
+// autocast saves memory but runs many times slower.
+func NativeBF16() bool {
+	raw, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return false
+	}
+	s := string(raw)
+	return strings.Contains(s, " avx512_bf16") || strings.Contains(s, " amx_bf16")
+}
