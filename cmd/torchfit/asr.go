@@ -148,8 +148,12 @@ func trainConfig(c *cli.Context) (asr.TrainConfig, error) {
 	if n := c.Int("threads"); n > 0 {
 		torch.SetNumThreads(n)
 	}
+	preset := c.String("preset")
+	if c.String("resume") != "" && !c.IsSet("preset") {
+		preset = "" // the checkpoint's
+	}
 	cfg := asr.TrainConfig{
-		Data: c.String("data"), Preset: c.String("preset"), DModel: c.Int64("d-model"),
+		Data: c.String("data"), Preset: preset, DModel: c.Int64("d-model"),
 		EncoderLayers: c.Int("encoder-layers"), DecoderLayers: c.Int("decoder-layers"),
 		BatchSize: c.Int("batch-size"), GradAccum: c.Int("grad-accum"), Precision: c.String("mixed-precision"),
 		Device: dev, Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"), LR: c.Float64("lr"), Warmup: c.Int("warmup"),
@@ -167,7 +171,7 @@ func trainConfig(c *cli.Context) (asr.TrainConfig, error) {
 		if err != nil {
 			return cfg, userErr("%v", err)
 		}
-		if !c.IsSet("preset") {
+		if !c.IsSet("preset") && cfg.Resume == "" {
 			cfg.Preset = preset
 		}
 		if !c.IsSet("batch-size") {
@@ -186,7 +190,7 @@ func trainConfig(c *cli.Context) (asr.TrainConfig, error) {
 	if cfg.BatchSize < 1 || cfg.GradAccum < 1 || cfg.Epochs < 1 {
 		return cfg, userErr("--batch-size, --grad-accum and --epochs must be at least 1")
 	}
-	if _, err := asr.Preset(cfg.Preset, 64); err != nil {
+	if _, err := asr.Preset(cfg.Preset, 64); err != nil && cfg.Preset != "" {
 		return cfg, userErr("%v", err)
 	}
 	if cfg.MemoryLimit != "" {
@@ -227,7 +231,7 @@ func asrTrainCommand() *cli.Command {
 func classify(err error) error {
 	msg := err.Error()
 	for _, s := range []string{"no corpus", "no such file", "expects 16 kHz", "not a torchfit checkpoint", "another model",
-		"not an ASR checkpoint", "unknown", "bad file", "is not a", "fewer than one"} {
+		"not an ASR checkpoint", "unknown", "bad file", "is not a", "fewer than one", "was trained with preset"} {
 		if strings.Contains(msg, s) {
 			return usageError{err}
 		}

@@ -112,13 +112,14 @@ func lossFn(m *Conformer) func(b *data.Batch) *torch.Tensor {
 
 // modelMeta is stored in checkpoints so eval/transcribe rebuild the model.
 type modelMeta struct {
+	Preset string      `json:"preset"`
 	Config ModelConfig `json:"config"`
 	Vocab  []string    `json:"vocab"`
 }
 
-func metaDict(cfg ModelConfig, v *Vocab) *torch.Dict {
+func metaDict(preset string, cfg ModelConfig, v *Vocab) *torch.Dict {
 	cfg.GradCheckpointing = false
-	b, _ := json.Marshal(modelMeta{Config: cfg, Vocab: v.Tokens()})
+	b, _ := json.Marshal(modelMeta{Preset: preset, Config: cfg, Vocab: v.Tokens()})
 	return torch.NewDict("recipe", "asr", "model", string(b))
 }
 
@@ -135,6 +136,7 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	}
 	var vocab *Vocab
 	var mcfg ModelConfig
+	preset := cfg.Preset
 	if cfg.Resume != "" {
 		meta, err := ReadModelMeta(cfg.Resume)
 		if err != nil {
@@ -143,7 +145,12 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 		if vocab, err = NewVocab(meta.Vocab); err != nil {
 			return res, err
 		}
+		if cfg.Preset != "" && meta.Preset != "" && !strings.EqualFold(cfg.Preset, meta.Preset) {
+			return res, fmt.Errorf("asr: checkpoint %s was trained with preset %q, not %q (drop --preset or pass --preset %s)",
+				cfg.Resume, meta.Preset, cfg.Preset, meta.Preset)
+		}
 		mcfg = meta.Config
+		preset = meta.Preset
 	} else {
 		if vocab, err = BuildVocabFromManifest(trainManifest); err != nil {
 			return res, err
@@ -211,7 +218,7 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	}
 	res.Params = nn.NumParams(m)
 	logf("model %s: d_model %d, %d encoder / %d decoder layers, %s parameters (%.2fM), vocabulary %d",
-		cfg.Preset, mcfg.DModel, mcfg.EncoderLayers, mcfg.DecoderLayers, commas(res.Params), float64(res.Params)/1e6, vocab.Size())
+		preset, mcfg.DModel, mcfg.EncoderLayers, mcfg.DecoderLayers, commas(res.Params), float64(res.Params)/1e6, vocab.Size())
 
 	precision, err := accumulate.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
@@ -268,7 +275,7 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	var lastVals map[string]float64
 	_, err = accumulate.Fit(ctx, tr, newLoader, accumulate.FitConfig{
 		Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery,
-		Resume: cfg.Resume, Metrics: cfg.Metrics, Progress: cfg.Progress, Meta: metaDict(mcfg, vocab), Signals: true,
+		Resume: cfg.Resume, Metrics: cfg.Metrics, Progress: cfg.Progress, Meta: metaDict(preset, mcfg, vocab), Signals: true,
 		Eval: func(epoch int) (map[string]float64, error) {
 			train.SetEpoch(epoch)
 			res.EpochsDone = epoch
@@ -330,7 +337,9 @@ func autoBatch(tr *accumulate.Trainer, c *Corpus, effective int, logf func(strin
 	return res, err
 }
 
-// scoreCorpus returns CER (greedy CTC) and mean loss over a corpus.
+// scoreCorpus returns CER (greedy CTC) and mean loss over a corpus, under
+// NoGrad in eval mode. An out-of-memory error halves the evaluation batch
+// and retries (validation can run out of memory too, the guide notes).
 func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int) (cer, loss float64, err error) {
 	training := m.Training()
 	nn.Train(m, false)
@@ -339,8 +348,10 @@ func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int) (cer, los
 	var lossSum float64
 	var n int
 	ds := dataset(c)
-	for start := 0; start < c.Len(); start += batch {
+	for start := 0; start < c.Len(); {
 		end := min(start+batch, c.Len())
+		var hyps []string
+		var chunkLoss float64
 		err = torch.TidyErr(func() error {
 			samples := make([]data.Sample, 0, end-start)
 			for i := start; i < end; i++ {
@@ -357,18 +368,25 @@ func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int) (cer, los
 			mb := b.Slice(0, b.Size(), dev)
 			torch.NoGrad(func() {
 				total, _, _ := m.Loss(mb.Fields["feats"], mb.Lengths["feats"], mb.Fields["tokens"], mb.Lengths["tokens"])
-				lossSum += total.Item() * float64(end-start)
-				hyps := m.Transcribe(mb.Fields["feats"], mb.Lengths["feats"])
-				for k, h := range hyps {
-					er.Add(c.Utts[start+k].Text, h)
-				}
+				chunkLoss = total.Item() * float64(end-start)
+				hyps = m.Transcribe(mb.Fields["feats"], mb.Lengths["feats"])
 			})
-			n += end - start
 			return nil
 		})
+		if errors.Is(err, torch.ErrOutOfMemory) && batch > 1 {
+			torch.EmptyCache()
+			batch /= 2
+			continue
+		}
 		if err != nil {
 			return 0, 0, err
 		}
+		for k, h := range hyps {
+			er.Add(c.Utts[start+k].Text, h)
+		}
+		lossSum += chunkLoss
+		n += end - start
+		start = end
 	}
 	if n == 0 {
 		return 0, 0, fmt.Errorf("asr: empty validation split")
