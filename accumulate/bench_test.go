@@ -118,25 +118,23 @@ func BenchmarkLoopOverhead(b *testing.B) {
 }
 
 func interleaved(b *testing.B, tiny bool) {
-	{
-		l := newLoopBench(b, tiny)
-		defer l.free()
+	l := newLoopBench(b, tiny)
+	defer l.free()
+	l.hand()
+	l.trainer(b)
+	var hand, tr time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
 		l.hand()
+		t1 := time.Now()
 		l.trainer(b)
-		var hand, tr time.Duration
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			t0 := time.Now()
-			l.hand()
-			t1 := time.Now()
-			l.trainer(b)
-			t2 := time.Now()
-			hand += t1.Sub(t0)
-			tr += t2.Sub(t1)
-		}
-		b.ReportMetric(float64(hand.Nanoseconds())/float64(b.N), "hand-ns/step")
-		b.ReportMetric(float64(tr.Nanoseconds())/float64(b.N), "trainer-ns/step")
-		b.ReportMetric(100*(float64(tr)/float64(hand)-1), "overhead-%")
-		b.ReportMetric(float64((tr-hand).Nanoseconds())/float64(b.N), "overhead-ns/step")
+		t2 := time.Now()
+		hand += t1.Sub(t0)
+		tr += t2.Sub(t1)
 	}
+	b.ReportMetric(float64(hand.Nanoseconds())/float64(b.N), "hand-ns/step")
+	b.ReportMetric(float64(tr.Nanoseconds())/float64(b.N), "trainer-ns/step")
+	b.ReportMetric(100*(float64(tr)/float64(hand)-1), "overhead-%")
+	b.ReportMetric(float64((tr-hand).Nanoseconds())/float64(b.N), "overhead-ns/step")
 }
