@@ -37,7 +37,7 @@ endif
 export CGO_CXXFLAGS CGO_LDFLAGS
 GOFLAGS_TAGS := $(if $(strip $(TAGS)),-tags "$(strip $(TAGS))",)
 
-.PHONY: deps check-libtorch build vet test test-short fuzz demo bench bench-ops clean
+.PHONY: deps check-libtorch build vet test test-short fuzz demo bench bench-ops bench-checkpoint clean
 
 # deps installs what a fresh Debian bookworm machine lacks (idempotent).
 deps:
@@ -87,6 +87,16 @@ demo: deps
 bench-ops: deps
 	$(GO) test $(GOFLAGS_TAGS) ./torch -run '^$$' -bench 'BenchmarkOp' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-go.txt
 	$(PY) scripts/bench_ops.py
+
+# Activation checkpointing: a 12-block residual MLP trained with and without
+# per-block checkpointing, peak step memory and time per step, Go
+# (nn.BenchmarkCheckpointStack) next to Python (torch.utils.checkpoint,
+# use_reentrant=True); scripts/bench_checkpoint.py says how each peak is
+# measured. PYTIME: seconds of timed Python steps per configuration.
+PYTIME ?= 1
+bench-checkpoint: deps
+	$(GO) test $(GOFLAGS_TAGS) ./nn -run '^$$' -bench 'BenchmarkCheckpointStack' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-checkpoint-go.txt
+	TORCHFIT_BENCH_GO=/tmp/torchfit-bench-checkpoint-go.txt $(PY) scripts/bench_checkpoint.py --min-time $(PYTIME)
 
 bench: deps
 	$(GO) test $(GOFLAGS_TAGS) -run '^$$' -bench . -benchtime $(BENCHTIME) ./...

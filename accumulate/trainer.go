@@ -209,14 +209,22 @@ func (t *Trainer) window(b *data.Batch, size int) (StepInfo, error) {
 	for i := 0; i < size; i += t.micro {
 		j := min(i+t.micro, size)
 		err := torch.TidyErr(func() error {
-			mb := b.Slice(i, j, t.cfg.Device)
+			mb := t.microBatch(b, i, j, size)
 			var loss *torch.Tensor
 			t.autocast(func() { loss = t.Loss(mb) })
 			if loss == nil {
 				return fmt.Errorf("accumulate: the loss function returned nil")
 			}
-			share := float64(j-i) / float64(size)
-			weighted := loss.ToDType(torch.Float32).MulScalar(share)
+			// Each op here is a cgo call and an autograd node: skip the
+			// ones that would do nothing (the common single micro-batch,
+			// float32 case).
+			weighted := loss
+			if loss.DType() != torch.Float32 {
+				weighted = weighted.ToDType(torch.Float32)
+			}
+			if j-i != size {
+				weighted = weighted.MulScalar(float64(j-i) / float64(size))
+			}
 			info.Loss += weighted.Item()
 			t.Scaler.Scale(weighted).Backward()
 			return nil
@@ -237,12 +245,11 @@ func (t *Trainer) window(b *data.Batch, size int) (StepInfo, error) {
 		}
 	}
 	err := torch.TidyErr(func() error {
-		params := t.Opt.Parameters()
 		if t.Scaler.Enabled() {
 			t.Scaler.Unscale(t.Opt)
 		}
 		if t.cfg.ClipNorm > 0 {
-			norm, err := nn.ClipGradNorm(params, t.cfg.ClipNorm, 2)
+			norm, err := nn.ClipGradNorm(t.Opt.Parameters(), t.cfg.ClipNorm, 2)
 			info.GradNorm = norm
 			if err != nil && !t.Scaler.Enabled() {
 				// Without a scaler nothing else would stop a nan update.
@@ -269,6 +276,23 @@ func (t *Trainer) window(b *data.Batch, size int) (StepInfo, error) {
 	t.step++
 	info.Step = t.step
 	return info, nil
+}
+
+// microBatch returns samples [i, j) of b on the device. The whole of a
+// CPU batch without padded fields is new references to b's tensors:
+// slicing would only add a view per field, each a dispatched op.
+func (t *Trainer) microBatch(b *data.Batch, i, j, size int) *data.Batch {
+	if i != 0 || j != size || t.cfg.Device.IsCUDA() || len(b.Lengths) > 0 {
+		return b.Slice(i, j, t.cfg.Device)
+	}
+	fields := make(map[string]*torch.Tensor, len(b.Fields))
+	for k, v := range b.Fields {
+		// A new reference (no dispatcher call, unlike a view), owned by
+		// the micro-batch's scope as a slice would be. On the CPU a field
+		// stays where it is, as with Slice.
+		fields[k] = v.Ref()
+	}
+	return &data.Batch{Fields: fields}
 }
 
 func (t *Trainer) lr() float64 {

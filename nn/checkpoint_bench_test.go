@@ -1,0 +1,103 @@
+package nn
+
+import (
+	"testing"
+
+	"github.com/torchfit/torchfit/torch"
+)
+
+// The model of BenchmarkCheckpointStack and scripts/bench_checkpoint.py:
+// an input Linear(d, d), then depth residual MLP blocks
+// x + fc2(gelu(fc1(x))) with fc1: d→4d, fc2: 4d→d, trained with Adam on
+// mean(y²) over tokens×d inputs. Activations (≈ 9·tokens·d floats a block)
+// dominate the weights by an order of magnitude.
+const (
+	ckptDepth  = 12
+	ckptDim    = 128
+	ckptTokens = 2048
+)
+
+type ckptBlock struct {
+	Base
+	Fc1, Fc2 *Linear
+}
+
+// Forward releases its intermediates when it returns (TidyTensor), as
+// PyTorch drops a temporary once nothing refers to it: without the scope,
+// fc2's output would stay allocated until the enclosing Tidy ends.
+func (b *ckptBlock) Forward(x *torch.Tensor) *torch.Tensor {
+	return torch.TidyTensor(func() *torch.Tensor {
+		return x.Add(b.Fc2.Forward(b.Fc1.Forward(x).Gelu()))
+	})
+}
+
+type ckptStack struct {
+	Base
+	In     *Linear
+	Blocks *ModuleList[*ckptBlock]
+}
+
+func newCkptStack(depth int, d int64) *ckptStack {
+	torch.ManualSeed(0)
+	m := &ckptStack{}
+	m.In = RegisterModule(&m.Base, "inp", NewLinear(d, d, true))
+	m.Blocks = RegisterModule(&m.Base, "blocks", NewModuleList[*ckptBlock]())
+	for k := 0; k < depth; k++ {
+		b := &ckptBlock{}
+		b.Fc1 = RegisterModule(&b.Base, "fc1", NewLinear(d, 4*d, true))
+		b.Fc2 = RegisterModule(&b.Base, "fc2", NewLinear(4*d, d, true))
+		m.Blocks.Append(b)
+	}
+	return m
+}
+
+// Forward runs the stack, each block under torch.Checkpoint when asked.
+func (m *ckptStack) Forward(x *torch.Tensor, checkpoint bool) *torch.Tensor {
+	h := m.In.Forward(x)
+	for _, b := range m.Blocks.Items {
+		if checkpoint {
+			h = torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
+				return []*torch.Tensor{b.Forward(in[0])}
+			}, h)[0]
+		} else {
+			h = b.Forward(h)
+		}
+	}
+	return h
+}
+
+func BenchmarkCheckpointStack(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchCkptStack(b, false) })
+	b.Run("checkpoint", func(b *testing.B) { benchCkptStack(b, true) })
+}
+
+func benchCkptStack(b *testing.B, checkpoint bool) {
+	m := newCkptStack(ckptDepth, ckptDim)
+	defer Free(m)
+	opt := NewAdam(Parameters(m), AdamDefaults(1e-3))
+	defer opt.Free()
+	x := torch.Randn([]int64{ckptTokens, ckptDim}).Keep()
+	defer x.Free()
+	step := func() (peak int64) {
+		base := torch.MustMemoryStats(torch.CPU).Allocated
+		if err := torch.ResetPeakMemory(torch.CPU); err != nil {
+			b.Fatal(err)
+		}
+		torch.Tidy(func() {
+			m.Forward(x, checkpoint).Square().Mean().Backward()
+		})
+		opt.Step()
+		opt.ZeroGrad()
+		return torch.MustMemoryStats(torch.CPU).PeakAllocated - base
+	}
+	step() // Adam's state exists from here on: steady state
+	var peak int64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		peak = max(peak, step())
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(peak), "peak-bytes")
+	b.ReportMetric(float64(torch.NumThreads()), "threads")
+	b.ReportMetric(float64(ParamBytes(m)), "weight-bytes")
+}
