@@ -58,6 +58,7 @@ func TestTrainerFindBatchSizeUnderCap(t *testing.T) {
 		want[p.Name] = p.T.Float32s()
 	}
 	opt.State() // the optimizer's own hyperparameter tensors, created once
+	torch.CollectGarbage()
 	live := torch.LiveTensors()
 	base := torch.MustMemoryStats(torch.CPU).Allocated
 	// Room for the search's CPU copy of the parameters and for a step at

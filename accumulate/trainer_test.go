@@ -162,6 +162,7 @@ func TestOOMAtMicroBatchOneIsAnError(t *testing.T) {
 	b, err := loader.Next(context.Background())
 	require.NoError(t, err)
 	defer b.Free()
+	torch.CollectGarbage()
 	before := torch.LiveTensors()
 	base := torch.MustMemoryStats(torch.CPU).Allocated
 	require.NoError(t, torch.SetMemoryLimit(torch.CPU, base+1024))

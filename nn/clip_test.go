@@ -100,6 +100,7 @@ func TestClipGradNormMatchesPyTorch(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ps := clipParams(clipGrads(c))
 			defer clipFree(ps)
+			torch.CollectGarbage()
 			live := torch.LiveTensors()
 			total, err := ClipGradNorm(ps, c.maxNorm, c.normType)
 			require.NoError(t, err)
@@ -156,6 +157,7 @@ func TestClipGradValue(t *testing.T) {
 	grads := clipGrads(clipCases[6]) // "b" has no gradient
 	ps := clipParams(grads)
 	defer clipFree(ps)
+	torch.CollectGarbage()
 	live := torch.LiveTensors()
 	ClipGradValue(ps, 0.5)
 	require.Equal(t, live, torch.LiveTensors())

@@ -439,6 +439,7 @@ func TestOptimMemoryFlat(t *testing.T) {
 			}
 			step(0)
 			step(1)
+			torch.CollectGarbage()
 			live := torch.LiveTensors()
 			alloc := torch.MustMemoryStats(torch.CPU).Allocated
 			for s := 2; s < optimSteps; s++ {

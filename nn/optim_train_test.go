@@ -65,6 +65,7 @@ func TestOptimTrainLoopMatchesPyTorch(t *testing.T) {
 		opt.ZeroGrad()
 		sched.Step()
 		if s == 2 {
+			torch.CollectGarbage()
 			live = torch.LiveTensors()
 		}
 		if s > 2 {

@@ -136,6 +136,7 @@ func TestLayersDoNotLeak(t *testing.T) {
 	for _, m := range []nn.Module{enc, dec, seq, rms, pos, patch, clip} {
 		torch.ZeroGrad(nn.Tensors(nn.Parameters(m)))
 	}
+	torch.CollectGarbage()
 	before := torch.LiveTensors()
 	step()
 	for _, m := range []nn.Module{enc, dec, seq, rms, pos, patch, clip} {

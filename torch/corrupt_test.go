@@ -119,6 +119,7 @@ func TestLoadCorrupt(t *testing.T) {
 		{"checksum", crcBad, "checksum"},
 		{"big endian", mkzip(t, record{name: "a/data.pkl", data: []byte("\x80\x02N.")}, record{name: "a/byteorder", data: []byte("big")}), "byte order"},
 	}
+	torch.CollectGarbage()
 	before := torch.LiveTensors()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -199,6 +199,7 @@ func TestSaveTensorsLoadTensors(t *testing.T) {
 func TestSaveLoadInTidy(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.pt")
 	require.NoError(t, torch.Save(path, torch.NewDict("a", torch.Ones([]int64{2}))))
+	torch.CollectGarbage()
 	before := torch.LiveTensors()
 	var kept *torch.Tensor
 	torch.Tidy(func() {

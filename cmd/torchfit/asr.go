@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -220,8 +221,12 @@ func asrTrainCommand() *cli.Command {
 			if err != nil {
 				return classify(err)
 			}
-			fmt.Printf("trained %d steps (micro-batch %d × %d); validation CER %.3f (start %.3f), loss %.3f; peak memory %s; checkpoint %s\n",
-				res.Steps, res.MicroBatch, res.Accum, res.CER, res.CERStart, res.ValidLoss, torch.FormatBytes(res.PeakMemory), res.Checkpoint)
+			start := "resumed"
+			if !math.IsNaN(res.CERStart) {
+				start = fmt.Sprintf("start %.3f", res.CERStart)
+			}
+			fmt.Printf("trained %d steps (micro-batch %d × %d); validation CER %.3f (%s), loss %.3f; peak memory %s; checkpoint %s\n",
+				res.Steps, res.MicroBatch, res.Accum, res.CER, start, res.ValidLoss, torch.FormatBytes(res.PeakMemory), res.Checkpoint)
 			return nil
 		},
 	}

@@ -288,7 +288,8 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	if err != nil && !res.Interrupted {
 		return res, err
 	}
-	res.Steps, res.MicroBatch, res.Accum, res.OOMEvents = tr.Steps(), tr.MicroBatch(), cfg.GradAccum, tr.OOMEvents
+	res.Steps, res.MicroBatch, res.OOMEvents = tr.Steps(), tr.MicroBatch(), tr.OOMEvents
+	res.Accum = (effective + res.MicroBatch - 1) / res.MicroBatch
 	res.PeakMemory = torch.MustMemoryStats(cfg.Device).PeakAllocated
 	if lastVals == nil || res.Interrupted {
 		if res.CER, res.ValidLoss, err = evaluate(); err != nil {

@@ -22,6 +22,7 @@ func freeAll(ts ...*torch.Tensor) {
 }
 
 func TestPadSequences(t *testing.T) {
+	torch.CollectGarbage()
 	base := torch.LiveTensors()
 	a, b, c := seq(3, 2, 0), seq(1, 2, 10), seq(2, 2, 20) // [L, 2]
 	defer freeAll(a, b, c)
@@ -90,6 +91,7 @@ func TestPadSequences(t *testing.T) {
 }
 
 func TestCollate(t *testing.T) {
+	torch.CollectGarbage()
 	base := torch.LiveTensors()
 	mk := func(i int, n int) Sample {
 		return Sample{

@@ -228,6 +228,7 @@ func TestErrors(t *testing.T) {
 	} {
 		for _, workers := range []int{0, 2} {
 			t.Run(fmt.Sprintf("%s_w%d", tc.name, workers), func(t *testing.T) {
+				torch.CollectGarbage()
 				base, gbase := torch.LiveTensors(), runtime.NumGoroutine()
 				l, err := NewLoader[Sample](DatasetFunc[Sample]{N: n, F: tc.get}, tc.collate,
 					Options{BatchSize: bs, Workers: workers, Prefetch: 3})
@@ -297,6 +298,7 @@ func TestWorkerPanicReraised(t *testing.T) {
 func TestCloseWithBlockedWorkers(t *testing.T) {
 	for _, slow := range []time.Duration{0, 20 * time.Millisecond} {
 		t.Run(fmt.Sprintf("get_%v", slow), func(t *testing.T) {
+			torch.CollectGarbage()
 			base, gbase := torch.LiveTensors(), runtime.NumGoroutine()
 			var started atomic.Int64
 			ds := DatasetFunc[Sample]{N: 1000, F: func(i int) (Sample, error) {
@@ -402,6 +404,7 @@ func TestNoTensorLeaks(t *testing.T) {
 	require.NoError(t, err)
 	defer ds.Free()
 	for _, workers := range []int{0, 2} {
+		torch.CollectGarbage()
 		base, gbase := torch.LiveTensors(), runtime.NumGoroutine()
 		l, err := NewLoader[Sample](ds, Collate, Options{BatchSize: 8, Shuffle: true, Workers: workers})
 		require.NoError(t, err)
@@ -443,6 +446,7 @@ func TestDevice(t *testing.T) {
 		require.ErrorContains(t, err, "CUDA is not available")
 		return
 	}
+	torch.CollectGarbage()
 	base := torch.LiveTensors()
 	l := newLoader(t, indexDataset(10), Options{BatchSize: 4, Workers: 2, Device: torch.CUDA(0)})
 	var got [][]int
