@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,8 +51,9 @@ func fitRun(t testing.TB, dir string, maxSteps int, resume string, onStep func(a
 	}
 	_, err = accumulate.Fit(context.Background(), tr, newLoader, accumulate.FitConfig{
 		Epochs: 3, MaxSteps: maxSteps, CheckpointDir: dir, CheckpointEvery: 1, KeepLast: 3, Resume: resume,
+		Signals: os.Getenv("TORCHFIT_FIT_SIGNAL") != "",
 	})
-	if err != nil {
+	if err != nil && !(errors.Is(err, accumulate.ErrInterrupted) && os.Getenv("TORCHFIT_FIT_SIGNAL") != "") {
 		t.Fatal(err)
 	}
 	var out []float32
@@ -68,12 +70,17 @@ func TestFitChild(t *testing.T) {
 		t.Skip("child process only")
 	}
 	hang, _ := strconv.Atoi(os.Getenv("TORCHFIT_FIT_HANG"))
+	term, _ := strconv.Atoi(os.Getenv("TORCHFIT_FIT_SIGNAL"))
 	fitRun(t, dir, 20, "", func(s accumulate.StepInfo) {
 		if s.Step == hang {
 			os.Stdout.WriteString("HANG\n")
 			time.Sleep(time.Hour)
 		}
+		if s.Step == term {
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		}
 	})
+	os.Stdout.WriteString("CHILD DONE\n")
 }
 
 func TestResumeAfterKillIsBitExact(t *testing.T) {
@@ -101,6 +108,19 @@ func TestResumeAfterKillIsBitExact(t *testing.T) {
 	require.FileExists(t, ckpt)
 	resumed := fitRun(t, t.TempDir(), 20, ckpt, nil)
 	require.Equal(t, straight, resumed, "10 steps + kill -9 + 10 resumed steps == 20 straight steps, bit for bit")
+}
+
+func TestSIGTERMFinishesTheStepAndSaves(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestFitChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "TORCHFIT_FIT_CHILD="+dir, "TORCHFIT_FIT_SIGNAL=3")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the process exits 0 after a SIGTERM:\n%s", out)
+	require.Contains(t, string(out), "CHILD DONE")
+	require.FileExists(t, accumulate.StepCheckpointPath(dir, 3), "the step in flight finished and was saved")
+	require.NoFileExists(t, accumulate.StepCheckpointPath(dir, 5), "training stopped")
+	// The saved step resumes.
+	fitRun(t, t.TempDir(), 5, accumulate.StepCheckpointPath(dir, 3), nil)
 }
 
 func TestCheckpointFromAnotherModelIsRefused(t *testing.T) {

@@ -89,6 +89,7 @@ func trainFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "grad-checkpointing", Usage: "recompute conformer blocks in backward instead of keeping activations"},
 		&cli.StringFlag{Name: "memory-limit", Usage: "cap device memory: bytes (6GiB, 512MB) or a fraction (0.9)"},
 		&cli.BoolFlag{Name: "auto-batch", Usage: "find the largest micro-batch that fits; keep the effective batch with accumulation"},
+		&cli.BoolFlag{Name: "dry-run", Usage: "with --auto-batch: print the batch-size table and exit"},
 		&cli.StringFlag{Name: "checkpoint-dir", Value: "checkpoints"},
 		&cli.IntFlag{Name: "checkpoint-every", Value: 100, Usage: "steps between checkpoints"},
 		&cli.StringFlag{Name: "resume", Usage: "checkpoint to resume from"},
@@ -159,7 +160,7 @@ func trainConfig(c *cli.Context) (asr.TrainConfig, error) {
 		BatchSize: c.Int("batch-size"), GradAccum: c.Int("grad-accum"), Precision: c.String("mixed-precision"),
 		Device: dev, Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"), LR: c.Float64("lr"), Warmup: c.Int("warmup"),
 		ClipNorm: c.Float64("clip-norm"), EmptyCacheEvery: c.Int("empty-cache-every"), GradCheckpointing: c.Bool("grad-checkpointing"),
-		MemoryLimit: c.String("memory-limit"), AutoBatch: c.Bool("auto-batch"), CheckpointDir: c.String("checkpoint-dir"),
+		MemoryLimit: c.String("memory-limit"), AutoBatch: c.Bool("auto-batch") || c.Bool("dry-run"), DryRun: c.Bool("dry-run"), CheckpointDir: c.String("checkpoint-dir"),
 		CheckpointEvery: c.Int("checkpoint-every"), Resume: c.String("resume"), Metrics: c.String("metrics"),
 		Workers: c.Int("workers"), SpecAugment: c.Bool("spec-augment"), Seed: c.Uint64("seed"),
 		ValidLimit: c.Int("valid-limit"), MemoryEvery: c.Int("memory-every"), Progress: true, Logf: logger(c),
@@ -220,6 +221,10 @@ func asrTrainCommand() *cli.Command {
 			res, err := asr.TrainConformer(c.Context, cfg)
 			if err != nil {
 				return classify(err)
+			}
+			if cfg.DryRun {
+				res.FoundBatches.Table(os.Stdout)
+				return nil
 			}
 			start := "resumed"
 			if !math.IsNaN(res.CERStart) {

@@ -38,6 +38,7 @@ type TrainConfig struct {
 	GradCheckpointing bool
 	MemoryLimit       string // "6GiB", "512MB" or a fraction "0.9"
 	AutoBatch         bool   // find the largest micro-batch; keep the effective batch
+	DryRun            bool   // with AutoBatch: search, report the table, and stop
 	CheckpointDir     string
 	CheckpointEvery   int
 	Resume            string
@@ -246,12 +247,22 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	}
 	tr.Sched = sched
 
+	if cfg.DryRun && !cfg.AutoBatch {
+		return res, fmt.Errorf("asr: --dry-run goes with --auto-batch")
+	}
 	if cfg.AutoBatch && cfg.Resume == "" {
-		found, err := autoBatch(tr, train, effective, logf)
+		tableLog := logf
+		if cfg.DryRun { // the caller prints the table
+			tableLog = func(string, ...any) {}
+		}
+		found, err := autoBatch(tr, train, effective, tableLog)
 		if err != nil {
 			return res, err
 		}
 		res.FoundBatches = &found
+		if cfg.DryRun {
+			return res, nil
+		}
 		micro := min(found.MicroBatch, effective)
 		tr.SetMicroBatch(micro)
 		logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d", micro, (effective+micro-1)/micro, effective)
