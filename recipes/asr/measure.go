@@ -11,7 +11,6 @@ import (
 	"github.com/torchfit/torchfit/accumulate"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
-	"github.com/torchfit/torchfit/torch/data"
 )
 
 // MeasureConfig describes one training step to measure.
@@ -70,19 +69,7 @@ func MeasureStep(c MeasureConfig) (Measurement, error) {
 	if len(order) < n {
 		return out, fmt.Errorf("asr: %d utterances, need %d", len(order), n)
 	}
-	ds := dataset(corpus)
-	samples := make([]data.Sample, n)
-	for k := range samples {
-		if samples[k], err = ds.Get(order[k]); err != nil {
-			return out, err
-		}
-	}
-	batch, err := Collate(samples)
-	for _, s := range samples {
-		for _, t := range s {
-			t.Free()
-		}
-	}
+	batch, err := collateItems(dataset(corpus), order[:n])
 	if err != nil {
 		return out, err
 	}

@@ -100,6 +100,35 @@ func dataset(c *Corpus) data.Dataset[data.Sample] {
 	}}
 }
 
+// collateItems collates the utterances at idx (the samples are freed; the
+// batch is the caller's).
+func collateItems(ds data.Dataset[data.Sample], idx []int) (*data.Batch, error) {
+	samples := make([]data.Sample, 0, len(idx))
+	defer func() {
+		for _, s := range samples {
+			for _, t := range s {
+				t.Free()
+			}
+		}
+	}()
+	for _, i := range idx {
+		s, err := ds.Get(i)
+		if err != nil {
+			return nil, err
+		}
+		samples = append(samples, s)
+	}
+	return Collate(samples)
+}
+
+func span(start, end int) []int {
+	out := make([]int, 0, end-start)
+	for i := start; i < end; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
 // Collate pads features and token ids of a list of utterances.
 var Collate = data.PadCollate(map[string]data.Pad{"feats": {Dim: 0}, "tokens": {Dim: 0, Value: float64(PadID)}})
 
@@ -268,7 +297,10 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 		logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d", micro, (effective+micro-1)/micro, effective)
 	}
 
-	evaluate := func() (float64, float64, error) { return scoreCorpus(m, valid, cfg.Device, cfg.BatchSize*2) }
+	evaluate := func() (float64, float64, error) {
+		er, loss, err := scoreCorpus(m, valid, cfg.Device, cfg.BatchSize*2, true)
+		return er.CER(), loss, err
+	}
 	if cfg.Resume == "" {
 		cer, loss, err := evaluate()
 		if err != nil {
@@ -326,22 +358,7 @@ func autoBatch(tr *accumulate.Trainer, c *Corpus, effective int, logf func(strin
 	sort.Slice(order, func(a, b int) bool { return c.Frames(order[a]) > c.Frames(order[b]) })
 	ds := dataset(c)
 	res, err := tr.FindBatchSize(max(effective, 1), func(n int) (*data.Batch, error) {
-		samples := make([]data.Sample, 0, n)
-		defer func() {
-			for _, s := range samples {
-				for _, t := range s {
-					t.Free()
-				}
-			}
-		}()
-		for k := 0; k < n && k < len(order); k++ {
-			s, err := ds.Get(order[k])
-			if err != nil {
-				return nil, err
-			}
-			samples = append(samples, s)
-		}
-		return Collate(samples)
+		return collateItems(ds, order[:min(n, len(order))])
 	})
 	var b strings.Builder
 	res.Table(&b)
@@ -349,38 +366,31 @@ func autoBatch(tr *accumulate.Trainer, c *Corpus, effective int, logf func(strin
 	return res, err
 }
 
-// scoreCorpus returns CER (greedy CTC) and mean loss over a corpus, under
-// NoGrad in eval mode. An out-of-memory error halves the evaluation batch
-// and retries (validation can run out of memory too, the guide notes).
-func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int) (cer, loss float64, err error) {
+// scoreCorpus transcribes a corpus (greedy CTC) under NoGrad in eval mode
+// and returns its error rates and, with withLoss, the mean loss. An
+// out-of-memory error halves the evaluation batch and retries (validation
+// can run out of memory too, the guide notes).
+func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int, withLoss bool) (er ErrorRate, loss float64, err error) {
 	training := m.Training()
 	nn.Train(m, false)
 	defer nn.Train(m, training)
-	var er ErrorRate
 	var lossSum float64
-	var n int
 	ds := dataset(c)
 	for start := 0; start < c.Len(); {
 		end := min(start+batch, c.Len())
 		var hyps []string
 		var chunkLoss float64
 		err = torch.TidyErr(func() error {
-			samples := make([]data.Sample, 0, end-start)
-			for i := start; i < end; i++ {
-				s, err := ds.Get(i)
-				if err != nil {
-					return err
-				}
-				samples = append(samples, s)
-			}
-			b, err := Collate(samples)
+			b, err := collateItems(ds, span(start, end))
 			if err != nil {
 				return err
 			}
 			mb := b.Slice(0, b.Size(), dev)
 			torch.NoGrad(func() {
-				total, _, _ := m.Loss(mb.Fields["feats"], mb.Lengths["feats"], mb.Fields["tokens"], mb.Lengths["tokens"])
-				chunkLoss = total.Item() * float64(end-start)
+				if withLoss {
+					total, _, _ := m.Loss(mb.Fields["feats"], mb.Lengths["feats"], mb.Fields["tokens"], mb.Lengths["tokens"])
+					chunkLoss = total.Item() * float64(end-start)
+				}
 				hyps = m.Transcribe(mb.Fields["feats"], mb.Lengths["feats"])
 			})
 			return nil
@@ -391,19 +401,18 @@ func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int) (cer, los
 			continue
 		}
 		if err != nil {
-			return 0, 0, err
+			return er, 0, err
 		}
 		for k, h := range hyps {
 			er.Add(c.Utts[start+k].Text, h)
 		}
 		lossSum += chunkLoss
-		n += end - start
 		start = end
 	}
-	if n == 0 {
-		return 0, 0, fmt.Errorf("asr: empty validation split")
+	if c.Len() == 0 {
+		return er, 0, fmt.Errorf("asr: empty split")
 	}
-	return er.CER(), lossSum / float64(n), nil
+	return er, lossSum / float64(c.Len()), nil
 }
 
 // ReadModelMeta reads the model configuration and vocabulary stored in a
@@ -498,32 +507,9 @@ func EvaluateSplit(checkpoint, dir, split string, dev torch.Device) (cer, wer fl
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	var er ErrorRate
-	ds := dataset(c)
-	for start := 0; start < c.Len(); start += 16 {
-		end := min(start+16, c.Len())
-		err = torch.TidyErr(func() error {
-			samples := make([]data.Sample, 0, end-start)
-			for i := start; i < end; i++ {
-				s, err := ds.Get(i)
-				if err != nil {
-					return err
-				}
-				samples = append(samples, s)
-			}
-			b, err := Collate(samples)
-			if err != nil {
-				return err
-			}
-			mb := b.Slice(0, b.Size(), dev)
-			for k, h := range m.Transcribe(mb.Fields["feats"], mb.Lengths["feats"]) {
-				er.Add(c.Utts[start+k].Text, h)
-			}
-			return nil
-		})
-		if err != nil {
-			return 0, 0, 0, err
-		}
+	er, _, err := scoreCorpus(m, c, dev, 16, false)
+	if err != nil {
+		return 0, 0, 0, err
 	}
 	return er.CER(), er.WER(), c.Len(), nil
 }
