@@ -55,13 +55,20 @@ func newCkptStack(depth int, d int64) *ckptStack {
 func (m *ckptStack) Forward(x *torch.Tensor, checkpoint bool) *torch.Tensor {
 	h := m.In.Forward(x)
 	for _, b := range m.Blocks.Items {
+		var next *torch.Tensor
 		if checkpoint {
-			h = torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
+			next = torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
 				return []*torch.Tensor{b.Forward(in[0])}
 			}, h)[0]
 		} else {
-			h = b.Forward(h)
+			next = b.Forward(h)
 		}
+		// The block's autograd node holds what backward needs; releasing
+		// the Go reference now lets backward free each block's tensors as
+		// soon as it is done with them (as Python's reference counting
+		// does), instead of when the step's scope ends.
+		h.Free()
+		h = next
 	}
 	return h
 }
@@ -84,7 +91,14 @@ func benchCkptStack(b *testing.B, checkpoint bool) {
 			b.Fatal(err)
 		}
 		torch.Tidy(func() {
-			m.Forward(x, checkpoint).Square().Mean().Backward()
+			// Release each Go reference once its op has run (as the Python
+			// side's temporaries are): autograd keeps what backward needs.
+			out := m.Forward(x, checkpoint)
+			sq := out.Square()
+			out.Free()
+			loss := sq.Mean()
+			sq.Free()
+			loss.Backward()
 		})
 		opt.Step()
 		opt.ZeroGrad()

@@ -433,25 +433,31 @@ func (e *ConformerEncoder) Forward(feats *torch.Tensor, lens []int64) (*torch.Te
 		}
 		ckpt := e.cfg.GradCheckpointing && e.Training() && torch.GradEnabled()
 		for _, blk := range e.Layers.Items {
+			var next *torch.Tensor
 			if !ckpt {
-				x = blk.Forward(x, mask, false)
-				continue
-			}
-			blk := blk
-			runs := 0
-			fn := func(in []*torch.Tensor) []*torch.Tensor {
-				runs++
-				var m *torch.Tensor
-				if len(in) > 1 {
-					m = in[1]
-				}
-				return []*torch.Tensor{blk.Forward(in[0], m, runs > 1)}
-			}
-			if mask != nil {
-				x = torch.Checkpoint(fn, x, mask)[0]
+				next = blk.Forward(x, mask, false)
 			} else {
-				x = torch.Checkpoint(fn, x)[0]
+				blk := blk
+				runs := 0
+				fn := func(in []*torch.Tensor) []*torch.Tensor {
+					runs++
+					var m *torch.Tensor
+					if len(in) > 1 {
+						m = in[1]
+					}
+					return []*torch.Tensor{blk.Forward(in[0], m, runs > 1)}
+				}
+				if mask != nil {
+					next = torch.Checkpoint(fn, x, mask)[0]
+				} else {
+					next = torch.Checkpoint(fn, x)[0]
+				}
 			}
+			// The block's autograd graph keeps what backward needs: dropping
+			// the Go reference now lets backward free each block's input
+			// as soon as it is done with it, not when the scope ends.
+			x.Free()
+			x = next
 		}
 		return x
 	})
