@@ -424,16 +424,8 @@ func (u *unpickler) run() (any, error) {
 					return nil, err
 				}
 			}
-		case opBinPut:
-			i, err := u.byte1()
-			if err != nil {
-				return nil, err
-			}
-			if err := u.memoPut(uint32(i)); err != nil {
-				return nil, err
-			}
-		case opLongBinPut:
-			i, err := u.u32()
+		case opBinPut, opLongBinPut:
+			i, err := u.memoIndex(c == opLongBinPut)
 			if err != nil {
 				return nil, err
 			}
@@ -444,16 +436,8 @@ func (u *unpickler) run() (any, error) {
 			if err := u.memoPut(uint32(len(u.memo))); err != nil {
 				return nil, err
 			}
-		case opBinGet:
-			i, err := u.byte1()
-			if err != nil {
-				return nil, err
-			}
-			if err := u.memoGet(uint32(i)); err != nil {
-				return nil, err
-			}
-		case opLongBinGet:
-			i, err := u.u32()
+		case opBinGet, opLongBinGet:
+			i, err := u.memoIndex(c == opLongBinGet)
 			if err != nil {
 				return nil, err
 			}
@@ -958,4 +942,13 @@ func readSmall(f *zip.File, max int64) ([]byte, error) {
 		return nil, badf("record %q: checksum: %v", f.Name, err)
 	}
 	return b, nil
+}
+
+// memoIndex reads a memo index: one byte, or four for the LONG_ opcodes.
+func (u *unpickler) memoIndex(long bool) (uint32, error) {
+	if long {
+		return u.u32()
+	}
+	b, err := u.byte1()
+	return uint32(b), err
 }

@@ -145,20 +145,13 @@ func ReadWAVInfo(path string) (WAVInfo, error) {
 // [-1, 1). Any other format is an error (wrapping ErrWAVFormat) whose message
 // says how to convert the file with sox.
 func ReadWAV(path string) ([]float32, error) {
-	b, err := os.ReadFile(path)
+	raw, err := ReadWAVInt16(path)
 	if err != nil {
-		return nil, fmt.Errorf("read wav: %w", err)
-	}
-	w, err := parseWAV(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if err := checkFormat(path, w.info); err != nil {
 		return nil, err
 	}
-	out := make([]float32, len(w.data)/2)
-	for i := range out {
-		out[i] = float32(int16(binary.LittleEndian.Uint16(w.data[2*i:]))) / 32768
+	out := make([]float32, len(raw))
+	for i, v := range raw {
+		out[i] = float32(v) / 32768
 	}
 	return out, nil
 }
