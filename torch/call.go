@@ -59,7 +59,7 @@ func (c *call) t(x *Tensor) *call {
 		return c.push(capi.Val{Kind: capi.KNone})
 	}
 	c.ts[c.na] = x
-	return c.push(capi.Val{Kind: capi.KTensor, P: unsafe.Pointer(x.handle("argument"))})
+	return c.push(capi.TensorVal(x.handle("argument")))
 }
 
 func (c *call) i(v int64) *call   { return c.push(capi.Val{Kind: capi.KInt, I: v}) }
@@ -177,7 +177,7 @@ func (c *call) out1(d *opDef) *Tensor {
 	if n < 1 || outs[0].Kind != capi.KTensor {
 		return nil
 	}
-	return newTensor(capi.Tensor(outs[0].P), scope)
+	return newTensor(outs[0].Tensor(), scope)
 }
 
 // outN runs an operator returning several tensors (a tuple).
@@ -187,7 +187,7 @@ func (c *call) outN(d *opDef, want int) []*Tensor {
 	res := make([]*Tensor, want)
 	for k := 0; k < want && k < n; k++ {
 		if outs[k].Kind == capi.KTensor {
-			res[k] = newTensor(capi.Tensor(outs[k].P), scope)
+			res[k] = newTensor(outs[k].Tensor(), scope)
 		}
 	}
 	return res

@@ -88,7 +88,7 @@ func CallOp(name, overload string, args ...any) []any {
 		v := outs[k]
 		switch v.Kind {
 		case capi.KTensor:
-			res = append(res, newTensor(capi.Tensor(v.P), scope))
+			res = append(res, newTensor(v.Tensor(), scope))
 		case capi.KTensors:
 			hs := capi.TensorList(v)
 			ts := make([]*Tensor, len(hs))

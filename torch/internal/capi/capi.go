@@ -72,14 +72,20 @@ const (
 	KDevice  = C.TF_DEVICE
 )
 
-// Val mirrors tf_val.
+// Val mirrors tf_val. P is a C pointer carried as an integer (see capi.h).
 type Val struct {
 	Kind int32
 	N    int32
 	I    int64
 	D    float64
-	P    unsafe.Pointer
+	P    uintptr
 }
+
+// TensorVal returns a value holding tensor handle t.
+func TensorVal(t Tensor) Val { return Val{Kind: KTensor, P: uintptr(unsafe.Pointer(t))} }
+
+// Tensor returns the tensor handle a TF_TENSOR value carries.
+func (v Val) Tensor() Tensor { return *(*Tensor)(unsafe.Pointer(&v.P)) }
 
 // FindOp resolves an operator by name and overload.
 func FindOp(name, overload string) (Op, error) {
@@ -129,13 +135,14 @@ func CurrentScope() uint64 { return uint64(C.tf_scope_current()) }
 
 // TensorList converts a returned TF_TENSORS value into handles and frees the C array.
 func TensorList(v Val) []Tensor {
-	if v.P == nil {
+	if v.P == 0 {
 		return nil
 	}
-	arr := unsafe.Slice((*Tensor)(v.P), int(v.N))
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&v.P))
+	arr := unsafe.Slice((*Tensor)(p), int(v.N))
 	out := make([]Tensor, len(arr))
 	copy(out, arr)
-	C.free(v.P)
+	C.free(p)
 	return out
 }
 

@@ -41,12 +41,14 @@ enum {
   TF_DEVICE = 10,  // i: device type, n: device index
 };
 
+// p is a pointer carried as an integer: values arrays live in Go memory,
+// and an integer field spares cgo's per-call pointer check.
 typedef struct {
   int32_t kind;
   int32_t n;
   int64_t i;
   double d;
-  void* p;
+  uintptr_t p;
 } tf_val;
 
 // tf_op_find resolves "aten::add" + overload "Tensor" ("" for none).

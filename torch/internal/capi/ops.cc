@@ -68,7 +68,7 @@ c10::IValue to_ivalue(const tf_op_s& op, size_t pos, const tf_val& v, const int6
       return c10::IValue();
     case TF_TENSOR:
       if (!v.p) return c10::IValue();
-      return c10::IValue(static_cast<tf_tensor>(v.p)->t);
+      return c10::IValue(reinterpret_cast<tf_tensor>(v.p)->t);
     case TF_INT:
       if (w == Want::Double) return c10::IValue(static_cast<double>(v.i));
       if (w == Want::Bool) return c10::IValue(v.i != 0);
@@ -123,7 +123,7 @@ tf_val from_ivalue(c10::IValue&& iv) {
     at::Tensor t = std::move(iv).toTensor();
     if (t.defined()) {
       out.kind = TF_TENSOR;
-      out.p = tf::wrap(std::move(t));
+      out.p = reinterpret_cast<uintptr_t>(tf::wrap(std::move(t)));
     } else {
       out.kind = TF_NONE;
     }
@@ -133,7 +133,7 @@ tf_val from_ivalue(c10::IValue&& iv) {
     out.n = static_cast<int32_t>(list.size());
     auto arr = static_cast<tf_tensor*>(std::malloc(sizeof(tf_tensor) * (list.size() + 1)));
     for (size_t k = 0; k < list.size(); k++) arr[k] = tf::wrap(list.get(k));
-    out.p = arr;
+    out.p = reinterpret_cast<uintptr_t>(arr);
   } else if (iv.isInt()) {
     out.kind = TF_INT;
     out.i = iv.toInt();
@@ -182,7 +182,22 @@ tf_err tf_op_call(tf_op op, const tf_val* args, int32_t nargs, const int64_t* ar
   TF_TRY
   const size_t total = op->want.size();
   TORCH_CHECK(static_cast<size_t>(nargs) <= total, op->name, " takes at most ", total, " arguments, got ", nargs);
-  torch::jit::Stack stack;
+  // A per-thread stack spares an allocation per call; a nested call on the
+  // same thread (none is known, but cheap to allow) gets its own.
+  // The stack is emptied on every way out, exceptions included, so no
+  // argument or result outlives the call.
+  static thread_local torch::jit::Stack reused;
+  static thread_local int depth = 0;
+  torch::jit::Stack local;
+  torch::jit::Stack& stack = depth == 0 ? reused : local;
+  struct Guard {
+    torch::jit::Stack& s;
+    explicit Guard(torch::jit::Stack& st) : s(st) { depth++; }
+    ~Guard() {
+      s.clear();
+      depth--;
+    }
+  } guard(stack);
   stack.reserve(total);
   for (size_t k = 0; k < total; k++) {
     if (k < static_cast<size_t>(nargs)) {
