@@ -306,26 +306,13 @@ func (u *unpickler) run() (any, error) {
 				return nil, err
 			}
 			u.push(math.Float64frombits(bin.BigEndian.Uint64(b)))
-		case opBinUnicode, opBinString, opBinBytes:
-			n, err := u.u32()
+		case opBinUnicode, opBinString, opBinBytes, opShortBinUni, opShortBinString, opShortBinBytes:
+			short := c == opShortBinUni || c == opShortBinString || c == opShortBinBytes
+			n, err := u.count(!short)
 			if err != nil {
 				return nil, err
 			}
-			if c == opBinBytes {
-				b, err := u.need(int(n))
-				if err != nil {
-					return nil, err
-				}
-				u.push(append([]byte(nil), b...))
-			} else if err := u.str(int(n)); err != nil {
-				return nil, err
-			}
-		case opShortBinUni, opShortBinString, opShortBinBytes:
-			n, err := u.byte1()
-			if err != nil {
-				return nil, err
-			}
-			if c == opShortBinBytes {
+			if c == opBinBytes || c == opShortBinBytes {
 				b, err := u.need(int(n))
 				if err != nil {
 					return nil, err
@@ -425,7 +412,7 @@ func (u *unpickler) run() (any, error) {
 				}
 			}
 		case opBinPut, opLongBinPut:
-			i, err := u.memoIndex(c == opLongBinPut)
+			i, err := u.count(c == opLongBinPut)
 			if err != nil {
 				return nil, err
 			}
@@ -437,7 +424,7 @@ func (u *unpickler) run() (any, error) {
 				return nil, err
 			}
 		case opBinGet, opLongBinGet:
-			i, err := u.memoIndex(c == opLongBinGet)
+			i, err := u.count(c == opLongBinGet)
 			if err != nil {
 				return nil, err
 			}
@@ -944,8 +931,9 @@ func readSmall(f *zip.File, max int64) ([]byte, error) {
 	return b, nil
 }
 
-// memoIndex reads a memo index: one byte, or four for the LONG_ opcodes.
-func (u *unpickler) memoIndex(long bool) (uint32, error) {
+// count reads an opcode's unsigned argument (a memo index or a length):
+// one byte, or four for the LONG_/non-SHORT_ opcodes.
+func (u *unpickler) count(long bool) (uint32, error) {
 	if long {
 		return u.u32()
 	}
