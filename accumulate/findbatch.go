@@ -107,7 +107,12 @@ func FindBatchSize(device torch.Device, max int, try func(n int) error) (FindRes
 // optimizer step on batch(n), after which the parameters and optimizer
 // state are restored (from copies kept on the CPU, so the search measures
 // the device as training will use it).
-func (t *Trainer) FindBatchSize(max int, batch func(n int) (*data.Batch, error)) (FindResult, error) {
+func (t *Trainer) FindBatchSize(max int, batch func(n int) (*data.Batch, error)) (res FindResult, err error) {
+	t.Thread().Do(func() { res, err = t.findBatchSize(max, batch) })
+	return res, err
+}
+
+func (t *Trainer) findBatchSize(max int, batch func(n int) (*data.Batch, error)) (FindResult, error) {
 	params := nn.StateDict(t.Model)
 	saved := make([]*torch.Tensor, len(params))
 	var optState map[string]*torch.Tensor

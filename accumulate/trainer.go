@@ -12,36 +12,21 @@ import (
 	"github.com/torchfit/torchfit/torch/data"
 )
 
-// Precision selects mixed precision.
-type Precision string
+// Precision selects mixed precision (amp.Precision).
+type Precision = amp.Precision
 
 // Precisions.
 const (
-	FP32 Precision = "fp32"
-	BF16 Precision = "bf16" // autocast to bfloat16 (CPU or CUDA); no scaler needed
-	FP16 Precision = "fp16" // autocast to float16 with a GradScaler (CUDA)
+	FP32 = amp.FP32
+	BF16 = amp.BF16 // autocast to bfloat16 (CPU or CUDA); no scaler needed
+	FP16 = amp.FP16 // autocast to float16 with a GradScaler (CUDA)
 )
 
-// ParsePrecision accepts fp32/float32/no, bf16/bfloat16, fp16/float16/half,
-// and "auto" (fp16 on CUDA, bf16 on the CPU — the --mixed-precision default).
-func ParsePrecision(s string, device torch.Device) (Precision, error) {
-	switch s {
-	case "", "fp32", "float32", "no", "none", "off":
-		return FP32, nil
-	case "bf16", "bfloat16":
-		return BF16, nil
-	case "fp16", "float16", "half":
-		if !device.IsCUDA() {
-			return "", fmt.Errorf("accumulate: float16 autocast needs CUDA; use bf16 on the CPU")
-		}
-		return FP16, nil
-	case "auto", "on", "yes", "true":
-		if device.IsCUDA() {
-			return FP16, nil
-		}
-		return BF16, nil
-	}
-	return "", fmt.Errorf("accumulate: unknown precision %q (want fp32, bf16, fp16 or auto)", s)
+// ParsePrecision resolves a --mixed-precision value on this host (see
+// amp.ParsePrecision; "auto" is fp16 on CUDA, bf16 on CPUs that compute it
+// natively, else fp32) and says why.
+func ParsePrecision(s string, device torch.Device) (amp.Choice, error) {
+	return amp.ParsePrecision(s, device, amp.HostCPU())
 }
 
 // Config configures a Trainer.
@@ -61,6 +46,12 @@ type Config struct {
 	NoOOMAdapt bool
 	// Logf receives the loop's log lines (nil: discarded).
 	Logf func(format string, args ...any)
+	// Thread is the OS thread the trainer computes on (nil: torch.Main()).
+	// Step, Evaluate, FindBatchSize and checkpoints run there whichever
+	// goroutine calls them, as Python runs its loop on one thread: libtorch
+	// 1.13's oneDNN is not safe when one loop's work moves between threads
+	// (see torch.Thread).
+	Thread *torch.Thread
 }
 
 // EffectiveBatch is MicroBatch × Accum: the samples per optimizer step.
@@ -151,8 +142,22 @@ func (e *optimizerError) Unwrap() error { return e.err }
 
 // Step trains on one effective batch (the loader's batch: its size is the
 // window, normally MicroBatch × Accum; a short last batch is fine). The
-// batch stays the caller's.
-func (t *Trainer) Step(b *data.Batch) (StepInfo, error) {
+// batch stays the caller's. It computes on the trainer's thread
+// (Config.Thread).
+func (t *Trainer) Step(b *data.Batch) (info StepInfo, err error) {
+	t.Thread().Do(func() { info, err = t.trainStep(b) })
+	return info, err
+}
+
+// Thread returns the OS thread the trainer computes on.
+func (t *Trainer) Thread() *torch.Thread {
+	if t.cfg.Thread != nil {
+		return t.cfg.Thread
+	}
+	return torch.Main()
+}
+
+func (t *Trainer) trainStep(b *data.Batch) (StepInfo, error) {
 	start := time.Now()
 	size := b.Size()
 	if size == 0 {
@@ -328,6 +333,11 @@ func MemoryLine(s torch.MemStats) string {
 // what fn returns. Batches are moved to the device; fn's tensors are
 // released after each batch.
 func (t *Trainer) Evaluate(batches func(yield func(*data.Batch) bool), fn func(*data.Batch) float64) (mean float64, err error) {
+	t.Thread().Do(func() { mean, err = t.evaluate(batches, fn) })
+	return mean, err
+}
+
+func (t *Trainer) evaluate(batches func(yield func(*data.Batch) bool), fn func(*data.Batch) float64) (mean float64, err error) {
 	nn.Train(t.Model, false)
 	defer nn.Train(t.Model, true)
 	var total float64

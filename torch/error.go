@@ -14,11 +14,27 @@ var ErrOutOfMemory = errors.New("out of memory")
 // ErrFreed is wrapped by the error raised when a released tensor is used.
 var ErrFreed = errors.New("tensor used after Free")
 
+// ErrBackend matches (errors.Is) a fault below libtorch's own error
+// handling: a C++ std::bad_alloc that no allocator reported (no requested
+// size, nothing refused by torchfit's CPU counter or CUDA's allocator) or a
+// std::future_error. libtorch 1.13's oneDNN 2.6 throws these when creating a
+// bf16 matmul primitive fails, and afterwards its primitive cache holds a
+// broken entry. It is not out of memory: a smaller batch does not help, and
+// the process is not safe to go on training. Training loops stop on it.
+var ErrBackend = errors.New("libtorch backend fault")
+
+// maxPlausibleRequest bounds what an out-of-memory error may ask for: a
+// request for more than this (256 TiB) is a computed size gone wrong (a
+// corrupt shape, an absurd configuration), not memory running out.
+const maxPlausibleRequest = 1 << 48
+
 // Error is what tensor math panics with, and what Try returns.
 type Error struct {
 	Op  string // the operation, e.g. "aten::matmul" or "Backward"
 	Msg string // libtorch's message, without its C++ backtrace
 	OOM bool   // an out-of-memory error
+	// Backend marks a backend fault (see ErrBackend).
+	Backend bool
 	// Requested and Stats describe the allocation that failed, when known
 	// (CPU memory cap, CUDA caching allocator).
 	Requested int64
@@ -26,10 +42,19 @@ type Error struct {
 	wrapped   error
 }
 
-func (e *Error) Error() string { return e.Op + ": " + e.Msg }
+func (e *Error) Error() string {
+	if e.Backend {
+		return e.Op + ": " + e.Msg + " — a fault inside libtorch's CPU backend (oneDNN), not out of memory; " +
+			"the process is unsafe to go on (see README: bf16 on CPUs with native bf16)"
+	}
+	return e.Op + ": " + e.Msg
+}
 
-// Is makes errors.Is(err, ErrOutOfMemory) true for out-of-memory errors.
-func (e *Error) Is(target error) bool { return target == ErrOutOfMemory && e.OOM }
+// Is makes errors.Is(err, ErrOutOfMemory) true for out-of-memory errors and
+// errors.Is(err, ErrBackend) for backend faults.
+func (e *Error) Is(target error) bool {
+	return (target == ErrOutOfMemory && e.OOM) || (target == ErrBackend && e.Backend)
+}
 
 // Unwrap returns the underlying error, if any.
 func (e *Error) Unwrap() error { return e.wrapped }
@@ -41,9 +66,12 @@ func wrapErr(op string, err error) *Error {
 	}
 	var ce *capi.Err
 	if errors.As(err, &ce) {
-		e := &Error{Op: op, Msg: ce.Msg, OOM: ce.OOM}
+		e := &Error{Op: op, Msg: ce.Msg, OOM: ce.OOM, Backend: ce.Backend}
 		if e.OOM {
 			e.fillOOM()
+			if e.Requested > maxPlausibleRequest {
+				e.OOM = false // an absurd size, not memory running out
+			}
 		}
 		return e
 	}

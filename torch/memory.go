@@ -2,6 +2,7 @@ package torch
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -161,7 +162,7 @@ func (e *Error) fillOOM() {
 	if m := requestRE.FindStringSubmatch(e.Msg); m != nil {
 		v, _ := strconv.ParseFloat(m[1], 64)
 		mul := map[string]float64{"bytes": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}[strings.ToLower(m[2])]
-		e.Requested = int64(v * mul)
+		e.Requested = int64(min(v*mul, math.MaxInt64/2)) // no wrap to a negative size
 	}
 }
 

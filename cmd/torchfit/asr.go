@@ -100,6 +100,7 @@ func trainFlags() []cli.Flag {
 		&cli.IntFlag{Name: "valid-limit", Usage: "validation utterances scored per epoch (0: all)"},
 		&cli.IntFlag{Name: "memory-every", Value: 25, Usage: "log a memory line every N steps"},
 		&cli.IntFlag{Name: "threads", Usage: "libtorch CPU threads (0: default)"},
+		&cli.IntFlag{Name: "pad-multiple", Value: asr.FrameMultiple, Usage: "pad each batch's frames to a multiple of this (1: to the longest utterance only)"},
 	}
 }
 
@@ -163,7 +164,7 @@ func trainConfig(c *cli.Context) (asr.TrainConfig, error) {
 		MemoryLimit: c.String("memory-limit"), AutoBatch: c.Bool("auto-batch") || c.Bool("dry-run"), DryRun: c.Bool("dry-run"), CheckpointDir: c.String("checkpoint-dir"),
 		CheckpointEvery: c.Int("checkpoint-every"), Resume: c.String("resume"), Metrics: c.String("metrics"),
 		Workers: c.Int("workers"), SpecAugment: c.Bool("spec-augment"), Seed: c.Uint64("seed"),
-		ValidLimit: c.Int("valid-limit"), MemoryEvery: c.Int("memory-every"), Progress: true, Logf: logger(c),
+		ValidLimit: c.Int("valid-limit"), MemoryEvery: c.Int("memory-every"), PadMultiple: c.Int("pad-multiple"), Progress: true, Logf: logger(c),
 	}
 	if !dev.IsCUDA() {
 		cfg.EmptyCacheEvery = 0 // no cache on the CPU

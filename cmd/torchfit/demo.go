@@ -9,6 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -25,7 +27,7 @@ func demoCommand() *cli.Command {
 			&cli.IntFlag{Name: "utterances", Value: 700},
 			&cli.IntFlag{Name: "epochs", Value: 12},
 			&cli.IntFlag{Name: "max-steps", Value: 0, Usage: "stop after this many steps (0: all epochs)"},
-			&cli.StringFlag{Name: "mixed-precision", Value: "auto", Usage: "auto: bf16 where the CPU computes it natively, else fp32; or fp32, bf16"},
+			&cli.StringFlag{Name: "mixed-precision", Value: "auto", Usage: "auto: bf16 where the CPU computes it natively, else fp32 (" + amp.EnvNativeBF16 + "=0|1 overrides the CPU probe); or fp32, bf16"},
 		},
 		Action: func(c *cli.Context) error {
 			dir := c.String("dir")
@@ -51,16 +53,12 @@ func demoCommand() *cli.Command {
 			logf("one step, micro-batch 4 × 2: fp32 peak %s (activations %s) in %.2fs; bf16 autocast peak %s (activations %s) in %.2fs",
 				torch.FormatBytes(m[0].Peak), torch.FormatBytes(m[0].Activations), m[0].Step.Seconds(),
 				torch.FormatBytes(m[1].Peak), torch.FormatBytes(m[1].Activations), m[1].Step.Seconds())
-			precision := c.String("mixed-precision")
-			if precision == "auto" {
-				precision = "fp32"
-				if asr.NativeBF16() {
-					precision = "bf16"
-				} else {
-					logf("this CPU has no native bfloat16 (avx512_bf16/amx): bf16 saves memory but is %.0f× slower here, so the demo trains in fp32 (force it with --mixed-precision bf16)",
-						m[1].Step.Seconds()/m[0].Step.Seconds())
-				}
+			choice, err := accumulate.ParsePrecision(c.String("mixed-precision"), torch.CPU)
+			if err != nil {
+				return userErr("--mixed-precision: %v", err)
 			}
+			logf("precision %s; one bf16 step took %.1f× the fp32 step on this CPU", choice, m[1].Step.Seconds()/m[0].Step.Seconds())
+			precision := string(choice.Precision)
 			ckdir := filepath.Join(dir, "checkpoints")
 			os.RemoveAll(ckdir)
 			metrics := filepath.Join(dir, "metrics.jsonl")
@@ -77,7 +75,7 @@ func demoCommand() *cli.Command {
 				return classify(err)
 			}
 			fmt.Printf("\ntiny conformer, %d parameters, %d steps of effective batch 8 (micro-batch %d × 2, %s) in %s\n",
-				res.Params, res.Steps, res.MicroBatch, cfg.Precision, time.Since(start).Round(time.Second))
+				res.Params, res.Steps, res.MicroBatch, res.Precision, time.Since(start).Round(time.Second))
 			fmt.Printf("validation CER: %.3f at the start -> %.3f at the end (peak CPU memory %s)\n",
 				res.CERStart, res.CER, torch.FormatBytes(res.PeakMemory))
 			cer, wer, n, err := asr.EvaluateSplit(res.Checkpoint, gen.OutDir, "test", torch.CPU)

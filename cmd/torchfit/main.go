@@ -31,7 +31,11 @@ func main() {
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
-	if err := run(app, os.Args); err != nil {
+	// Every command computes on libtorch's one thread, as Python does
+	// (torch.Thread says why that matters for libtorch 1.13's oneDNN).
+	var err error
+	torch.Main().Do(func() { err = run(app, os.Args) })
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "torchfit:", err)
 		var ue usageError
 		if errors.As(err, &ue) {

@@ -2,7 +2,6 @@ package asr
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -90,7 +89,7 @@ func MeasureStep(c MeasureConfig) (Measurement, error) {
 	}
 	opt := nn.NewAdamW(nn.Parameters(m), nn.AdamWDefaults(1e-4))
 	defer opt.Free()
-	tr, err := accumulate.New(m, opt, lossFn(m), accumulate.Config{MicroBatch: c.BatchSize, Accum: c.GradAccum, Device: c.Device, Precision: prec})
+	tr, err := accumulate.New(m, opt, lossFn(m), accumulate.Config{MicroBatch: c.BatchSize, Accum: c.GradAccum, Device: c.Device, Precision: prec.Precision})
 	if err != nil {
 		return out, err
 	}
@@ -148,16 +147,4 @@ func MemoryTable(dataDir string, dev torch.Device, presets []string, logf func(s
 		}
 	}
 	return b.String(), nil
-}
-
-// NativeBF16 reports whether the CPU computes bfloat16 natively (AVX-512
-// BF16 or AMX). Without it libtorch emulates bfloat16 arithmetic, and CPU
-// autocast saves memory but runs many times slower.
-func NativeBF16() bool {
-	raw, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return false
-	}
-	s := string(raw)
-	return strings.Contains(s, " avx512_bf16") || strings.Contains(s, " amx_bf16")
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
@@ -48,8 +49,11 @@ type TrainConfig struct {
 	Seed              uint64
 	ValidLimit        int // utterances scored each epoch (0: all)
 	MemoryEvery       int
-	Progress          bool
-	Logf              func(format string, args ...any)
+	// PadMultiple pads a batch's frames to a multiple of it (0:
+	// FrameMultiple; 1: to the longest utterance only).
+	PadMultiple int
+	Progress    bool
+	Logf        func(format string, args ...any)
 }
 
 // VRAMPreset returns the settings the guide's tables recommend for a GPU of
@@ -84,6 +88,7 @@ type TrainResult struct {
 	EpochsDone   int
 	Interrupted  bool
 	FoundBatches *accumulate.FindResult
+	Precision    amp.Choice // the precision trained in, and why
 }
 
 // sample is one utterance for the loader.
@@ -129,8 +134,29 @@ func span(start, end int) []int {
 	return out
 }
 
-// Collate pads features and token ids of a list of utterances.
-var Collate = data.PadCollate(map[string]data.Pad{"feats": {Dim: 0}, "tokens": {Dim: 0, Value: float64(PadID)}})
+// FrameMultiple is the default TrainConfig.PadMultiple: a batch's frames
+// are padded to a multiple of 32 (and its token ids to a multiple of 8), so
+// the CPU backend sees a few dozen shapes instead of one per utterance
+// length. Every shape costs oneDNN a compiled kernel (and a slot in its
+// primitive cache) per operation; the padding is masked out of the loss.
+const FrameMultiple = 32
+
+// CollatePadded pads features to a multiple of frames (1: none) and token
+// ids to a multiple of 8 (1 when frames is 1).
+func CollatePadded(frames int) func([]data.Sample) (*data.Batch, error) {
+	tokens := 8
+	if frames <= 1 {
+		frames, tokens = 1, 1
+	}
+	return data.PadCollate(map[string]data.Pad{
+		"feats":  {Dim: 0, Multiple: frames},
+		"tokens": {Dim: 0, Value: float64(PadID), Multiple: tokens},
+	})
+}
+
+// Collate pads features and token ids of a list of utterances (to
+// multiples of FrameMultiple frames and 8 tokens).
+var Collate = CollatePadded(FrameMultiple)
 
 // lossFn is the trainer's loss on a micro-batch.
 func lossFn(m *Conformer) func(b *data.Batch) *torch.Tensor {
@@ -254,6 +280,8 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	if err != nil {
 		return res, err
 	}
+	res.Precision = precision
+	logf("precision %s", precision)
 	opt := nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), 0.01), nn.AdamWDefaults(cfg.LR))
 	defer opt.Free()
 	effective := cfg.BatchSize * cfg.GradAccum
@@ -268,7 +296,7 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, total, 0.05))
 	defer sched.Free()
 	tr, err := accumulate.New(m, opt, lossFn(m), accumulate.Config{
-		MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision,
+		MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
 		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery, Logf: logf,
 	})
 	if err != nil {
@@ -310,7 +338,11 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 		logf("validation before training: CER %.3f, loss %.3f", cer, loss)
 	}
 	newLoader := func(st *data.State) (accumulate.Loader, error) {
-		return data.NewLoader(dataset(train), Collate, data.Options{
+		collate := Collate
+		if cfg.PadMultiple != 0 {
+			collate = CollatePadded(cfg.PadMultiple)
+		}
+		return data.NewLoader(dataset(train), collate, data.Options{
 			BatchSize: effective, Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Resume: st,
 		})
 	}

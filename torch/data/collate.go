@@ -23,6 +23,9 @@ type Batch struct {
 	// PadDims holds, for each padded field, the padded dimension of the
 	// batched tensor (the sample's dimension + 1).
 	PadDims map[string]int
+	// Multiples holds, for fields padded to a multiple (Pad.Multiple > 1),
+	// that multiple; Slice keeps it when it trims.
+	Multiples map[string]int
 }
 
 // Size returns the number of samples (dimension 0 of the fields).
@@ -50,6 +53,13 @@ func (b *Batch) Slice(i, j int, device torch.Device) *Batch {
 				out.Lengths, out.PadDims = map[string]*torch.Tensor{}, map[string]int{}
 			}
 			d := b.PadDims[name]
+			if m := b.Multiples[name]; m > 1 {
+				longest = roundUp(longest, int64(m))
+				if out.Multiples == nil {
+					out.Multiples = map[string]int{}
+				}
+				out.Multiples[name] = m
+			}
 			if d > 0 && longest < x.Size(d) {
 				trimmed := x.Narrow(int64(d), 0, longest)
 				x.Free()
@@ -117,11 +127,21 @@ func StackTensors(ts []*torch.Tensor) (*torch.Tensor, error) {
 	return out, nil
 }
 
+func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
+
 // PadSequences pads every tensor along dim with value up to the longest one,
 // and stacks them: padded is [B, ...] with dim's size the maximum length, and
 // lengths (int64 [B]) holds each tensor's size along dim. The other
 // dimensions must agree. dim may be negative (counted from the end).
 func PadSequences(ts []*torch.Tensor, dim int, value float64) (padded, lengths *torch.Tensor, err error) {
+	return PadSequencesTo(ts, dim, value, 1)
+}
+
+// PadSequencesTo is PadSequences with the padded length rounded up to a
+// multiple of multiple (values below 2 mean none): batches then come in a
+// few lengths, so the CPU backend compiles and caches kernels for a few
+// shapes instead of one per length.
+func PadSequencesTo(ts []*torch.Tensor, dim int, value float64, multiple int) (padded, lengths *torch.Tensor, err error) {
 	if len(ts) == 0 {
 		return nil, nil, fmt.Errorf("data: pad: no tensors")
 	}
@@ -150,6 +170,9 @@ func PadSequences(ts []*torch.Tensor, dim int, value float64) (padded, lengths *
 			}
 			lens[k] = s[d]
 			longest = max(longest, s[d])
+		}
+		if multiple > 1 {
+			longest = roundUp(longest, int64(multiple))
 		}
 		// Pad lists (left, right) pairs from the last dimension backwards.
 		pads := make([]int64, 2*(nd-d))
@@ -191,10 +214,12 @@ func equalShape(a, b []int64) bool {
 }
 
 // Pad says how PadCollate pads a field: along Dim (of the sample, negative
-// counts from the end) with Value.
+// counts from the end) with Value, to the longest sample's length rounded
+// up to a multiple of Multiple (0 or 1: no rounding).
 type Pad struct {
-	Dim   int
-	Value float64
+	Dim      int
+	Value    float64
+	Multiple int
 }
 
 // Collate stacks every field of the samples along a new dimension 0. All
@@ -233,9 +258,18 @@ func collate(samples []Sample, pad map[string]Pad) (_ *Batch, err error) {
 			col[k] = t
 		}
 		if p, ok := pad[name]; ok {
-			x, l, err := PadSequences(col, p.Dim, p.Value)
+			if p.Multiple < 0 {
+				return nil, fmt.Errorf("data: collate: field %q: negative Pad.Multiple %d", name, p.Multiple)
+			}
+			x, l, err := PadSequencesTo(col, p.Dim, p.Value, p.Multiple)
 			if err != nil {
 				return nil, fmt.Errorf("field %q: %w", name, err)
+			}
+			if p.Multiple > 1 {
+				if b.Multiples == nil {
+					b.Multiples = map[string]int{}
+				}
+				b.Multiples[name] = p.Multiple
 			}
 			b.Fields[name] = x
 			if b.Lengths == nil {

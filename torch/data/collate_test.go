@@ -134,3 +134,41 @@ func TestCollate(t *testing.T) {
 	}
 	require.Equal(t, base, torch.LiveTensors(), "collate errors must not leak tensors")
 }
+
+// Padding to a multiple: the batch and its micro-batch slices come in
+// lengths that are multiples, and the lengths themselves are the true ones.
+func TestPadCollateToMultiple(t *testing.T) {
+	for _, tc := range []struct {
+		lens             []int
+		multiple         int
+		want, wantSlice0 int64 // padded length of the batch, of samples [0, 1)
+	}{
+		{[]int{3, 9, 5}, 8, 16, 8},
+		{[]int{8, 2, 1}, 8, 8, 8},
+		{[]int{3, 9, 5}, 1, 9, 3},
+		{[]int{3, 9, 5}, 0, 9, 3},
+		{[]int{17, 2}, 4, 20, 20},
+	} {
+		samples := make([]Sample, len(tc.lens))
+		for k, n := range tc.lens {
+			samples[k] = Sample{"x": seq(n, 2, 0)}
+		}
+		b, err := PadCollate(map[string]Pad{"x": {Dim: 0, Multiple: tc.multiple}})(samples)
+		require.NoError(t, err)
+		require.Equal(t, []int64{int64(len(tc.lens)), tc.want, 2}, b.Fields["x"].Shape(), "%+v", tc)
+		lens := make([]int64, len(tc.lens))
+		for k, n := range tc.lens {
+			lens[k] = int64(n)
+		}
+		require.Equal(t, lens, torch.ToSlice[int64](b.Lengths["x"]))
+		s := b.Slice(0, 1, torch.CPU)
+		require.Equal(t, tc.wantSlice0, s.Fields["x"].Size(1), "%+v", tc)
+		s.Free()
+		b.Free()
+		for _, sm := range samples {
+			sm["x"].Free()
+		}
+	}
+	_, err := PadCollate(map[string]Pad{"x": {Dim: 0, Multiple: -1}})([]Sample{{"x": seq(1, 2, 0)}})
+	require.Error(t, err)
+}

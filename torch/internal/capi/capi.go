@@ -30,8 +30,9 @@ import (
 
 // Err is an error reported by the shim.
 type Err struct {
-	OOM bool   // libtorch ran out of memory
-	Msg string // libtorch's message, without its C++ backtrace
+	OOM     bool   // libtorch ran out of memory
+	Backend bool   // a backend fault (capi.h: "B:"); the process is unsafe
+	Msg     string // libtorch's message, without its C++ backtrace
 }
 
 func (e *Err) Error() string { return e.Msg }
@@ -45,6 +46,7 @@ func check(e C.tf_err) error {
 	err := &Err{Msg: s}
 	if len(s) >= 2 && s[1] == ':' {
 		err.OOM = s[0] == 'O'
+		err.Backend = s[0] == 'B'
 		err.Msg = s[2:]
 	}
 	err.Msg = strings.TrimSpace(err.Msg)
@@ -290,6 +292,27 @@ func SetRNGState(t Tensor) error { return check(C.tf_rng_set_state(t)) }
 
 // SetNumThreads sets libtorch's intra-op thread count.
 func SetNumThreads(n int) error { return check(C.tf_set_num_threads(C.int32_t(n))) }
+
+// OneDNNCacheCapacity returns oneDNN's primitive cache capacity (-1 when
+// this libtorch exposes no oneDNN API) and, when set >= 0, changes it.
+func OneDNNCacheCapacity(set int) (int, error) {
+	var prev C.int32_t
+	err := check(C.tf_onednn_cache_capacity(C.int32_t(set), &prev))
+	return int(prev), err
+}
+
+// ThreadProbe reports OpenMP's max threads on a new OS thread before and
+// after its first shim call (-1 without OpenMP).
+func ThreadProbe() (before, after int, err error) {
+	var b, a C.int32_t
+	err = check(C.tf_thread_probe(&b, &a))
+	return int(b), int(a), err
+}
+
+// InjectFault arms a C++ exception of kind (capi.h) in the after-th op call.
+func InjectFault(kind int, after int64) error {
+	return check(C.tf_inject_fault(C.int32_t(kind), C.int64_t(after)))
+}
 
 // NumThreads returns libtorch's intra-op thread count.
 func NumThreads() int {

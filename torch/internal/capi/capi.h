@@ -6,6 +6,9 @@
 //
 // An error string starts with a one-letter kind and a colon:
 //   "O:" out of memory (c10::OutOfMemoryError, CUDA's or the CPU allocator's)
+//   "B:" a backend fault: a std::bad_alloc no allocator reported (no size)
+//        or a std::future_error, as oneDNN 2.6 throws when creating a
+//        primitive fails; the process is not safe to go on (backend.cc)
 //   "E:" any other libtorch error (c10::Error, std::exception, unknown)
 // followed by libtorch's message without its C++ backtrace.
 #ifndef TORCHFIT_CAPI_H
@@ -161,6 +164,18 @@ tf_err tf_get_num_threads(int32_t* n);
 tf_err tf_version(int32_t* major, int32_t* minor, int32_t* patch);
 tf_err tf_cuda_device_count(int32_t* n);
 tf_err tf_cuda_synchronize(int32_t device);
+
+// ---- CPU backends (backend.cc) ---------------------------------------------------
+// oneDNN's primitive cache capacity: *prev receives it (-1 when this libtorch
+// exposes no oneDNN API); set >= 0 changes it (0 disables the cache).
+tf_err tf_onednn_cache_capacity(int32_t set, int32_t* prev);
+// tf_thread_probe starts a new OS thread and reports OpenMP's max threads
+// there before and after its first shim call (-1: no OpenMP). For tests.
+tf_err tf_thread_probe(int32_t* before, int32_t* after);
+// tf_inject_fault makes the after_calls-th op call from now throw: kind 1
+// std::bad_alloc, 2 std::bad_array_new_length, 3 std::future_error (broken
+// promise), other: a c10::Error. after_calls 0 disarms. For tests.
+tf_err tf_inject_fault(int32_t kind, int64_t after_calls);
 
 #ifdef __cplusplus
 }

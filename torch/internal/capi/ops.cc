@@ -180,6 +180,7 @@ tf_err tf_op_call(tf_op op, const tf_val* args, int32_t nargs, const int64_t* ar
                   int32_t cap, int32_t* nout, uint64_t* scope) {
   *scope = tf_scope_current();
   TF_TRY
+  if (tf::fault_countdown.load(std::memory_order_relaxed) > 0) tf::maybe_fault();
   const size_t total = op->want.size();
   TORCH_CHECK(static_cast<size_t>(nargs) <= total, op->name, " takes at most ", total, " arguments, got ", nargs);
   // A per-thread stack spares an allocation per call; a nested call on the

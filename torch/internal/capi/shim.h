@@ -7,9 +7,12 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/api/include/torch/version.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <future>
+#include <new>
 #include <string>
 
 #include "capi.h"
@@ -67,9 +70,37 @@ tf_err make_error(char kind, const char* msg);
 // by the autograd engine as plain c10::Error).
 bool is_oom_message(const char* msg);
 
+// A fault below libtorch's own error handling: a std::bad_alloc that no
+// allocator reported (no size, nothing refused by torchfit's counter or
+// CUDA's), or a std::future_error. Both come out of oneDNN 2.6's primitive
+// creation when it fails (backend.cc), and leave a broken entry in its
+// primitive cache: the process is not safe to go on computing.
+tf_err backend_error(const char* what);
+
+// Fault injection for tests (backend.cc): when armed, the Nth op call from
+// now throws the requested C++ exception inside the shim's try block.
+extern std::atomic<int64_t> fault_countdown;
+void maybe_fault();
+
+// Every OS thread that enters the shim gets libtorch's OpenMP thread count
+// before its first libtorch call (and again after tf_set_num_threads), so
+// all threads agree on it as Python's single thread does (backend.cc).
+extern std::atomic<int32_t> thread_generation;
+void thread_setup();
+inline void ensure_thread() {
+  static thread_local int32_t seen = -1;
+  const int32_t g = thread_generation.load(std::memory_order_relaxed);
+  if (seen != g) {
+    seen = g;
+    thread_setup();
+  }
+}
+
 }  // namespace tf
 
-#define TF_TRY try {
+#define TF_TRY \
+  try {        \
+    tf::ensure_thread();
 #define TF_CATCH                                                              \
   }                                                                           \
   catch (const c10::OutOfMemoryError& e) {                                    \
@@ -80,7 +111,10 @@ bool is_oom_message(const char* msg);
     return tf::make_error(tf::is_oom_message(m) ? 'O' : 'E', m);              \
   }                                                                           \
   catch (const std::bad_alloc& e) {                                           \
-    return tf::make_error('O', "std::bad_alloc: host allocation failed");     \
+    return tf::backend_error(e.what());                                       \
+  }                                                                           \
+  catch (const std::future_error& e) {                                        \
+    return tf::backend_error(e.what());                                       \
   }                                                                           \
   catch (const std::exception& e) {                                           \
     return tf::make_error(tf::is_oom_message(e.what()) ? 'O' : 'E', e.what()); \

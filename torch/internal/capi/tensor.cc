@@ -205,6 +205,7 @@ tf_err tf_rng_set_state(tf_tensor state) {
 tf_err tf_set_num_threads(int32_t n) {
   TF_TRY
   at::set_num_threads(n);
+  tf::thread_generation.fetch_add(1);  // other threads pick the new count up on their next call
   TF_CATCH
 }
 

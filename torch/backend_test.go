@@ -1,0 +1,129 @@
+package torch
+
+import (
+	"errors"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The shim's classification of C++ exceptions, driven through the real
+// catch block by an injected throw inside an op call.
+func TestBackendFaultsAreNotOutOfMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		fault        Fault
+		oom, backend bool
+		msg          string
+	}{
+		{"bad_alloc without a size", FaultBadAlloc, false, true, "std::bad_alloc"},
+		{"bad_array_new_length", FaultBadArrayNewLength, false, true, "std::bad_array_new_length"},
+		{"broken promise", FaultBrokenPromise, false, true, "romise"},
+		{"ordinary libtorch error", FaultLibtorchError, false, false, "injected libtorch error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			x := Ones([]int64{4})
+			defer x.Free()
+			InjectFault(tc.fault, 1)
+			err := Try(func() { x.Add(x).Free() })
+			require.Error(t, err)
+			require.Equal(t, tc.oom, errors.Is(err, ErrOutOfMemory), "%v", err)
+			require.Equal(t, tc.backend, errors.Is(err, ErrBackend), "%v", err)
+			require.Contains(t, err.Error(), tc.msg)
+			var te *Error
+			require.True(t, errors.As(err, &te))
+			require.Equal(t, "aten::add", te.Op)
+			// Armed for one call only: the next op works.
+			require.NoError(t, Try(func() { x.Add(x).Free() }))
+		})
+	}
+}
+
+// The counting allocator's refusal is out of memory; a request past any
+// machine (a corrupt size) is not.
+func TestOutOfMemoryNeedsAPlausibleSize(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	require.NoError(t, SetMemoryLimit(CPU, 1<<20))
+	err := Try(func() { Zeros([]int64{1 << 20}).Free() }) // 4 MiB under a 1 MiB cap
+	require.NoError(t, SetMemoryLimit(CPU, 0))
+	require.ErrorIs(t, err, ErrOutOfMemory)
+	require.False(t, errors.Is(err, ErrBackend))
+
+	// 2^50 float32 elements: libtorch's own allocator refuses 4 PiB.
+	err = Try(func() { Empty([]int64{1 << 50}).Free() })
+	require.Error(t, err)
+	require.False(t, errors.Is(err, ErrOutOfMemory), "a 4 PiB request is not memory running out: %v", err)
+}
+
+// Every OS thread that calls into torchfit computes with libtorch's thread
+// count, not OpenMP's process default. Setting a count that differs from
+// the number of CPUs forces the branch on any machine.
+func TestNewThreadsGetLibtorchThreadCount(t *testing.T) {
+	prev := NumThreads()
+	defer SetNumThreads(prev)
+	want := runtime.NumCPU() + 1
+	SetNumThreads(want)
+	before, after, err := ThreadProbe()
+	require.NoError(t, err)
+	if before == -1 {
+		t.Skip("this libtorch has no OpenMP")
+	}
+	require.Equal(t, runtime.NumCPU(), before, "OpenMP's default on a new thread")
+	require.Equal(t, want, after, "the thread's count after its first torchfit call")
+}
+
+func TestOneDNNCacheIsBounded(t *testing.T) {
+	n := OneDNNCacheCapacity()
+	if n == -1 {
+		t.Skip("this libtorch exposes no oneDNN API")
+	}
+	require.Equal(t, 64, n, "torchfit's bound (ONEDNN_PRIMITIVE_CACHE_CAPACITY unset in tests)")
+	prev, err := SetOneDNNCacheCapacity(0)
+	require.NoError(t, err)
+	require.Equal(t, 64, prev)
+	require.Equal(t, 0, OneDNNCacheCapacity())
+	_, err = SetOneDNNCacheCapacity(64)
+	require.NoError(t, err)
+}
+
+func TestMainThreadRunsEverythingOnOneOSThread(t *testing.T) {
+	main := Main()
+	var mu sync.Mutex
+	tids := map[int]bool{}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				main.Do(func() {
+					x := Ones([]int64{8})
+					x.Add(x).Free()
+					x.Free()
+					main.Do(func() { // nested: runs in place
+						mu.Lock()
+						tids[syscall.Gettid()] = true
+						mu.Unlock()
+					})
+				})
+				runtime.Gosched()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, tids, 1, "every Do ran on one OS thread")
+	require.False(t, main.OnThread())
+
+	// A *Error panic comes back as itself; DoErr returns errors.
+	err := Try(func() { main.Do(func() { Ones([]int64{2}).Matmul(Ones([]int64{3})) }) })
+	var te *Error
+	require.True(t, errors.As(err, &te), "%v", err)
+	require.EqualError(t, main.DoErr(func() error { return errors.New("boom") }), "boom")
+	require.PanicsWithValue(t, "plain", func() { main.Do(func() { panic("plain") }) })
+}

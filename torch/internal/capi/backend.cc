@@ -1,0 +1,134 @@
+// backend.cc: the CPU libraries under libtorch that torchfit has to manage
+// itself: oneDNN's primitive cache, each OS thread's OpenMP setting, and the
+// backend faults of oneDNN 2.6 (with injection for tests).
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
+
+#include <thread>
+
+#include "shim.h"
+
+namespace {
+
+// oneDNN's C API, looked up at run time: Debian's libtorch links the shared
+// libdnnl.so.2, which exports it; a libtorch with oneDNN linked in and its
+// symbols hidden has none, and then only the environment variable applies.
+using set_capacity_fn = int (*)(int);
+using get_capacity_fn = int (*)(int*);
+
+set_capacity_fn set_capacity() {
+  static auto fn = reinterpret_cast<set_capacity_fn>(dlsym(RTLD_DEFAULT, "dnnl_set_primitive_cache_capacity"));
+  return fn;
+}
+
+get_capacity_fn get_capacity() {
+  static auto fn = reinterpret_cast<get_capacity_fn>(dlsym(RTLD_DEFAULT, "dnnl_get_primitive_cache_capacity"));
+  return fn;
+}
+
+// The bound torchfit puts on oneDNN's primitive cache unless the user set one
+// (ONEDNN_PRIMITIVE_CACHE_CAPACITY or its old name DNNL_PRIMITIVE_CACHE_CAPACITY).
+// oneDNN's default, 1024, holds a compiled kernel per distinct shape: with
+// variable sequence lengths a long run's RSS grows by hundreds of MB.
+constexpr int kDefaultCacheCapacity = 64;
+
+const bool cache_bounded = [] {
+  if (std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") || std::getenv("DNNL_PRIMITIVE_CACHE_CAPACITY")) return false;
+  // oneDNN reads the variable when its cache is first used, after this runs.
+  setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", std::to_string(kDefaultCacheCapacity).c_str(), 0);
+  if (auto fn = set_capacity()) fn(kDefaultCacheCapacity);
+  return true;
+}();
+
+}  // namespace
+
+namespace tf {
+
+std::atomic<int32_t> thread_generation{0};
+
+void thread_setup() {
+  // libtorch sets OpenMP's thread count (a per-thread setting) only on the
+  // threads that called at::set_num_threads or ran a parallel region; any
+  // other OS thread still has OpenMP's process default, the number of CPUs.
+  // oneDNN keys its primitive cache on that count (impl_nthr), and a key
+  // that changes between creating a primitive descriptor and the primitive
+  // makes oneDNN 2.6 rebuild brgemm kernels from a cached descriptor whose
+  // attribute pointers dangle. Go runs goroutines on many OS threads, so
+  // each one gets libtorch's count before its first call.
+  at::init_num_threads();
+}
+
+std::atomic<int64_t> fault_countdown{0};
+static std::atomic<int32_t> fault_kind{0};
+
+void maybe_fault() {
+  if (fault_countdown.fetch_sub(1) != 1) return;
+  switch (fault_kind.load()) {
+    case 1:
+      throw std::bad_alloc();
+    case 2:
+      throw std::bad_array_new_length();
+    case 3:
+      throw std::future_error(std::future_errc::broken_promise);
+    default:
+      TORCH_CHECK(false, "injected libtorch error");
+  }
+}
+
+tf_err backend_error(const char* what) {
+  // Drop every cached oneDNN primitive: a creation that threw leaves an
+  // entry whose promise is broken (every later request for that shape would
+  // throw again) and whose key points into freed memory.
+  if (auto get = get_capacity()) {
+    int cap = 0;
+    if (get(&cap) == 0 && cap > 0 && set_capacity()) {
+      set_capacity()(0);
+      set_capacity()(cap);
+    }
+  }
+  return make_error('B', what);
+}
+
+}  // namespace tf
+
+extern "C" {
+
+tf_err tf_onednn_cache_capacity(int32_t set, int32_t* prev) {
+  TF_TRY
+  *prev = -1;
+  auto get = get_capacity();
+  if (!get) return nullptr;
+  int cap = 0;
+  TORCH_CHECK(get(&cap) == 0, "dnnl_get_primitive_cache_capacity failed");
+  *prev = cap;
+  if (set >= 0) {
+    TORCH_CHECK(set_capacity() && set_capacity()(set) == 0, "dnnl_set_primitive_cache_capacity(", set, ") failed");
+  }
+  TF_CATCH
+}
+
+tf_err tf_thread_probe(int32_t* before, int32_t* after) {
+  TF_TRY
+  using omp_fn = int (*)();
+  static auto omp_max = reinterpret_cast<omp_fn>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  *before = *after = -1;
+  if (!omp_max) return nullptr;
+  std::thread t([&] {
+    *before = omp_max();
+    int32_t prev = 0;
+    tf_err e = tf_grad_mode(-1, &prev);  // any shim entry: its only thread work is ensure_thread
+    if (e) std::free(e);
+    *after = omp_max();
+  });
+  t.join();
+  TF_CATCH
+}
+
+tf_err tf_inject_fault(int32_t kind, int64_t after_calls) {
+  TF_TRY
+  tf::fault_kind.store(kind);
+  tf::fault_countdown.store(after_calls > 0 ? after_calls : 0);
+  TF_CATCH
+}
+
+}  // extern "C"
