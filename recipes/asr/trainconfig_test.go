@@ -40,7 +40,7 @@ func TestTrainConfigValidate(t *testing.T) {
 		{"zero epochs", func(c *asr.TrainConfig) { c.Epochs = 0 }, "epochs"},
 		{"zero batch", func(c *asr.TrainConfig) { c.BatchSize = 0 }, "batch-size"},
 		{"huge batch", func(c *asr.TrainConfig) { c.BatchSize = 1000000000 }, "batch-size"},
-		{"huge effective batch", func(c *asr.TrainConfig) { c.BatchSize, c.GradAccum = 1 << 20, 1 << 10 }, "grad-accum"},
+		{"huge effective batch", func(c *asr.TrainConfig) { c.BatchSize, c.GradAccum = 1<<20, 1<<10 }, "grad-accum"},
 		{"zero grad-accum", func(c *asr.TrainConfig) { c.GradAccum = 0 }, "grad-accum"},
 		{"negative workers", func(c *asr.TrainConfig) { c.Workers = -1 }, "workers"},
 		{"negative checkpoint-every", func(c *asr.TrainConfig) { c.CheckpointEvery = -1 }, "checkpoint-every"},
