@@ -86,7 +86,7 @@ func trainFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "clip-norm", Value: 5},
 		&cli.IntFlag{Name: "empty-cache-every", Value: 50, Usage: "empty the CUDA cache every N steps (0: never)"},
 		&cli.BoolFlag{Name: "grad-checkpointing", Usage: "recompute conformer blocks in backward instead of keeping activations"},
-		&cli.StringFlag{Name: "memory-limit", Usage: "cap device memory: bytes (6GiB, 512MB) or a fraction (0.9)"},
+		&cli.StringFlag{Name: "memory-limit", Usage: "cap device memory: a size (6GiB, 512MB, 1.5g), bytes (>= 1 MiB) or a fraction in (0, 1] (0.9)"},
 		&cli.BoolFlag{Name: "auto-batch", Usage: "find the largest micro-batch that fits; keep the effective batch with accumulation"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "with --auto-batch: print the batch-size table and exit"},
 		&cli.StringFlag{Name: "checkpoint-dir", Value: "checkpoints"},

@@ -43,10 +43,15 @@ func newApp() *cli.App {
 			plotCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError:   usageOnly,
 	}
-	checkFloats(app.Commands)
+	harden(app.Commands)
 	return app
 }
+
+// usageOnly makes a flag error one line (urfave/cli would print the
+// command's help after it).
+func usageOnly(_ *cli.Context, err error, _ bool) error { return usageError{err} }
 
 // exitStatus prints err as one line on w and returns the exit status: 0
 // for none, 2 for an error the user caused (bad flag, config, input), 3
@@ -117,10 +122,13 @@ func (e *internalError) Error() string {
 	return fmt.Sprintf("internal error: %v (a bug in torchfit; TORCHFIT_DEBUG=1 prints the trace)", e.value)
 }
 
-// checkFloats makes every command refuse NaN and infinite values of its
-// float flags.
-func checkFloats(cmds []*cli.Command) {
+// harden makes every command refuse NaN and infinite values of its float
+// flags and report a flag error in one line.
+func harden(cmds []*cli.Command) {
 	for _, cmd := range cmds {
+		if cmd.OnUsageError == nil {
+			cmd.OnUsageError = usageOnly
+		}
 		before := cmd.Before
 		cmd.Before = func(c *cli.Context) error {
 			if err := finiteFloats(c); err != nil {
@@ -131,7 +139,7 @@ func checkFloats(cmds []*cli.Command) {
 			}
 			return nil
 		}
-		checkFloats(cmd.Subcommands)
+		harden(cmd.Subcommands)
 	}
 }
 

@@ -105,7 +105,7 @@ func runInProcess(args ...string) (int, string) {
 
 // TestBadHyperparametersExitTwoWithOneLine runs in-process (a process
 // start loads libtorch, about a second on a loaded machine);
-// TestNonFiniteLRWritesNothing checks the binary.
+// TestBadTrainInputsWriteNothing checks the binary.
 func TestBadHyperparametersExitTwoWithOneLine(t *testing.T) {
 	dir := t.TempDir()
 	file := func(name, text string) string {
@@ -207,9 +207,10 @@ func TestBadHyperparametersExitTwoWithOneLine(t *testing.T) {
 	})
 }
 
-// TestNonFiniteLRWritesNothing trains on a real (small) corpus: a bad
-// learning rate must stop the run before it trains or writes a checkpoint.
-func TestNonFiniteLRWritesNothing(t *testing.T) {
+// TestBadTrainInputsWriteNothing runs the binary on a real (small) corpus:
+// a bad learning rate must stop the run before it trains or writes a
+// checkpoint, and a bad flag value is one line without the command's help.
+func TestBadTrainInputsWriteNothing(t *testing.T) {
 	bin := binary(t)
 	dir := t.TempDir()
 	corpus := filepath.Join(dir, "corpus")
@@ -227,6 +228,9 @@ func TestNonFiniteLRWritesNothing(t *testing.T) {
 		requireOneLine(t, out, "lr")
 		require.NoDirExists(t, ck, "%v: no checkpoint", lr)
 	}
+	code, out = runCLI(t, bin, "asr", "train", "--data", corpus, "--batch-size", "1e6")
+	require.Equal(t, 2, code, out)
+	requireOneLine(t, out, `invalid value "1e6" for flag -batch-size`)
 }
 
 func TestPanicsBecomeOneLine(t *testing.T) {
