@@ -22,6 +22,14 @@
 // from the start would have put them. An OOM at micro-batch 1, or in the
 // optimizer step (which a smaller micro-batch would not help), is returned.
 //
+// Divergence: a step whose loss is NaN or ±Inf skips its update (without a
+// GradScaler; with one, the scaler skips it). After Config.MaxNonFinite
+// such steps in a row (default 5) Step returns a *NonFiniteError
+// (errors.Is(err, ErrNonFinite)). Fit writes no checkpoint while the loss
+// is not finite and none whose parameters are NaN or ±Inf (it stops with
+// the same error instead), so a diverged run leaves its last good
+// checkpoint as the newest on disk.
+//
 // FindBatchSize searches for the largest micro-batch that fits; Fit adds
 // epochs, evaluation, atomic checkpoints in PyTorch's format, bit-exact
 // resume, signal handling, metrics (JSONL) and a progress bar.

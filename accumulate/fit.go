@@ -60,6 +60,8 @@ type Loader interface {
 // Fit trains for fc.Epochs epochs over the loader that newLoader returns
 // (called with the position to resume from, or nil), with checkpoints,
 // metrics, evaluation and signals. It returns the last checkpoint written.
+// A diverged run (a *NonFiniteError, see Config.MaxNonFinite) stops before
+// any checkpoint of its diverged state is written.
 func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Loader, error), fc FitConfig) (string, error) {
 	if fc.KeepLast == 0 {
 		fc.KeepLast = 3
@@ -105,6 +107,9 @@ func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 	save := func(path string) error {
 		if fc.CheckpointDir == "" {
 			return nil
+		}
+		if ok, err := t.checkpointable(); !ok {
+			return err
 		}
 		if err := t.SaveCheckpoint(path, loader.State(), epoch, fc.Meta); err != nil {
 			return fmt.Errorf("accumulate: saving %s: %w", path, err)
@@ -174,10 +179,14 @@ func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		}
 		if fc.CheckpointDir != "" {
 			path := EpochCheckpointPath(fc.CheckpointDir, epoch+1)
-			if err := t.SaveCheckpoint(path, loader.State(), epoch+1, fc.Meta); err != nil {
+			if ok, err := t.checkpointable(); err != nil {
 				return last, err
+			} else if ok {
+				if err := t.SaveCheckpoint(path, loader.State(), epoch+1, fc.Meta); err != nil {
+					return last, err
+				}
+				last = path
 			}
-			last = path
 		}
 	}
 	if fc.CheckpointDir != "" {

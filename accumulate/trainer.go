@@ -44,6 +44,12 @@ type Config struct {
 	MemoryEvery int
 	// NoOOMAdapt returns out-of-memory errors instead of adapting.
 	NoOOMAdapt bool
+	// MaxNonFinite stops training (Step returns a *NonFiniteError) once the
+	// loss has been NaN or ±Inf for this many consecutive optimizer steps
+	// (0: DefaultMaxNonFinite; negative: never). Only the loss counts:
+	// steps a GradScaler skips for inf/nan gradients under fp16 are normal
+	// and do not, unless the loss itself is not finite.
+	MaxNonFinite int
 	// Logf receives the loop's log lines (nil: discarded).
 	Logf func(format string, args ...any)
 	// Thread is the OS thread the trainer computes on (nil: torch.Main()).
@@ -53,6 +59,36 @@ type Config struct {
 	// (see torch.Thread).
 	Thread *torch.Thread
 }
+
+// DefaultMaxNonFinite is Config.MaxNonFinite's default.
+const DefaultMaxNonFinite = 5
+
+// ErrNonFinite means training diverged: the loss was NaN or ±Inf for
+// Config.MaxNonFinite consecutive optimizer steps, or a parameter was no
+// longer finite when a checkpoint was due. Errors that wrap it are
+// *NonFiniteError.
+var ErrNonFinite = errors.New("accumulate: training diverged")
+
+// NonFiniteError reports where training diverged. Fit returns it before
+// writing any checkpoint of the diverged state: the newest checkpoint on
+// disk is the last one taken after a finite loss with finite parameters.
+type NonFiniteError struct {
+	Step  int     // optimizer steps done when training stopped
+	Count int     // consecutive steps whose loss was not finite
+	Loss  float64 // the last step's loss
+	Param string  // the first non-finite parameter, when that stopped it
+}
+
+func (e *NonFiniteError) Error() string {
+	if e.Param != "" {
+		return fmt.Sprintf("accumulate: training diverged at step %d: parameter %s is NaN or infinite (not checkpointed)", e.Step, e.Param)
+	}
+	return fmt.Sprintf("accumulate: training diverged at step %d: the loss was %v for %d consecutive optimizer steps (not checkpointed)",
+		e.Step, e.Loss, e.Count)
+}
+
+// Unwrap returns ErrNonFinite.
+func (e *NonFiniteError) Unwrap() error { return ErrNonFinite }
 
 // EffectiveBatch is MicroBatch × Accum: the samples per optimizer step.
 func (c Config) EffectiveBatch() int { return c.MicroBatch * c.Accum }
@@ -89,6 +125,9 @@ type Trainer struct {
 	cfg   Config
 	micro int // current micro-batch (halved on OOM)
 	step  int
+	// nonFinite counts the latest consecutive steps with a non-finite loss.
+	nonFinite int
+	lastLoss  float64
 	// OOMEvents counts windows redone with a smaller micro-batch.
 	OOMEvents int
 }
@@ -97,6 +136,9 @@ type Trainer struct {
 func New(model nn.Module, opt nn.Optimizer, loss func(*data.Batch) *torch.Tensor, cfg Config) (*Trainer, error) {
 	if cfg.MicroBatch < 1 || cfg.Accum < 1 {
 		return nil, fmt.Errorf("accumulate: micro-batch (%d) and accumulation steps (%d) must be >= 1", cfg.MicroBatch, cfg.Accum)
+	}
+	if cfg.MaxNonFinite == 0 {
+		cfg.MaxNonFinite = DefaultMaxNonFinite
 	}
 	if cfg.Precision == "" {
 		cfg.Precision = FP32
@@ -143,7 +185,9 @@ func (e *optimizerError) Unwrap() error { return e.err }
 // Step trains on one effective batch (the loader's batch: its size is the
 // window, normally MicroBatch × Accum; a short last batch is fine). The
 // batch stays the caller's. It computes on the trainer's thread
-// (Config.Thread).
+// (Config.Thread). Once the loss has not been finite for
+// Config.MaxNonFinite consecutive steps, Step returns the step's info with
+// a *NonFiniteError.
 func (t *Trainer) Step(b *data.Batch) (info StepInfo, err error) {
 	t.Thread().Do(func() { info, err = t.trainStep(b) })
 	return info, err
@@ -169,7 +213,16 @@ func (t *Trainer) trainStep(b *data.Batch) (StepInfo, error) {
 		if err == nil {
 			info.OOMRetries = retries
 			info.Duration = time.Since(start)
+			t.lastLoss = info.Loss
+			if math.IsNaN(info.Loss) || math.IsInf(info.Loss, 0) {
+				t.nonFinite++
+			} else {
+				t.nonFinite = 0
+			}
 			t.after(&info)
+			if n := t.cfg.MaxNonFinite; n > 0 && t.nonFinite >= n {
+				return info, &NonFiniteError{Step: t.step, Count: t.nonFinite, Loss: info.Loss}
+			}
 			return info, nil
 		}
 		t.abandon()
@@ -188,6 +241,38 @@ func (t *Trainer) trainStep(b *data.Batch) (StepInfo, error) {
 		t.cfg.Logf("out of memory at micro-batch %d (step %d): redoing the window with micro-batch %d × %d accumulation steps; effective batch %d unchanged",
 			old, t.step+1, t.micro, accum, size)
 	}
+}
+
+// checkpointable says whether a checkpoint of the trainer's state may be
+// written now. A parameter that is NaN or ±Inf is a *NonFiniteError: the
+// run cannot recover, and no checkpoint with such weights is written.
+// While the latest steps' loss is not finite the answer is false with no
+// error: the checkpoint is skipped, so that it neither replaces nor prunes
+// good ones.
+func (t *Trainer) checkpointable() (bool, error) {
+	bad := ""
+	err := torch.Try(func() {
+		for _, p := range nn.Parameters(t.Model) {
+			torch.Tidy(func() {
+				if bad == "" && p.T.IsFinite().All().Item() == 0 {
+					bad = p.Name
+				}
+			})
+			if bad != "" {
+				return
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return false, err
+	case bad != "":
+		return false, &NonFiniteError{Step: t.step, Count: t.nonFinite, Loss: t.lastLoss, Param: bad}
+	case t.nonFinite > 0:
+		t.cfg.Logf("step %d: the loss has not been finite for %d steps: no checkpoint written", t.step, t.nonFinite)
+		return false, nil
+	}
+	return true, nil
 }
 
 // abandon drops a failed window's gradients and per-step state.

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sort"
 	"strconv"
@@ -180,8 +181,8 @@ func newOptimBase(kind string, groups []ParamGroup, lr, wd float64, fill func(g 
 		if pg.WeightDecay != nil {
 			g.WeightDecay = *pg.WeightDecay
 		}
-		if g.LR < 0 || g.WeightDecay < 0 {
-			panic(fmt.Sprintf("nn: %s: group %d: negative lr %v or weight decay %v", kind, gi, g.LR, g.WeightDecay))
+		if !finiteNonNegative(g.LR) || !finiteNonNegative(g.WeightDecay) {
+			panic(fmt.Sprintf("nn: %s: group %d: lr %v and weight decay %v must be finite and >= 0", kind, gi, g.LR, g.WeightDecay))
 		}
 		for _, p := range pg.Params {
 			if p.T == nil {
@@ -206,6 +207,9 @@ func newOptimBase(kind string, groups []ParamGroup, lr, wd float64, fill func(g 
 	}
 	return o
 }
+
+// finiteNonNegative reports whether v is a number in [0, +Inf).
+func finiteNonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
 
 func (o *optimBase) Groups() []*Group { return o.groups }
 

@@ -40,8 +40,8 @@ func NewSGD(params []Named, cfg SGDConfig) *SGD {
 // NewSGDGroups returns SGD over parameter groups; a group's LR and
 // WeightDecay override cfg's. Invalid hyperparameters panic.
 func NewSGDGroups(groups []ParamGroup, cfg SGDConfig) *SGD {
-	if cfg.Momentum < 0 {
-		panic(fmt.Sprintf("nn: SGD: invalid momentum %v", cfg.Momentum))
+	if !finiteNonNegative(cfg.Momentum) || !finiteNonNegative(cfg.Dampening) {
+		panic(fmt.Sprintf("nn: SGD: invalid momentum %v or dampening %v", cfg.Momentum, cfg.Dampening))
 	}
 	if cfg.Nesterov && (cfg.Momentum <= 0 || cfg.Dampening != 0) {
 		panic("nn: SGD: Nesterov momentum requires a momentum and zero dampening")

@@ -491,6 +491,20 @@ func TestOptimConfigPanics(t *testing.T) {
 		func() { NewSGD(ps, SGDConfig{LR: -1}) },
 		func() { NewAdam(ps, AdamConfig{LR: 0.1, Beta1: 1, Beta2: 0.9}) },
 		func() { NewAdam(append(ps, ps[0]), AdamConfig{LR: 0.1}) },
+		// Non-finite hyperparameters.
+		func() { NewSGD(ps, SGDConfig{LR: math.NaN()}) },
+		func() { NewSGD(ps, SGDConfig{LR: math.Inf(1)}) },
+		func() { NewSGD(ps, SGDConfig{LR: 0.1, Momentum: math.NaN()}) },
+		func() { NewSGD(ps, SGDConfig{LR: 0.1, Dampening: math.Inf(1)}) },
+		func() { NewSGD(ps, SGDConfig{LR: 0.1, WeightDecay: math.NaN()}) },
+		func() { NewAdamW(ps, AdamWDefaults(math.NaN())) },
+		func() { NewAdamW(ps, AdamWDefaults(math.Inf(1))) },
+		func() { NewAdam(ps, AdamConfig{LR: 0.1, Beta1: math.NaN(), Beta2: 0.9, Eps: 1e-8}) },
+		func() { NewAdam(ps, AdamConfig{LR: 0.1, Beta1: 0.9, Beta2: 0.9, Eps: math.Inf(1)}) },
+		func() { NewAdam(ps, AdamConfig{LR: 0.1, WeightDecay: math.Inf(1)}) },
+		func() {
+			NewAdamWGroups([]ParamGroup{ParamGroup{Params: ps}.WithLR(math.NaN())}, AdamWDefaults(1e-3))
+		},
 	} {
 		require.Panics(t, f, fmt.Sprint(k))
 	}

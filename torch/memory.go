@@ -1,6 +1,7 @@
 package torch
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -105,33 +106,93 @@ func SetMemoryFraction(d Device, f float64) error {
 	return nil
 }
 
-// ParseMemory reads "6GiB", "512MB", "1.5g", "1024" (bytes) or a fraction
-// such as "0.9". It returns bytes, or a fraction when the text is one.
+// Memory-size bounds of ParseMemory.
+const (
+	// minMemoryBytes is the smallest cap ParseMemory takes as a byte count
+	// without a unit: a smaller bare number is almost always a size whose
+	// unit was forgotten ("6" for 6GiB).
+	minMemoryBytes = 1 << 20
+	// maxMemoryBytes is the largest size ParseMemory accepts (4 EiB).
+	maxMemoryBytes = 1 << 62
+)
+
+var memoryNumber = regexp.MustCompile(`^([0-9]+\.?[0-9]*|\.[0-9]+)(e[+-]?[0-9]+)?$`)
+
+// ParseMemory reads a memory cap. It returns bytes, or a fraction of the
+// device's memory when the text is one:
+//
+//   - a size with a unit: "6GiB", "512MB", "1.5g", "800 MiB" (B; KB, MB, GB,
+//     TB are powers of 1000; KiB, MiB, GiB, TiB and k, m, g, t powers of
+//     1024), at least one byte;
+//   - a byte count without a unit, at least 1 MiB: "1073741824", "2e9";
+//   - a fraction in (0, 1]: a bare number with a '.' ("0.9", "1.0") or one
+//     in (0, 1] ("1").
+//
+// Sizes are at most 2^62 bytes. Anything else — NaN, infinities,
+// negative or zero values, a fraction above 1 such as "1.5", unknown units
+// — is an error that says what to write instead.
 func ParseMemory(s string) (bytes int64, fraction float64, err error) {
+	bad := func(format string, args ...any) (int64, float64, error) {
+		return 0, 0, fmt.Errorf("torch: bad memory size %q: %s", s, fmt.Sprintf(format, args...))
+	}
 	t := strings.TrimSpace(strings.ToLower(s))
-	if f, e := strconv.ParseFloat(t, 64); e == nil && f > 0 && f <= 1 && strings.Contains(t, ".") {
-		return 0, f, nil
+	if t == "" {
+		return bad("empty (want e.g. 6GiB, 512MB or a fraction like 0.9)")
 	}
-	units := []struct {
-		suffix string
-		mul    float64
-	}{
-		{"gib", 1 << 30}, {"mib", 1 << 20}, {"kib", 1 << 10},
-		{"gb", 1e9}, {"mb", 1e6}, {"kb", 1e3},
-		{"g", 1 << 30}, {"m", 1 << 20}, {"k", 1 << 10}, {"b", 1},
-	}
-	mul := 1.0
-	for _, u := range units {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mul = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mul
-			break
+	num, unit := t, ""
+	if i := strings.LastIndexFunc(t, func(r rune) bool { return !(r >= 'a' && r <= 'z') }); i < len(t)-1 {
+		num, unit = strings.TrimSpace(t[:i+1]), t[i+1:]
+		switch unit {
+		case "nan", "inf", "infinity": // a number, not a unit
+			num, unit = t, ""
 		}
 	}
-	v, e := strconv.ParseFloat(t, 64)
-	if e != nil || v < 0 {
-		return 0, 0, fmt.Errorf("torch: bad memory size %q (want e.g. 6GiB, 512MB or a fraction like 0.9)", s)
+	v, e := strconv.ParseFloat(num, 64)
+	shown := strconv.FormatFloat(v, 'g', -1, 64)
+	switch {
+	case errors.Is(e, strconv.ErrRange) && math.IsInf(v, 1):
+		return bad("too large (more than 4 EiB)")
+	case e != nil && !errors.Is(e, strconv.ErrRange):
+		return bad("not a number with an optional unit (want e.g. 6GiB, 512MB or a fraction like 0.9)")
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return bad("not a finite number")
+	case v < 0:
+		return bad("negative")
+	case v == 0:
+		return bad("zero (leave the limit out for none)")
+	case !memoryNumber.MatchString(num):
+		return bad("write the number in decimal, e.g. 6GiB, 512MB or 0.9")
 	}
-	return int64(v * mul), 0, nil
+	mul := 1.0
+	if unit != "" {
+		m, ok := memoryUnits[unit]
+		if !ok {
+			return bad("unknown unit %q (want B, KB, MB, GB, TB, KiB, MiB, GiB, TiB or k, m, g, t)", unit)
+		}
+		mul = m
+	} else if strings.Contains(num, ".") || v <= 1 {
+		if v > 1 {
+			return bad("a fraction must be in (0, 1]; for %s GiB write %sGiB", shown, shown)
+		}
+		return 0, v, nil
+	}
+	b := v * mul
+	switch {
+	case b > maxMemoryBytes:
+		return bad("too large (more than 4 EiB)")
+	case unit == "" && b < minMemoryBytes:
+		return bad("too small: %s bytes without a unit (at least %d; for %s GiB write %sGiB)", shown, minMemoryBytes, shown, shown)
+	case b < 1:
+		return bad("too small: less than one byte")
+	}
+	return int64(b), 0, nil
+}
+
+// memoryUnits are ParseMemory's units, in lower case.
+var memoryUnits = map[string]float64{
+	"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+	"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
 }
 
 // EmptyCache returns the CUDA caching allocator's unused blocks to the

@@ -2,15 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/torchfit/torchfit/accumulate"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -64,13 +66,10 @@ func asrDataCommand() *cli.Command {
 	}
 }
 
-// trainConfigFile is --config FILE.json: the same knobs as the flags, which override it.
-type trainConfigFile map[string]any
-
 func trainFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "data", Value: "data/asr", Usage: "corpus directory (from `torchfit asr data`)"},
-		&cli.StringFlag{Name: "config", Usage: "JSON file with any of these flags (flags override it)"},
+		&cli.StringFlag{Name: "config", Usage: "JSON or YAML (.yaml, .yml) file with any of these flags (flags override it)"},
 		&cli.StringFlag{Name: "preset", Value: "optimized", Usage: "model size: original, optimized, minimal, tiny"},
 		&cli.StringFlag{Name: "vram", Usage: "pick batch/accumulation/precision/checkpointing for an 8gb, 12gb, 16gb or 24gb GPU"},
 		&cli.Int64Flag{Name: "d-model", Usage: "override the preset's d_model"},
@@ -87,7 +86,7 @@ func trainFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "clip-norm", Value: 5},
 		&cli.IntFlag{Name: "empty-cache-every", Value: 50, Usage: "empty the CUDA cache every N steps (0: never)"},
 		&cli.BoolFlag{Name: "grad-checkpointing", Usage: "recompute conformer blocks in backward instead of keeping activations"},
-		&cli.StringFlag{Name: "memory-limit", Usage: "cap device memory: bytes (6GiB, 512MB) or a fraction (0.9)"},
+		&cli.StringFlag{Name: "memory-limit", Usage: "cap device memory: a size (6GiB, 512MB, 1.5g), bytes (>= 1 MiB) or a fraction in (0, 1] (0.9)"},
 		&cli.BoolFlag{Name: "auto-batch", Usage: "find the largest micro-batch that fits; keep the effective batch with accumulation"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "with --auto-batch: print the batch-size table and exit"},
 		&cli.StringFlag{Name: "checkpoint-dir", Value: "checkpoints"},
@@ -101,45 +100,21 @@ func trainFlags() []cli.Flag {
 		&cli.IntFlag{Name: "memory-every", Value: 25, Usage: "log a memory line every N steps"},
 		&cli.IntFlag{Name: "threads", Usage: "libtorch CPU threads (0: default)"},
 		&cli.IntFlag{Name: "pad-multiple", Value: asr.FrameMultiple, Usage: "pad each batch's frames to a multiple of this (1: to the longest utterance only)"},
+		&cli.IntFlag{Name: "max-nonfinite-steps", Value: accumulate.DefaultMaxNonFinite,
+			Usage: "stop when the loss has been NaN or infinite for this many steps in a row (-1: never)"},
 	}
 }
 
-// applyConfigFile sets flags not given on the command line from --config.
-func applyConfigFile(c *cli.Context) error {
-	path := c.String("config")
-	if path == "" {
-		return nil
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return userErr("--config: %v", err)
-	}
-	var m trainConfigFile
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return userErr("--config %s: not valid JSON: %v", path, err)
-	}
-	known := map[string]bool{}
-	for _, f := range trainFlags() {
-		known[f.Names()[0]] = true
-	}
-	for k, v := range m {
-		name := strings.ReplaceAll(k, "_", "-")
-		if !known[name] || name == "config" {
-			return userErr("--config %s: unknown setting %q", path, k)
-		}
-		if c.IsSet(name) {
-			continue
-		}
-		if err := c.Set(name, fmt.Sprint(v)); err != nil {
-			return userErr("--config %s: %s: %v", path, k, err)
-		}
-	}
-	return nil
-}
+// maxThreads bounds --threads.
+const maxThreads = 1024
 
 func trainConfig(c *cli.Context) (asr.TrainConfig, error) {
-	if err := applyConfigFile(c); err != nil {
+	fromFile, err := applyConfigFile(c)
+	if err != nil {
 		return asr.TrainConfig{}, err
+	}
+	if err := finiteFloats(c); err != nil {
+		return asr.TrainConfig{}, configError(err, fromFile)
 	}
 	dev, err := torch.ParseDevice(c.String("device"))
 	if err != nil {
@@ -148,8 +123,9 @@ func trainConfig(c *cli.Context) (asr.TrainConfig, error) {
 	if dev.IsCUDA() && !torch.CUDAAvailable() {
 		return asr.TrainConfig{}, userErr("--device %s: CUDA is not available in this build or machine", c.String("device"))
 	}
-	if n := c.Int("threads"); n > 0 {
-		torch.SetNumThreads(n)
+	if n := c.Int("threads"); n < 0 || n > maxThreads {
+		return asr.TrainConfig{}, configError(&asr.ConfigError{Field: "threads", Value: n,
+			Reason: fmt.Sprintf("must be from 0 (libtorch's default) to %d", maxThreads)}, fromFile)
 	}
 	preset := c.String("preset")
 	if c.String("resume") != "" && !c.IsSet("preset") {
@@ -165,9 +141,7 @@ func trainConfig(c *cli.Context) (asr.TrainConfig, error) {
 		CheckpointEvery: c.Int("checkpoint-every"), Resume: c.String("resume"), Metrics: c.String("metrics"),
 		Workers: c.Int("workers"), SpecAugment: c.Bool("spec-augment"), Seed: c.Uint64("seed"),
 		ValidLimit: c.Int("valid-limit"), MemoryEvery: c.Int("memory-every"), PadMultiple: c.Int("pad-multiple"), Progress: true, Logf: logger(c),
-	}
-	if !dev.IsCUDA() {
-		cfg.EmptyCacheEvery = 0 // no cache on the CPU
+		MaxNonFinite: c.Int("max-nonfinite-steps"),
 	}
 	if v := c.String("vram"); v != "" {
 		preset, batch, accum, mixed, ckpt, err := asr.VRAMPreset(v)
@@ -190,23 +164,42 @@ func trainConfig(c *cli.Context) (asr.TrainConfig, error) {
 			cfg.GradCheckpointing = ckpt
 		}
 	}
-	if cfg.BatchSize < 1 || cfg.GradAccum < 1 || cfg.Epochs < 1 {
-		return cfg, userErr("--batch-size, --grad-accum and --epochs must be at least 1")
+	if err := cfg.Validate(); err != nil {
+		return cfg, configError(err, fromFile)
 	}
-	if _, err := asr.Preset(cfg.Preset, 64); err != nil && cfg.Preset != "" {
-		return cfg, userErr("%v", err)
-	}
-	if cfg.MemoryLimit != "" {
-		if _, _, err := torch.ParseMemory(cfg.MemoryLimit); err != nil {
-			return cfg, userErr("--memory-limit: %v", err)
-		}
+	if !dev.IsCUDA() {
+		cfg.EmptyCacheEvery = 0 // no cache on the CPU
 	}
 	if cfg.Resume != "" {
 		if _, err := os.Stat(cfg.Resume); err != nil {
 			return cfg, userErr("--resume: %v", err)
 		}
 	}
+	if n := c.Int("threads"); n > 0 {
+		torch.SetNumThreads(n)
+	}
 	return cfg, nil
+}
+
+// configError words an *asr.ConfigError as the flag (or the --config
+// file's key) that set the value, as a usage error.
+func configError(err error, fromFile map[string]string) error {
+	var ce *asr.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	where := "--" + ce.Field
+	if path, ok := fromFile[ce.Field]; ok {
+		where = fmt.Sprintf("--config %s: %s", path, ce.Field)
+	}
+	if ce.Err != nil {
+		return usageError{fmt.Errorf("%s: %w", where, ce.Err)}
+	}
+	v := fmt.Sprint(ce.Value)
+	if s, ok := ce.Value.(string); ok {
+		v = strconv.Quote(s)
+	}
+	return usageError{fmt.Errorf("%s %s: %s", where, v, ce.Reason)}
 }
 
 func asrTrainCommand() *cli.Command {
@@ -220,6 +213,9 @@ func asrTrainCommand() *cli.Command {
 				return err
 			}
 			res, err := asr.TrainConformer(c.Context, cfg)
+			if errors.Is(err, accumulate.ErrNonFinite) {
+				return fmt.Errorf("%w; try a lower --lr or a --clip-norm", err)
+			}
 			if err != nil {
 				return classify(err)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
 
 	"github.com/torchfit/torchfit/torch"
 )
@@ -65,6 +67,208 @@ func TestUserErrorsExitTwoWithOneLine(t *testing.T) {
 			require.Contains(t, last, c.want)
 			require.NotContains(t, text, "goroutine", "no panic trace")
 			require.NotContains(t, text, "panic:")
+		})
+	}
+}
+
+// runCLI runs the binary and returns its exit status and combined output.
+func runCLI(t *testing.T, bin string, args ...string) (int, string) {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err == nil {
+		return 0, string(out)
+	}
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, string(out))
+	return ee.ExitCode(), string(out)
+}
+
+// requireOneLine checks that a failed command printed exactly one line, with
+// want in it, and no panic trace.
+func requireOneLine(t *testing.T, out, want string) {
+	t.Helper()
+	text := strings.TrimSpace(out)
+	require.NotContains(t, text, "goroutine", "no panic trace")
+	require.NotContains(t, text, "panic:")
+	require.Len(t, strings.Split(text, "\n"), 1, "one line:\n%s", text)
+	require.Contains(t, text, want)
+	require.True(t, strings.HasPrefix(text, "torchfit: "), text)
+}
+
+// runInProcess runs the CLI in this process, as main does, and returns
+// the exit status and what it printed on stderr.
+func runInProcess(args ...string) (int, string) {
+	var stderr strings.Builder
+	code := exitStatus(run(newApp(), append([]string{"torchfit"}, args...)), &stderr)
+	return code, stderr.String()
+}
+
+// TestBadHyperparametersExitTwoWithOneLine runs in-process (a process
+// start loads libtorch, about a second on a loaded machine);
+// TestBadTrainInputsWriteNothing checks the binary.
+func TestBadHyperparametersExitTwoWithOneLine(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
+		return p
+	}
+	nodata := filepath.Join(dir, "nodata")
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		// Fault 3: invalid hyperparameters, before anything runs.
+		{"negative lr", []string{"--lr", "-1"}, "--lr -1: must be a finite number > 0"},
+		{"zero lr", []string{"--lr", "0"}, "--lr 0: must be a finite number > 0"},
+		{"negative warmup", []string{"--warmup", "-1"}, "--warmup -1: must be at least 0"},
+		{"negative clip-norm", []string{"--clip-norm", "-1"}, "--clip-norm -1"},
+		{"zero epochs", []string{"--epochs", "0"}, "--epochs 0: must be at least 1"},
+		{"zero batch", []string{"--batch-size", "0"}, "--batch-size 0: must be at least 1"},
+		{"huge batch", []string{"--batch-size", "100000000"}, "--batch-size 100000000: must be at most 16777216"},
+		{"zero grad-accum", []string{"--grad-accum", "0"}, "--grad-accum 0"},
+		{"huge effective batch", []string{"--batch-size", "65536", "--grad-accum", "65536"}, "--grad-accum 65536: the effective batch"},
+		{"negative workers", []string{"--workers", "-1"}, "--workers -1"},
+		{"negative threads", []string{"--threads", "-1"}, "--threads -1"},
+		{"negative checkpoint-every", []string{"--checkpoint-every", "-1"}, "--checkpoint-every -1"},
+		{"negative memory-every", []string{"--memory-every", "-1"}, "--memory-every -1"},
+		{"negative valid-limit", []string{"--valid-limit", "-1"}, "--valid-limit -1"},
+		{"negative max-steps", []string{"--max-steps", "-1"}, "--max-steps -1"},
+		{"negative empty-cache-every", []string{"--empty-cache-every", "-1"}, "--empty-cache-every -1"},
+		{"negative d-model", []string{"--d-model", "-8"}, "--d-model -8"},
+		{"absurd d-model", []string{"--d-model", "10000000"}, "--d-model 10000000: must be at most"},
+		{"negative layers", []string{"--encoder-layers", "-1"}, "--encoder-layers -1"},
+		{"max-nonfinite-steps", []string{"--max-nonfinite-steps", "-2"}, "--max-nonfinite-steps -2"},
+		{"fp16 on the CPU", []string{"--mixed-precision", "fp16", "--device", "cpu"}, "--mixed-precision"},
+
+		// Fault 4: non-finite values, on the command line or in a config file.
+		{"NaN lr", []string{"--lr", "NaN"}, "--lr NaN: must be a finite number"},
+		{"inf lr", []string{"--lr", "inf"}, "--lr +Inf: must be a finite number"},
+		{"-inf lr", []string{"--lr", "-Inf"}, "--lr -Inf: must be a finite number"},
+		{"NaN clip-norm", []string{"--clip-norm", "nan"}, "--clip-norm NaN: must be a finite number"},
+		{"NaN lr in JSON", []string{"--config", file("nan.json", `{"lr": "NaN"}`)}, "lr: must be a finite number, not NaN"},
+		{"inf lr in JSON", []string{"--config", file("inf.json", `{"lr": 1e999}`)}, "lr: 1e999 is out of range"},
+		{"NaN lr in YAML", []string{"--config", file("nan.yaml", "lr: .nan\n")}, "lr: must be a finite number, not .nan"},
+		{"inf clip-norm in YAML", []string{"--config", file("inf.yml", "clip_norm: -.inf\n")}, "clip_norm: must be a finite number"},
+
+		// Fault 5: numbers in config files.
+		{"JSON 1000000 parses", []string{"--config", file("million.json", `{"batch-size": 1000000}`)}, "torchfit asr data"},
+		{"JSON 1e6 parses", []string{"--config", file("e6.json", `{"batch-size": 1e6}`)}, "torchfit asr data"},
+		{"JSON 1000000.0 parses", []string{"--config", file("f6.json", `{"batch_size": 1000000.0}`)}, "torchfit asr data"},
+		{"JSON 1e8 is exact", []string{"--config", file("e8.json", `{"batch-size": 1e8}`)},
+			"--config " + filepath.Join(dir, "e8.json") + ": batch-size 100000000: must be at most 16777216"},
+		{"JSON integers stay exact", []string{"--config", file("exact.json", `{"d-model": 65537}`)}, "d-model 65537: must be at most 65536"},
+		{"JSON fraction for an int", []string{"--config", file("frac.json", `{"batch-size": 1.5}`)}, "batch-size: must be an integer, not 1.5"},
+		{"JSON beyond int64", []string{"--config", file("big.json", `{"epochs": 1e30}`)}, "epochs: 1e30 is out of range"},
+		{"JSON negative seed", []string{"--config", file("seed.json", `{"seed": -1}`)}, "seed: must not be negative"},
+		{"JSON null", []string{"--config", file("null.json", `{"warmup": null}`)}, "warmup: has no value"},
+		{"JSON list", []string{"--config", file("list.json", `{"warmup": [1]}`)}, "warmup: must be a single value"},
+		{"JSON key twice", []string{"--config", file("twice.json", `{"warmup": 1, "warmup": 2}`)}, `"warmup" is set twice`},
+		{"JSON two spellings", []string{"--config", file("spell.json", `{"grad-accum": 1, "grad_accum": 2}`)}, "set the same flag"},
+		{"JSON trailing data", []string{"--config", file("trail.json", `{"warmup": 1} {}`)}, "not valid JSON"},
+		{"JSON not an object", []string{"--config", file("arr.json", `[1]`)}, "not valid JSON"},
+		{"YAML 1e6 parses", []string{"--config", file("e6.yaml", "batch-size: 1e6\n")}, "torchfit asr data"},
+		{"YAML hex parses", []string{"--config", file("hex.yaml", "batch-size: 0x10\ngrad_accum: 1_0\nspec-augment: yes\n")}, "torchfit asr data"},
+		{"YAML 1e8 is exact", []string{"--config", file("e8.yaml", "batch-size: 1e8\n")}, "batch-size 100000000: must be at most 16777216"},
+		{"YAML hex is exact", []string{"--config", file("hexbig.yml", "d-model: 0x10001\n")}, "d-model 65537"},
+		{"YAML fraction for an int", []string{"--config", file("frac.yaml", "batch-size: 1.5\n")}, "batch-size: must be an integer, not 1.5"},
+		{"YAML beyond int64", []string{"--config", file("big.yaml", "epochs: 99999999999999999999999\n")}, "epochs: 99999999999999999999999 is out of range"},
+		{"YAML unknown key", []string{"--config", file("unknown.yaml", "batch_sise: 2\n")}, `unknown setting "batch_sise"`},
+		{"YAML not a mapping", []string{"--config", file("list.yaml", "- 1\n")}, "want a mapping"},
+		{"YAML syntax", []string{"--config", file("bad.yaml", "warmup: [1\n")}, "not valid YAML"},
+		{"YAML bool for an int", []string{"--config", file("bool.yaml", "warmup: true\n")}, "warmup: must be an integer"},
+
+		// Fault 6: memory limits.
+		{"memory limit 1.5", []string{"--memory-limit", "1.5"}, "a fraction must be in (0, 1]; for 1.5 GiB write 1.5GiB"},
+		{"memory limit nan", []string{"--memory-limit", "nan"}, "not a finite number"},
+		{"memory limit inf", []string{"--memory-limit", "inf"}, "not a finite number"},
+		{"memory limit 1e30", []string{"--memory-limit", "1e30"}, "too large"},
+		{"memory limit in bytes too small", []string{"--memory-limit", "1024"}, "too small"},
+		{"memory limit zero", []string{"--memory-limit", "0"}, "zero"},
+		{"memory limit negative", []string{"--memory-limit", "-1GiB"}, "negative"},
+		{"memory limit unit", []string{"--memory-limit", "6PB"}, `unknown unit "pb"`},
+		{"memory limit in a config", []string{"--config", file("mem.yaml", "memory-limit: 1.5\n")}, "a fraction must be in (0, 1]"},
+		{"memory limit good", []string{"--memory-limit", "1.5GiB"}, "torchfit asr data"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"asr", "train", "--data", nodata, "--preset", "tiny", "--device", "cpu"}, c.args...)
+			code, out := runInProcess(args...)
+			require.Equal(t, 2, code, out)
+			requireOneLine(t, out, c.want)
+		})
+	}
+	t.Run("asr data --noise NaN", func(t *testing.T) {
+		code, out := runInProcess("asr", "data", "--out", filepath.Join(dir, "corpus"), "--noise", "NaN")
+		require.Equal(t, 2, code, out)
+		requireOneLine(t, out, "--noise NaN: must be a finite number")
+		require.NoDirExists(t, filepath.Join(dir, "corpus"))
+	})
+}
+
+// TestBadTrainInputsWriteNothing runs the binary on a real (small) corpus:
+// a bad learning rate must stop the run before it trains or writes a
+// checkpoint, and a bad flag value is one line without the command's help.
+func TestBadTrainInputsWriteNothing(t *testing.T) {
+	bin := binary(t)
+	dir := t.TempDir()
+	corpus := filepath.Join(dir, "corpus")
+	code, out := runCLI(t, bin, "asr", "data", "--out", corpus, "--utterances", "16", "--workers", "2")
+	require.Equal(t, 0, code, out)
+	cfg := filepath.Join(dir, "lr.json")
+	require.NoError(t, os.WriteFile(cfg, []byte(`{"lr": "NaN"}`), 0o644))
+	for _, lr := range [][]string{{"--lr", "NaN"}, {"--lr", "-1"}, {"--config", cfg}} {
+		ck := filepath.Join(dir, "ck")
+		args := append([]string{"asr", "train", "--data", corpus, "--preset", "tiny", "--d-model", "32", "--encoder-layers", "1",
+			"--device", "cpu", "--batch-size", "2", "--grad-accum", "1", "--max-steps", "2", "--checkpoint-every", "1",
+			"--checkpoint-dir", ck, "--valid-limit", "2", "--workers", "0", "--warmup", "0"}, lr...)
+		code, out := runCLI(t, bin, args...)
+		require.Equal(t, 2, code, "%v: %s", lr, out)
+		requireOneLine(t, out, "lr")
+		require.NoDirExists(t, ck, "%v: no checkpoint", lr)
+	}
+	code, out = runCLI(t, bin, "asr", "train", "--data", corpus, "--batch-size", "1e6")
+	require.Equal(t, 2, code, out)
+	requireOneLine(t, out, `invalid value "1e6" for flag -batch-size`)
+}
+
+func TestPanicsBecomeOneLine(t *testing.T) {
+	app := func(fn func()) *cli.App {
+		return &cli.App{Name: "torchfit", ExitErrHandler: func(*cli.Context, error) {},
+			Commands: []*cli.Command{{Name: "boom", Action: func(*cli.Context) error { fn(); return nil }}}}
+	}
+	var nilMap map[string]int
+	cases := []struct {
+		name string
+		fn   func()
+		code int
+		want string
+	}{
+		{"string", func() { panic("nn: AdamW: group 0: negative lr -1") }, 1, "torchfit: internal error: nn: AdamW: group 0: negative lr -1"},
+		{"error", func() { panic(errors.New("boom")) }, 1, "torchfit: internal error: boom"},
+		{"runtime error", func() { nilMap["x"] = 1 }, 1, "torchfit: internal error: assignment to entry in nil map"},
+		{"multi-line", func() { panic("first\nsecond") }, 1, "torchfit: internal error: first | second"},
+		{"torch error", func() { torch.Zeros([]int64{2}).Matmul(torch.Zeros([]int64{3})) }, 1, "torchfit: "},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, debug := range []string{"", "1"} {
+				t.Setenv("TORCHFIT_DEBUG", debug)
+				var stderr strings.Builder
+				err := run(app(c.fn), []string{"torchfit", "boom"})
+				require.Error(t, err)
+				require.Equal(t, c.code, exitStatus(err, &stderr))
+				out := strings.TrimSpace(stderr.String())
+				lines := strings.Split(out, "\n")
+				require.Contains(t, lines[len(lines)-1], c.want)
+				if debug == "" || c.name == "torch error" {
+					require.Len(t, lines, 1, out)
+					require.NotContains(t, out, "goroutine")
+				} else {
+					require.Contains(t, out, "goroutine", "TORCHFIT_DEBUG=1 prints the trace")
+				}
+			}
 		})
 	}
 }

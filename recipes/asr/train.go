@@ -54,6 +54,11 @@ type TrainConfig struct {
 	PadMultiple int
 	Progress    bool
 	Logf        func(format string, args ...any)
+
+	// MaxNonFinite stops training once the loss has been NaN or ±Inf for
+	// this many consecutive steps (0: accumulate.DefaultMaxNonFinite;
+	// negative: never). No checkpoint of the diverged state is written.
+	MaxNonFinite int
 }
 
 // VRAMPreset returns the settings the guide's tables recommend for a GPU of
@@ -181,6 +186,9 @@ func metaDict(preset string, cfg ModelConfig, v *Vocab) *torch.Dict {
 
 // TrainConformer trains (or resumes) a conformer on the corpus in cfg.Data.
 func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+	if err := cfg.Validate(); err != nil {
+		return res, err
+	}
 	logf := cfg.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -298,6 +306,7 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	tr, err := accumulate.New(m, opt, lossFn(m), accumulate.Config{
 		MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
 		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery, Logf: logf,
+		MaxNonFinite: cfg.MaxNonFinite,
 	})
 	if err != nil {
 		return res, err

@@ -1,0 +1,324 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"gopkg.in/yaml.v3"
+)
+
+// A --config file maps flag names (batch-size or batch_size) to values:
+// JSON, or YAML when its name ends in .yaml or .yml. Numbers are read
+// exactly: an integer flag takes an integer in any notation the format
+// allows (1000000, 1e6, 1000000.0; in YAML also 0x10, 0o17, 1_000), and
+// rejects a fraction or a value out of range; a float flag rejects NaN and
+// infinities. Unknown keys and keys given twice are errors naming the key.
+
+// valueKind is the kind of a config value.
+type valueKind int
+
+const (
+	vString valueKind = iota
+	vNumber
+	vBool
+	vNull
+	vComposite // a list or a mapping
+)
+
+// configValue is one setting of a --config file.
+type configValue struct {
+	kind valueKind
+	text string   // as written (a string: its content)
+	num  *big.Rat // vNumber: the exact value; nil when NaN or ±Inf
+	b    bool
+}
+
+// configEntry is a key and its value, in file order.
+type configEntry struct {
+	key string
+	val configValue
+}
+
+// readConfigFile reads path as JSON or, by its extension, YAML.
+func readConfigFile(path string) ([]configEntry, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml":
+		return readYAMLConfig(raw)
+	}
+	return readJSONConfig(raw)
+}
+
+func readJSONConfig(raw []byte) ([]configEntry, error) {
+	bad := func(err error) ([]configEntry, error) {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("not valid JSON: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // integers stay exact: 1000000 is not 1e+06
+	tok, err := dec.Token()
+	if err != nil {
+		return bad(err)
+	}
+	if tok != json.Delim('{') {
+		return nil, fmt.Errorf("not valid JSON: want an object of settings, not %v", tok)
+	}
+	var out []configEntry
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return bad(err)
+		}
+		key, _ := tok.(string)
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return bad(err)
+		}
+		cv := configValue{}
+		switch v := v.(type) {
+		case string:
+			cv.kind, cv.text = vString, v
+		case json.Number:
+			cv.kind, cv.text = vNumber, v.String()
+			if cv.num, _ = new(big.Rat).SetString(v.String()); cv.num == nil {
+				return nil, fmt.Errorf("%s: bad number %s", key, v)
+			}
+		case bool:
+			cv.kind, cv.b, cv.text = vBool, v, strconv.FormatBool(v)
+		case nil:
+			cv.kind = vNull
+		default:
+			cv.kind = vComposite
+		}
+		out = append(out, configEntry{key, cv})
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return bad(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("not valid JSON: data after the object")
+	}
+	return out, nil
+}
+
+func readYAMLConfig(raw []byte) ([]configEntry, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("not valid YAML: %v", err)
+	}
+	if len(doc.Content) == 0 {
+		return nil, nil // an empty file
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("not valid YAML: want a mapping of settings (line %d)", root.Line)
+	}
+	var out []configEntry
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		if v.Kind == yaml.AliasNode && v.Alias != nil {
+			v = v.Alias
+		}
+		cv := configValue{kind: vString, text: v.Value}
+		if v.Kind != yaml.ScalarNode {
+			cv.kind = vComposite
+			out = append(out, configEntry{k.Value, cv})
+			continue
+		}
+		switch v.ShortTag() {
+		case "!!null":
+			cv.kind = vNull
+		case "!!bool":
+			cv.kind = vBool
+			if err := v.Decode(&cv.b); err != nil {
+				return nil, fmt.Errorf("%s (line %d): %v", k.Value, v.Line, err)
+			}
+		case "!!int", "!!float":
+			cv.kind = vNumber
+			var f float64
+			if v.ShortTag() == "!!int" {
+				var n any
+				if err := v.Decode(&n); err != nil {
+					return nil, fmt.Errorf("%s (line %d): %v", k.Value, v.Line, err)
+				}
+				switch n := n.(type) {
+				case int:
+					cv.num = new(big.Rat).SetInt64(int64(n))
+				case int64:
+					cv.num = new(big.Rat).SetInt64(n)
+				case uint64:
+					cv.num = new(big.Rat).SetInt(new(big.Int).SetUint64(n))
+				default:
+					return nil, fmt.Errorf("%s (line %d): bad integer %s", k.Value, v.Line, v.Value)
+				}
+				break
+			}
+			if err := v.Decode(&f); err != nil {
+				return nil, fmt.Errorf("%s (line %d): %v", k.Value, v.Line, err)
+			}
+			if math.IsNaN(f) || math.IsInf(f, 0) {
+				break // num stays nil
+			}
+			if cv.num, _ = new(big.Rat).SetString(strings.ReplaceAll(v.Value, "_", "")); cv.num == nil {
+				cv.num = new(big.Rat).SetFloat64(f)
+			}
+		}
+		out = append(out, configEntry{k.Value, cv})
+	}
+	return out, nil
+}
+
+// flagText turns a config value into the text the flag f parses, or says
+// why the value does not fit the flag.
+func flagText(f cli.Flag, v configValue) (string, error) {
+	switch v.kind {
+	case vNull:
+		return "", fmt.Errorf("has no value")
+	case vComposite:
+		return "", fmt.Errorf("must be a single value, not a list or a mapping")
+	}
+	switch f.(type) {
+	case *cli.IntFlag:
+		return intText(v, big.NewInt(math.MinInt), big.NewInt(math.MaxInt))
+	case *cli.Int64Flag:
+		return intText(v, big.NewInt(math.MinInt64), big.NewInt(math.MaxInt64))
+	case *cli.Uint64Flag:
+		return intText(v, big.NewInt(0), new(big.Int).SetUint64(math.MaxUint64))
+	case *cli.Float64Flag:
+		return floatText(v)
+	case *cli.BoolFlag:
+		switch v.kind {
+		case vBool:
+			return strconv.FormatBool(v.b), nil
+		case vString:
+			switch strings.ToLower(strings.TrimSpace(v.text)) {
+			case "true", "yes", "on", "1":
+				return "true", nil
+			case "false", "no", "off", "0":
+				return "false", nil
+			}
+		}
+		return "", fmt.Errorf("must be true or false, not %s", v.text)
+	case *cli.StringFlag:
+		if v.kind == vBool {
+			return strconv.FormatBool(v.b), nil
+		}
+		return v.text, nil // a number as written: memory-limit 0.9
+	}
+	return "", fmt.Errorf("cannot be set from a config file")
+}
+
+// number reads v as a number: a number, or a string holding one.
+func number(v configValue) (num *big.Rat, finite bool, err error) {
+	switch v.kind {
+	case vNumber:
+		return v.num, v.num != nil, nil
+	case vString:
+		s := strings.TrimSpace(v.text)
+		if n, ok := new(big.Int).SetString(s, 0); ok { // 0x10, 1_000
+			return new(big.Rat).SetInt(n), true, nil
+		}
+		if r, ok := new(big.Rat).SetString(s); ok {
+			return r, true, nil
+		}
+		if f, err := strconv.ParseFloat(s, 64); err == nil && (math.IsNaN(f) || math.IsInf(f, 0)) {
+			return nil, false, nil
+		}
+	}
+	return nil, false, fmt.Errorf("must be a number, not %q", v.text)
+}
+
+func intText(v configValue, lo, hi *big.Int) (string, error) {
+	num, finite, err := number(v)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("must be an integer, not %q", v.text)
+	case !finite || !num.IsInt():
+		return "", fmt.Errorf("must be an integer, not %s", v.text)
+	}
+	n := num.Num()
+	switch {
+	case n.Cmp(lo) < 0 && lo.Sign() == 0:
+		return "", fmt.Errorf("must not be negative, not %s", v.text)
+	case n.Cmp(lo) < 0:
+		return "", fmt.Errorf("%s is out of range (less than %d)", v.text, lo)
+	case n.Cmp(hi) > 0:
+		return "", fmt.Errorf("%s is out of range (more than %d)", v.text, hi)
+	}
+	return n.String(), nil
+}
+
+func floatText(v configValue) (string, error) {
+	num, finite, err := number(v)
+	if err != nil {
+		return "", err
+	}
+	if !finite {
+		return "", fmt.Errorf("must be a finite number, not %s", v.text)
+	}
+	f, _ := num.Float64()
+	if math.IsInf(f, 0) {
+		return "", fmt.Errorf("%s is out of range", v.text)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64), nil
+}
+
+// applyConfigFile sets the flags not given on the command line from
+// --config. It returns the flags the file set, with the file's path.
+func applyConfigFile(c *cli.Context) (map[string]string, error) {
+	path := c.String("config")
+	if path == "" {
+		return nil, nil
+	}
+	entries, err := readConfigFile(path)
+	if err != nil {
+		return nil, userErr("--config %s: %v", path, err)
+	}
+	flags := map[string]cli.Flag{}
+	for _, f := range c.Command.Flags {
+		flags[f.Names()[0]] = f
+	}
+	set := map[string]string{}
+	seen := map[string]string{}
+	for _, e := range entries {
+		name := strings.ReplaceAll(e.key, "_", "-")
+		f, ok := flags[name]
+		if !ok || name == "config" {
+			return nil, userErr("--config %s: unknown setting %q", path, e.key)
+		}
+		if k, dup := seen[name]; dup {
+			if k == e.key {
+				return nil, userErr("--config %s: %q is set twice", path, k)
+			}
+			return nil, userErr("--config %s: %q and %q set the same flag", path, k, e.key)
+		}
+		seen[name] = e.key
+		text, err := flagText(f, e.val)
+		if err != nil {
+			return nil, userErr("--config %s: %s: %v", path, e.key, err)
+		}
+		if c.IsSet(name) {
+			continue
+		}
+		if err := c.Set(name, text); err != nil {
+			return nil, userErr("--config %s: %s: %v", path, e.key, err)
+		}
+		set[name] = path
+	}
+	return set, nil
+}
