@@ -277,7 +277,7 @@ func asrEvalCommand() *cli.Command {
 func asrTranscribeCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "transcribe",
-		Usage:     "transcribe 16 kHz mono WAV files (greedy CTC)",
+		Usage:     "transcribe WAV files (greedy CTC): PCM 8-32 bit or float, any rate and channels; long files in 30 s windows",
 		ArgsUsage: "file.wav...",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "checkpoint", Required: true},
@@ -295,6 +295,10 @@ func asrTranscribeCommand() *cli.Command {
 				return userErr("--checkpoint: %v", err)
 			}
 			texts, err := asr.TranscribeFiles(c.String("checkpoint"), c.Args().Slice(), dev)
+			var audio *asr.AudioError
+			if errors.As(err, &audio) {
+				return usageError{err}
+			}
 			if err != nil {
 				return classify(err)
 			}

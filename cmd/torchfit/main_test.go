@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
 
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -270,5 +272,102 @@ func TestPanicsBecomeOneLine(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// tinyCheckpoint saves a small randomly initialised ASR model.
+func tinyCheckpoint(t *testing.T, path string) {
+	t.Helper()
+	toks := []string{"<blank>", "<pad>", "<sos>", "<eos>", "<unk>", " "}
+	for r := 'क'; len(toks) < 40; r++ {
+		toks = append(toks, string(r))
+	}
+	v, err := asr.NewVocab(toks)
+	require.NoError(t, err)
+	cfg, err := asr.Preset("tiny", v.Size())
+	require.NoError(t, err)
+	cfg.DModel, cfg.EncoderLayers, cfg.DecoderLayers = 64, 2, 1
+	torch.ManualSeed(1)
+	m, err := asr.NewConformer(cfg)
+	require.NoError(t, err)
+	defer nn.Free(m)
+	m.Vocab = v
+	require.NoError(t, asr.SaveModel(path, m, "tiny"))
+}
+
+// TestTranscribeInputs: every bad audio input exits 2 with one line; the
+// common WAV formats transcribe (exit 0).
+func TestTranscribeInputs(t *testing.T) {
+	bin := binary(t)
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "model.pt")
+	tinyCheckpoint(t, ckpt)
+	file := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, data, 0o644))
+		return p
+	}
+	sox := func(name string, args ...string) string {
+		p := filepath.Join(dir, name)
+		cmd := append([]string{"-D", "-n"}, args...)
+		cmd = append(cmd, p, "synth", "1.5", "pinknoise", "vol", "0.3")
+		out, err := exec.Command("sox", cmd...).CombinedOutput()
+		require.NoError(t, err, string(out))
+		return p
+	}
+	good := sox("good.wav", "-r", "16000", "-c", "1", "-b", "16")
+	raw, err := os.ReadFile(good)
+	require.NoError(t, err)
+	empty := append(append([]byte(nil), raw[:40]...), 0, 0, 0, 0) // data chunk of 0 bytes
+	copy(empty[4:8], []byte{36, 0, 0, 0})
+
+	for _, c := range []struct {
+		name string
+		file string
+		want string // in the one line of stderr
+	}{
+		{"missing file", filepath.Join(dir, "none.wav"), "none.wav: no such file or directory"},
+		{"not RIFF", file("notes.wav", []byte("just some text, not audio\n")), "notes.wav: not a RIFF/WAVE file"},
+		{"empty audio", file("empty.wav", empty), "empty.wav: no audio samples"},
+		{"truncated header", file("trunc.wav", raw[:30]), "trunc.wav: truncated fmt chunk"},
+		{"directory", dir, "is a directory"},
+		{"too short", file("short.wav", asr.EncodeWAV(make([]int16, 400), 16000)), "short.wav: 0.025 s of audio is too short to transcribe"},
+		{"a-law", sox("alaw.wav", "-r", "8000", "-c", "1", "-e", "a-law"), "format code 6 (A-law)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command(bin, "asr", "transcribe", "--checkpoint", ckpt, "--device", "cpu", c.file)
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, stdout.String()+stderr.String())
+			require.Equal(t, 2, ee.ExitCode(), stderr.String())
+			text := strings.TrimSpace(stderr.String())
+			require.NotContains(t, text, "\n", "one line")
+			require.Contains(t, text, c.want)
+			require.True(t, strings.HasPrefix(text, "torchfit: "+c.file), text)
+			require.Empty(t, stdout.String())
+		})
+	}
+
+	// The common formats transcribe: one line per file, exit 0.
+	files := []string{
+		good,
+		sox("u8.wav", "-r", "16000", "-c", "1", "-b", "8", "-e", "unsigned-integer"),
+		sox("s24.wav", "-r", "16000", "-c", "1", "-b", "24"),
+		sox("f32.wav", "-r", "16000", "-c", "1", "-b", "32", "-e", "floating-point"),
+		sox("f64.wav", "-r", "16000", "-c", "1", "-b", "64", "-e", "floating-point"),
+		sox("cd.wav", "-r", "44100", "-c", "2", "-b", "16"),
+		sox("tel.wav", "-r", "8000", "-c", "1", "-b", "16"),
+		sox("dat.wav", "-r", "48000", "-c", "1", "-b", "24"),
+	}
+	cmd := exec.Command(bin, append([]string{"asr", "transcribe", "--checkpoint", ckpt, "--device", "cpu"}, files...)...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), stderr.String())
+	lines := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
+	require.Len(t, lines, len(files), stdout.String())
+	for k, f := range files {
+		require.True(t, strings.HasPrefix(lines[k], f+"\t"), lines[k])
 	}
 }

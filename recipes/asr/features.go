@@ -132,7 +132,8 @@ func (f *Featurizer) compute(samples []float32, norm bool) (*torch.Tensor, error
 	return out, nil
 }
 
-// FeaturesFile reads a 16 kHz mono WAV file and returns its features.
+// FeaturesFile reads a WAV file (see ReadWAV: any format it decodes,
+// resampled to 16 kHz mono) and returns its features.
 func (f *Featurizer) FeaturesFile(path string) (*torch.Tensor, error) {
 	s, err := ReadWAV(path)
 	if err != nil {

@@ -269,7 +269,7 @@ feed:
 // with audio, and its duration.
 func validUtterance(path string) (float64, bool) {
 	info, err := ReadWAVInfo(path)
-	if err != nil || checkFormat(path, info) != nil || info.Frames < SampleRate/10 {
+	if err != nil || !info.is16kMono16() || info.Frames < SampleRate/10 {
 		return 0, false
 	}
 	return info.Duration(), true

@@ -555,8 +555,18 @@ func EvaluateSplit(checkpoint, dir, split string, dev torch.Device) (cer, wer fl
 	return er.CER(), er.WER(), c.Len(), nil
 }
 
-// TranscribeFiles transcribes 16 kHz mono WAV files with a checkpoint.
+// TranscribeFiles transcribes WAV files with a checkpoint (greedy CTC; see
+// TranscribeWAV for the formats, long files and memory). Every file's
+// header is checked before the model is loaded; an error about a file is an
+// *AudioError.
 func TranscribeFiles(checkpoint string, files []string, dev torch.Device) ([]string, error) {
+	for _, f := range files {
+		r, err := OpenWAV(f)
+		if err != nil {
+			return nil, err
+		}
+		r.Close()
+	}
 	m, err := LoadModel(checkpoint, dev)
 	if err != nil {
 		return nil, err
@@ -569,17 +579,7 @@ func TranscribeFiles(checkpoint string, files []string, dev torch.Device) ([]str
 	defer feat.Close()
 	out := make([]string, len(files))
 	for k, f := range files {
-		err := torch.TidyErr(func() error {
-			x, err := feat.FeaturesFile(f)
-			if err != nil {
-				return err
-			}
-			x = x.Unsqueeze(0).ToDevice(dev)
-			lens := torch.FromSlice([]int64{x.Size(1)}, nil)
-			out[k] = m.Transcribe(x, lens)[0]
-			return nil
-		})
-		if err != nil {
+		if out[k], err = TranscribeWAV(m, feat, f, dev); err != nil {
 			return nil, err
 		}
 	}

@@ -1,10 +1,13 @@
 package asr
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,9 +16,50 @@ import (
 // SampleRate is the rate torchfit's ASR recipe works at.
 const SampleRate = 16000
 
-// ErrWAVFormat is wrapped by every error about a WAV file that is readable
-// but not 16 kHz mono 16-bit PCM, or not a WAV file at all.
-var ErrWAVFormat = errors.New("unsupported WAV format")
+// MinWAVRate and MaxWAVRate bound the sample rates OpenWAV accepts.
+const (
+	MinWAVRate = 1000
+	MaxWAVRate = 384000
+)
+
+// ErrWAVFormat is wrapped by every error about the contents of a WAV file:
+// not a RIFF/WAVE file, a truncated or inconsistent header, an encoding
+// torchfit does not decode, no audio samples, or non-finite float samples.
+var ErrWAVFormat = errors.New("unsupported WAV file")
+
+// AudioError is an audio file that cannot be used as input: missing or
+// unreadable (errors.Is(err, fs.ErrNotExist) and the like), its contents
+// (errors.Is(err, ErrWAVFormat)), or too short for the model. Every error
+// OpenWAV, ReadWAV, ReadWAVInt16, ReadWAVInfo and TranscribeFiles return
+// about an audio file is one; its message names the file and is meant for
+// the command line as it is.
+type AudioError struct {
+	Path string
+	Err  error
+}
+
+func (e *AudioError) Error() string { return e.Path + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *AudioError) Unwrap() error { return e.Err }
+
+// wavFormatError is a message that wraps ErrWAVFormat without repeating it.
+type wavFormatError string
+
+func (e wavFormatError) Error() string        { return string(e) }
+func (e wavFormatError) Is(target error) bool { return target == ErrWAVFormat }
+
+func badWAV(format string, args ...any) error { return wavFormatError(fmt.Sprintf(format, args...)) }
+
+// audioErr wraps err as an *AudioError for path; an *fs.PathError is
+// reduced to its cause (the path is in the message already).
+func audioErr(path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return &AudioError{Path: path, Err: err}
+}
 
 // WAVInfo describes a WAV file's format.
 type WAVInfo struct {
@@ -34,146 +78,420 @@ func (w WAVInfo) Duration() float64 {
 	return float64(w.Frames) / float64(w.SampleRate)
 }
 
-type wavFile struct {
-	info WAVInfo
-	data []byte
+// is16kMono16 reports whether the file is what `torchfit asr data` writes.
+func (w WAVInfo) is16kMono16() bool {
+	return w.Format == 1 && w.SampleRate == SampleRate && w.Channels == 1 && w.BitsPerSample == 16
 }
 
-// parseWAV reads the RIFF header and the data chunk. Sizes written as
-// 0xFFFFFFFF or too large (streamed WAVs) are clamped to the bytes present.
-func parseWAV(b []byte) (wavFile, error) {
-	var w wavFile
-	if len(b) < 12 || string(b[0:4]) != "RIFF" || string(b[8:12]) != "WAVE" {
-		return w, fmt.Errorf("not a RIFF/WAVE file: %w", ErrWAVFormat)
+// wavHeader is a parsed header: the format and where the samples are.
+type wavHeader struct {
+	info    WAVInfo
+	dataOff int64 // offset of the data chunk's body
+	dataLen int64 // its length in bytes, clamped to the file
+}
+
+// maxFmtChunk bounds the fmt chunk read into memory (it is 16, 18 or 40
+// bytes in practice).
+const maxFmtChunk = 1 << 16
+
+// readHeader reads the RIFF header and chunk headers up to the data chunk,
+// seeking over other chunks. Sizes written as 0xFFFFFFFF or too large
+// (streamed WAVs) are clamped to the bytes present.
+func readHeader(r io.ReadSeeker, size int64) (wavHeader, error) {
+	var h wavHeader
+	var riff [12]byte
+	if n, _ := io.ReadFull(r, riff[:]); n < 12 || string(riff[0:4]) != "RIFF" || string(riff[8:12]) != "WAVE" {
+		return h, badWAV("not a RIFF/WAVE file")
 	}
 	gotFmt := false
-	for p := 12; p+8 <= len(b); {
-		id := string(b[p : p+4])
-		size := int(binary.LittleEndian.Uint32(b[p+4 : p+8]))
+	le := binary.LittleEndian
+	for p := int64(12); p+8 <= size; {
+		var ch [8]byte
+		if _, err := r.Seek(p, io.SeekStart); err != nil {
+			return h, err
+		}
+		if _, err := io.ReadFull(r, ch[:]); err != nil {
+			return h, err
+		}
+		id := string(ch[0:4])
 		body := p + 8
-		if size < 0 || body+size > len(b) {
-			size = len(b) - body
+		n := int64(le.Uint32(ch[4:8]))
+		if body+n > size {
+			n = size - body
 		}
 		switch id {
 		case "fmt ":
-			if size < 16 {
-				return w, fmt.Errorf("fmt chunk of %d bytes: %w", size, ErrWAVFormat)
+			if n < 16 {
+				return h, badWAV("truncated fmt chunk (%d bytes, need 16)", n)
 			}
-			f := b[body : body+size]
-			w.info.Format = binary.LittleEndian.Uint16(f[0:2])
-			w.info.Channels = int(binary.LittleEndian.Uint16(f[2:4]))
-			w.info.SampleRate = int(binary.LittleEndian.Uint32(f[4:8]))
-			w.info.BitsPerSample = int(binary.LittleEndian.Uint16(f[14:16]))
-			if w.info.Format == 0xFFFE && size >= 26 {
-				w.info.Format = binary.LittleEndian.Uint16(f[24:26]) // subformat GUID's first bytes
+			f := make([]byte, min(n, maxFmtChunk))
+			if _, err := io.ReadFull(r, f); err != nil {
+				return h, err
+			}
+			in := &h.info
+			in.Format = le.Uint16(f[0:2])
+			in.Channels = int(le.Uint16(f[2:4]))
+			in.SampleRate = int(le.Uint32(f[4:8]))
+			in.BitsPerSample = int(le.Uint16(f[14:16]))
+			if in.Format == 0xFFFE {
+				if len(f) < 26 {
+					return h, badWAV("truncated WAVE_FORMAT_EXTENSIBLE fmt chunk (%d bytes, need 40)", len(f))
+				}
+				in.Format = le.Uint16(f[24:26]) // the subformat GUID's first bytes
 			}
 			gotFmt = true
 		case "data":
 			if !gotFmt {
-				return w, fmt.Errorf("data chunk before fmt chunk: %w", ErrWAVFormat)
+				return h, badWAV("data chunk before fmt chunk")
 			}
-			w.data = b[body : body+size]
-			if bps := w.info.Channels * w.info.BitsPerSample / 8; bps > 0 {
-				w.info.Frames = len(w.data) / bps
+			h.dataOff, h.dataLen = body, n
+			if fb := int64(h.info.Channels * ((h.info.BitsPerSample + 7) / 8)); fb > 0 {
+				h.info.Frames = int(n / fb)
 			}
-			return w, nil
+			return h, nil
 		}
-		p = body + size + size%2
+		p = body + n + n%2
 	}
 	if !gotFmt {
-		return w, fmt.Errorf("no fmt chunk: %w", ErrWAVFormat)
+		return h, badWAV("no fmt chunk (truncated header?)")
 	}
-	return w, fmt.Errorf("no data chunk: %w", ErrWAVFormat)
+	return h, badWAV("no data chunk (truncated header?)")
 }
 
-// FormatError is a WAV file in a format other than 16 kHz mono 16-bit PCM.
-// Its message is meant for the command line as it is; errors.Is(err,
-// ErrWAVFormat) holds.
-type FormatError struct {
-	Path string
-	Info WAVInfo
-	msg  string
+// formatName names WAV format codes for error messages.
+func formatName(code uint16) string {
+	switch code {
+	case 2:
+		return "ADPCM"
+	case 6:
+		return "A-law"
+	case 7:
+		return "µ-law"
+	case 0x11:
+		return "IMA ADPCM"
+	case 0x55:
+		return "MP3"
+	}
+	return "unknown"
 }
 
-func (e *FormatError) Error() string { return e.msg }
-
-// Unwrap returns ErrWAVFormat.
-func (e *FormatError) Unwrap() error { return ErrWAVFormat }
-
-// checkFormat returns the user-facing error for anything but 16 kHz mono
-// 16-bit PCM, naming the file and the sox command that fixes it, e.g.
-// "a.wav is 22050 Hz; torchfit asr expects 16 kHz mono (resample with: sox
-// a.wav -r 16000 -c 1 out.wav)".
-func checkFormat(path string, in WAVInfo) error {
-	fix := fmt.Sprintf("torchfit asr expects 16 kHz mono (resample with: sox %s -r 16000 -c 1 out.wav)", path)
-	var msg string
+// checkDecodable returns an error for a format OpenWAV does not decode.
+func checkDecodable(path string, in WAVInfo) error {
+	fix := fmt.Sprintf("convert with: sox %s -e signed-integer -b 16 out.wav", path)
 	switch {
 	case in.Format != 1 && in.Format != 3:
-		msg = fmt.Sprintf("%s has WAV format code %d (not PCM); %s", path, in.Format, fix)
-	case in.SampleRate != SampleRate:
-		msg = fmt.Sprintf("%s is %d Hz; %s", path, in.SampleRate, fix)
-	case in.Channels != 1:
-		msg = fmt.Sprintf("%s has %d channels; %s", path, in.Channels, fix)
-	case in.Format != 1 || in.BitsPerSample != 16:
-		kind := "PCM"
-		if in.Format == 3 {
-			kind = "float"
+		return badWAV("WAV format code %d (%s); torchfit decodes PCM and IEEE float (%s)", in.Format, formatName(in.Format), fix)
+	case in.Format == 1 && (in.BitsPerSample < 1 || in.BitsPerSample > 32):
+		return badWAV("%d-bit PCM; torchfit decodes 8- to 32-bit PCM (%s)", in.BitsPerSample, fix)
+	case in.Format == 3 && in.BitsPerSample != 32 && in.BitsPerSample != 64:
+		return badWAV("%d-bit float; torchfit decodes 32- and 64-bit float (%s)", in.BitsPerSample, fix)
+	case in.Channels < 1:
+		return badWAV("0 channels in the fmt chunk")
+	case in.SampleRate < MinWAVRate || in.SampleRate > MaxWAVRate:
+		return badWAV("sample rate %d Hz outside %d-%d Hz", in.SampleRate, MinWAVRate, MaxWAVRate)
+	case in.Frames == 0:
+		return badWAV("no audio samples (empty data chunk)")
+	}
+	return nil
+}
+
+// ReadWAVInfo parses a WAV file's header (any format); it reads the chunk
+// headers only, not the samples.
+func ReadWAVInfo(path string) (WAVInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return WAVInfo{}, audioErr(path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return WAVInfo{}, audioErr(path, err)
+	}
+	h, err := readHeader(f, st.Size())
+	if err != nil {
+		return WAVInfo{}, audioErr(path, err)
+	}
+	return h.info, nil
+}
+
+// WAVReader streams a WAV file's audio as mono float32 samples at
+// SampleRate (16 kHz), decoding as it reads: PCM of 8 (unsigned) to 32
+// bits, 32- and 64-bit IEEE float, and WAVE_FORMAT_EXTENSIBLE with those
+// subformats; channels are averaged, and any rate in [MinWAVRate,
+// MaxWAVRate] is resampled (see Resampler; NewResampler refuses a few
+// pathological ratios). PCM is scaled to [-1, 1) by
+// 2^(bits-1) of the container (8-bit: (v-128)/128). It holds a 64 KiB read
+// buffer, a block of decoded frames and the resampler's filter state, never
+// the whole file.
+type WAVReader struct {
+	Info WAVInfo // the file's format
+
+	path   string
+	f      *os.File
+	r      *bufio.Reader
+	left   int // frames not yet read
+	frame  int // bytes per frame
+	cont   int // bytes per sample
+	raw    []byte
+	block  []float32 // decoded source-rate frames
+	rs     *Resampler
+	total  int // output samples in all
+	served int
+	frameN int // frames decoded so far (for messages)
+}
+
+// readBlock is the most source frames decoded at a time, and maxRawBlock
+// the most bytes read for them (files with many channels).
+const (
+	readBlock   = 4096
+	maxRawBlock = 256 << 10
+)
+
+// OpenWAV opens a WAV file for streaming. Every error is an *AudioError.
+func OpenWAV(path string) (*WAVReader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, audioErr(path, err)
+	}
+	w, err := openWAV(path, f)
+	if err != nil {
+		f.Close()
+		return nil, audioErr(path, err)
+	}
+	return w, nil
+}
+
+func openWAV(path string, f *os.File) (*WAVReader, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return nil, errors.New("is a directory")
+	}
+	h, err := readHeader(f, st.Size())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDecodable(path, h.info); err != nil {
+		return nil, err
+	}
+	if _, err := f.Seek(h.dataOff, io.SeekStart); err != nil {
+		return nil, err
+	}
+	w := &WAVReader{Info: h.info, path: path, f: f, r: bufio.NewReaderSize(f, 64<<10), left: h.info.Frames}
+	w.cont = (h.info.BitsPerSample + 7) / 8
+	w.frame = w.cont * h.info.Channels
+	w.total = h.info.Frames
+	if h.info.SampleRate != SampleRate {
+		if w.rs, err = NewResampler(h.info.SampleRate, SampleRate); err != nil {
+			return nil, badWAV("%v (convert first with: sox %s -r 16000 out.wav)", err, path)
 		}
-		msg = fmt.Sprintf("%s is %d-bit %s; torchfit asr expects 16-bit PCM (convert with: sox %s -r 16000 -c 1 -b 16 -e signed-integer out.wav)",
-			path, in.BitsPerSample, kind, path)
-	default:
+		w.total = w.rs.OutputLen(h.info.Frames)
+	}
+	return w, nil
+}
+
+// Len is the number of 16 kHz samples the reader yields in all: Frames, or
+// ⌈Frames·16000/rate⌉ when resampled.
+func (w *WAVReader) Len() int { return w.total }
+
+// Close closes the file.
+func (w *WAVReader) Close() error { return w.f.Close() }
+
+// Read fills dst with the next 16 kHz mono samples. It returns io.EOF once
+// all Len samples have been read; any other error is an *AudioError.
+func (w *WAVReader) Read(dst []float32) (int, error) {
+	n := 0
+	for n < len(dst) && w.served < w.total {
+		if w.rs == nil {
+			k, err := w.decode(dst[n:])
+			if err != nil {
+				return n, audioErr(w.path, err)
+			}
+			n += k
+			w.served += k
+			if k == 0 {
+				break // cannot happen: Len is Frames
+			}
+			continue
+		}
+		k := w.rs.Drain(dst[n:])
+		n += k
+		w.served += k
+		if k > 0 {
+			continue
+		}
+		if w.left == 0 {
+			if w.rs.flushed {
+				break // cannot happen: Len counts what the flushed resampler yields
+			}
+			w.rs.Flush()
+			continue
+		}
+		if w.block == nil {
+			w.block = make([]float32, readBlock)
+		}
+		m, err := w.decode(w.block)
+		if err != nil {
+			return n, audioErr(w.path, err)
+		}
+		w.rs.Write(w.block[:m])
+	}
+	if n < len(dst) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// decode reads and decodes up to len(dst) source frames (mono), at most
+// readBlock frames or maxRawBlock bytes (but one frame) at a time.
+func (w *WAVReader) decode(dst []float32) (int, error) {
+	n := min(len(dst), w.left, readBlock, max(1, maxRawBlock/w.frame))
+	if n == 0 {
+		return 0, nil
+	}
+	need := n * w.frame
+	if cap(w.raw) < need {
+		w.raw = make([]byte, need)
+	}
+	raw := w.raw[:need]
+	if _, err := io.ReadFull(w.r, raw); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return 0, badWAV("file ends inside the data chunk (truncated while being read?)")
+		}
+		return 0, err
+	}
+	if err := decodeFrames(dst[:n], raw, w.Info.Format, w.cont, w.Info.Channels); err != nil {
+		return 0, badWAV("frame %d: %v", w.frameN+badFrame(err), err)
+	}
+	w.left -= n
+	w.frameN += n
+	return n, nil
+}
+
+// nonFinite is a NaN or infinite float sample at frame index At.
+type nonFinite struct {
+	At int
+	V  float64
+}
+
+func (e *nonFinite) Error() string { return fmt.Sprintf("non-finite sample %v", e.V) }
+
+func badFrame(err error) int {
+	var nf *nonFinite
+	if errors.As(err, &nf) {
+		return nf.At
+	}
+	return 0
+}
+
+// decodeFrames converts interleaved little-endian samples to mono float32:
+// the one channel as is, or the mean of the channels.
+func decodeFrames(dst []float32, raw []byte, format uint16, cont, channels int) error {
+	le := binary.LittleEndian
+	if channels == 1 && format == 1 && cont == 2 { // what `torchfit asr data` writes
+		for i := range dst {
+			dst[i] = float32(int16(le.Uint16(raw[2*i:]))) / 32768
+		}
 		return nil
 	}
-	return &FormatError{Path: path, Info: in, msg: msg}
+	var sample func(b []byte) float64
+	switch {
+	case format == 3 && cont == 4:
+		sample = func(b []byte) float64 { return float64(math.Float32frombits(le.Uint32(b))) }
+	case format == 3:
+		sample = func(b []byte) float64 { return math.Float64frombits(le.Uint64(b)) }
+	case cont == 1:
+		sample = func(b []byte) float64 { return (float64(b[0]) - 128) / 128 }
+	case cont == 2:
+		sample = func(b []byte) float64 { return float64(int16(le.Uint16(b))) / (1 << 15) }
+	case cont == 3:
+		sample = func(b []byte) float64 {
+			return float64(int32(uint32(b[0])<<8|uint32(b[1])<<16|uint32(b[2])<<24)>>8) / (1 << 23)
+		}
+	default:
+		sample = func(b []byte) float64 { return float64(int32(le.Uint32(b))) / (1 << 31) }
+	}
+	frame := cont * channels
+	for i := range dst {
+		b := raw[i*frame : (i+1)*frame]
+		var s float64
+		for c := 0; c < channels; c++ {
+			s += sample(b[c*cont:])
+		}
+		if format == 3 && (math.IsNaN(s) || math.IsInf(s, 0)) {
+			return &nonFinite{At: i, V: s}
+		}
+		if channels > 1 {
+			s /= float64(channels)
+		}
+		dst[i] = float32(s)
+	}
+	return nil
 }
 
-// ReadWAVInfo parses a WAV file's header (any format) and checks that its
-// data chunk is present.
-func ReadWAVInfo(path string) (WAVInfo, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return WAVInfo{}, fmt.Errorf("read wav: %w", err)
-	}
-	w, err := parseWAV(b)
-	if err != nil {
-		return WAVInfo{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return w.info, nil
-}
-
-// ReadWAV reads a 16 kHz mono 16-bit PCM WAV file as float32 samples in
-// [-1, 1). Any other format is an error (wrapping ErrWAVFormat) whose message
-// says how to convert the file with sox.
+// ReadWAV reads a whole WAV file as 16 kHz mono float32 samples (see
+// WAVReader for the formats). It holds the output samples and the reader's
+// fixed buffers, not the file's bytes. A 16 kHz mono 16-bit file decodes
+// to v/32768 exactly. Every error is an *AudioError.
 func ReadWAV(path string) ([]float32, error) {
-	raw, err := ReadWAVInt16(path)
+	r, err := OpenWAV(path)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]float32, len(raw))
-	for i, v := range raw {
-		out[i] = float32(v) / 32768
+	defer r.Close()
+	out := make([]float32, r.Len())
+	n, err := readFull(r, out)
+	if errors.Is(err, io.EOF) {
+		return nil, audioErr(path, fmt.Errorf("decoded %d of %d samples", n, len(out)))
+	}
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-// ReadWAVInt16 is ReadWAV returning raw 16-bit samples.
+// ReadWAVInt16 reads a 16 kHz mono 16-bit PCM WAV file's raw samples (the
+// corpus format). Any other format is an *AudioError wrapping ErrWAVFormat
+// whose message says how to convert the file with sox.
 func ReadWAVInt16(path string) ([]int16, error) {
-	b, err := os.ReadFile(path)
+	r, err := OpenWAV(path)
 	if err != nil {
-		return nil, fmt.Errorf("read wav: %w", err)
-	}
-	w, err := parseWAV(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if err := checkFormat(path, w.info); err != nil {
 		return nil, err
 	}
-	out := make([]int16, len(w.data)/2)
-	for i := range out {
-		out[i] = int16(binary.LittleEndian.Uint16(w.data[2*i:]))
+	defer r.Close()
+	if !r.Info.is16kMono16() {
+		return nil, audioErr(path, badWAV("%d Hz, %d channel(s), %d-bit format %d; want 16 kHz mono 16-bit PCM (convert with: sox %s -r 16000 -c 1 -b 16 -e signed-integer out.wav)",
+			r.Info.SampleRate, r.Info.Channels, r.Info.BitsPerSample, r.Info.Format, path))
+	}
+	out := make([]int16, r.Info.Frames)
+	raw := make([]byte, 2*readBlock)
+	for p := 0; p < len(out); {
+		n := min(len(out)-p, readBlock)
+		if _, err := io.ReadFull(r.r, raw[:2*n]); err != nil {
+			return nil, audioErr(path, badWAV("file ends inside the data chunk (truncated while being read?)"))
+		}
+		for i := range n {
+			out[p+i] = int16(binary.LittleEndian.Uint16(raw[2*i:]))
+		}
+		p += n
 	}
 	return out, nil
+}
+
+// readFull reads len(dst) samples from r unless it ends first (then n <
+// len(dst) and err is io.EOF) or fails.
+func readFull(r *WAVReader, dst []float32) (int, error) {
+	n := 0
+	for n < len(dst) {
+		k, err := r.Read(dst[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // EncodeWAV returns a mono 16-bit PCM WAV file.
