@@ -1,6 +1,8 @@
 package accumulate_test
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"syscall"
 	"testing"
@@ -110,4 +112,50 @@ func mean(xs []float64) float64 {
 		s += x
 	}
 	return s / float64(len(xs))
+}
+
+// A backend fault inside a step (oneDNN's std::bad_array_new_length, here
+// injected into the op call where libtorch throws it) is not out of memory:
+// the step fails at once with torch.ErrBackend, the micro-batch is not
+// halved and nothing is retried.
+func TestBackendFaultIsNotRetried(t *testing.T) {
+	for _, f := range []torch.Fault{torch.FaultBadArrayNewLength, torch.FaultBadAlloc, torch.FaultBrokenPromise} {
+		m := newRegression(1)
+		opt := nn.NewAdamW(nn.Parameters(m), nn.AdamWDefaults(1e-3))
+		var logged []string
+		tr, err := accumulate.New(m, opt, m.loss, accumulate.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU,
+			Logf: func(format string, args ...any) { logged = append(logged, fmt.Sprintf(format, args...)) }})
+		require.NoError(t, err)
+		ds := regressionData(8)
+		b, err := data.Collate(samples(t, ds, 8))
+		require.NoError(t, err)
+		_, err = tr.Step(b) // one clean step
+		require.NoError(t, err)
+		torch.InjectFault(f, 5) // the fifth op of the next step throws
+		_, err = tr.Step(b)
+		torch.InjectFault(f, 0)
+		require.ErrorIs(t, err, torch.ErrBackend)
+		require.False(t, errors.Is(err, torch.ErrOutOfMemory), "%v", err)
+		require.Contains(t, err.Error(), "not out of memory")
+		require.Equal(t, 0, tr.OOMEvents)
+		require.Equal(t, 4, tr.MicroBatch(), "the micro-batch is not halved")
+		require.Equal(t, 1, tr.Steps(), "the failed step is not counted")
+		for _, l := range logged {
+			require.NotContains(t, l, "out of memory")
+		}
+		b.Free()
+		opt.Free()
+		nn.Free(m)
+	}
+}
+
+// samples returns the first n samples of ds (the caller's to free).
+func samples(t *testing.T, ds data.Dataset[data.Sample], n int) []data.Sample {
+	out := make([]data.Sample, n)
+	for i := range out {
+		s, err := ds.Get(i)
+		require.NoError(t, err)
+		out[i] = s
+	}
+	return out
 }

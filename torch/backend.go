@@ -1,6 +1,10 @@
 package torch
 
-import "github.com/torchfit/torchfit/torch/internal/capi"
+import (
+	"fmt"
+
+	"github.com/torchfit/torchfit/torch/internal/capi"
+)
 
 // OneDNNCacheCapacity returns the capacity of oneDNN's primitive cache, the
 // compiled kernels libtorch's CPU backend keeps per distinct shape (-1 when
@@ -26,6 +30,18 @@ func SetOneDNNCacheCapacity(n int) (prev int, err error) {
 		return prev, wrapErr("SetOneDNNCacheCapacity", err)
 	}
 	return prev, nil
+}
+
+// OneDNNVersion returns the version of the oneDNN libtorch's CPU backend
+// uses ("2.6.3" in Debian's libtorch 1.13), or "" when this libtorch hides
+// it. Before 3.4 its brgemm kernels keep raw pointers into the primitive
+// descriptor they came from (see Thread).
+func OneDNNVersion() string {
+	a, b, c := capi.OneDNNVersion()
+	if a < 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d.%d.%d", a, b, c)
 }
 
 // ThreadProbe starts a new OS thread and reports OpenMP's thread count

@@ -127,3 +127,14 @@ func TestMainThreadRunsEverythingOnOneOSThread(t *testing.T) {
 	require.EqualError(t, main.DoErr(func() error { return errors.New("boom") }), "boom")
 	require.PanicsWithValue(t, "plain", func() { main.Do(func() { panic("plain") }) })
 }
+
+func TestOneDNNVersion(t *testing.T) {
+	v := OneDNNVersion()
+	if v == "" {
+		t.Skip("this libtorch hides oneDNN")
+	}
+	require.Regexp(t, `^\d+\.\d+\.\d+$`, v)
+	if a, b, _ := LibtorchVersion(); a == 1 && b == 13 {
+		require.Equal(t, "2.6.3", v, "Debian's libdnnl2")
+	}
+}

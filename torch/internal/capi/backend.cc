@@ -107,6 +107,23 @@ tf_err tf_onednn_cache_capacity(int32_t set, int32_t* prev) {
   TF_CATCH
 }
 
+tf_err tf_onednn_version(int32_t* major, int32_t* minor, int32_t* patch) {
+  TF_TRY
+  // dnnl_version() returns a pointer to {int major, minor, patch; const char* hash; unsigned cpu_runtime, gpu_runtime}.
+  struct version_t {
+    int major, minor, patch;
+  };
+  using version_fn = const version_t* (*)();
+  static auto fn = reinterpret_cast<version_fn>(dlsym(RTLD_DEFAULT, "dnnl_version"));
+  *major = *minor = *patch = -1;
+  if (const version_t* v = fn ? fn() : nullptr) {
+    *major = v->major;
+    *minor = v->minor;
+    *patch = v->patch;
+  }
+  TF_CATCH
+}
+
 tf_err tf_thread_probe(int32_t* before, int32_t* after) {
   TF_TRY
   using omp_fn = int (*)();

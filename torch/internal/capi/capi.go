@@ -301,6 +301,15 @@ func OneDNNCacheCapacity(set int) (int, error) {
 	return int(prev), err
 }
 
+// OneDNNVersion returns the linked oneDNN's version (-1s when hidden).
+func OneDNNVersion() (major, minor, patch int) {
+	var a, b, c C.int32_t
+	if check(C.tf_onednn_version(&a, &b, &c)) != nil {
+		return -1, -1, -1
+	}
+	return int(a), int(b), int(c)
+}
+
 // ThreadProbe reports OpenMP's max threads on a new OS thread before and
 // after its first shim call (-1 without OpenMP).
 func ThreadProbe() (before, after int, err error) {

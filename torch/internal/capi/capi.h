@@ -169,6 +169,8 @@ tf_err tf_cuda_synchronize(int32_t device);
 // oneDNN's primitive cache capacity: *prev receives it (-1 when this libtorch
 // exposes no oneDNN API); set >= 0 changes it (0 disables the cache).
 tf_err tf_onednn_cache_capacity(int32_t set, int32_t* prev);
+// tf_onednn_version reports the linked oneDNN's version (-1s when hidden).
+tf_err tf_onednn_version(int32_t* major, int32_t* minor, int32_t* patch);
 // tf_thread_probe starts a new OS thread and reports OpenMP's max threads
 // there before and after its first shim call (-1: no OpenMP). For tests.
 tf_err tf_thread_probe(int32_t* before, int32_t* after);
