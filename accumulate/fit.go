@@ -152,7 +152,7 @@ func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 			logf("overwriting %s of another run in %s as asked", nameList(clash), r.dir)
 		}
 		if others > 0 {
-			logf("%s also holds %d checkpoint(s) of other runs: this run (%s) leaves them alone", r.dir, others, r.id)
+			logf("%s also holds %d checkpoint(s) that are not this run's (%s): it leaves them alone", r.dir, others, r.id)
 		}
 	}
 	if fc.Start != nil {

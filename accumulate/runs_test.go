@@ -344,7 +344,10 @@ func TestKillDuringCheckpointWrites(t *testing.T) {
 	}
 	dir := t.TempDir()
 	rng := rand.New(rand.NewSource(3))
-	const kills = 6
+	kills := 6
+	if n, err := strconv.Atoi(os.Getenv("TORCHFIT_KILLS")); err == nil && n > 0 {
+		kills = n // a longer campaign: TORCHFIT_KILLS=12
+	}
 	midWrite, prev := 0, map[string]temp{}
 	for round := 0; round < kills; round++ {
 		resume, start := "", 0
