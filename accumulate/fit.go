@@ -149,7 +149,7 @@ func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 			return res, &ConflictError{Dir: r.dir, Files: clash}
 		}
 		if len(clash) > 0 {
-			logf("overwriting %s of another run in %s as asked", nameList(clash), r.dir)
+			logf("%s of another run in %s may be overwritten, as asked (Overwrite)", nameList(clash), r.dir)
 		}
 		if others > 0 {
 			logf("%s also holds %d checkpoint(s) that are not this run's (%s): it leaves them alone", r.dir, others, r.id)
