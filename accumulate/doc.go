@@ -33,4 +33,14 @@
 // FindBatchSize searches for the largest micro-batch that fits; Fit adds
 // epochs, evaluation, atomic checkpoints in PyTorch's format, bit-exact
 // resume, signal handling, metrics (JSONL) and a progress bar.
+//
+// Runs and checkpoint directories: each Fit run has a run id, stored in
+// every checkpoint it writes (run_id) and continued by a resumed run. A run
+// prunes and overwrites only its own checkpoints (the files it wrote, and
+// when resumed, its run's files in the same directory); before the first
+// step it refuses, with a *ConflictError, to start where it could write a
+// file of the same name as another run's (FitConfig.Overwrite allows it).
+// Fit also removes, at start, the temporary files of checkpoint writes
+// whose process was killed (.checkpoint_*.pt.tmp-PID-*: the PID is dead and
+// the writer's flock is free), and nothing else.
 package accumulate

@@ -9,6 +9,8 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"sort"
 	"syscall"
 	"time"
@@ -26,12 +28,25 @@ type FitConfig struct {
 	MaxSteps int // stop after this many optimizer steps in all (0: no limit)
 	// CheckpointDir receives checkpoint_step_N.pt every CheckpointEvery
 	// steps (0: only at epoch ends and the end) and checkpoint_epoch_E.pt
-	// at each epoch end; the newest KeepLast step checkpoints stay (default 3).
+	// at each epoch end; the newest KeepLast step checkpoints of this run
+	// stay (default 3; negative: all). Checkpoints of other runs in the
+	// directory are left alone: never pruned, and never overwritten unless
+	// Overwrite is set (Fit refuses to start with a *ConflictError when the
+	// run could write a file of the same name).
 	CheckpointDir   string
 	CheckpointEvery int
 	KeepLast        int
-	// Resume continues from this checkpoint (LoadCheckpoint).
+	// Overwrite lets this run replace checkpoints of other runs that have
+	// the names it writes (it still prunes only its own).
+	Overwrite bool
+	// Resume continues from this checkpoint (LoadCheckpoint), and continues
+	// its run (run_id): the file and the run's checkpoints in the same
+	// directory are this run's to prune and, resuming from an earlier
+	// one, to overwrite.
 	Resume string
+	// Start, when set, runs once the checkpoint directory is checked and
+	// before the first step (a baseline evaluation, say).
+	Start func() error
 	// Metrics appends one JSON line per step (and per evaluation) here.
 	Metrics string
 	// Progress draws a progress bar on stderr when it is a terminal.
@@ -57,32 +72,103 @@ type Loader interface {
 	Close() error
 }
 
+// FitResult is what Fit wrote.
+type FitResult struct {
+	// RunID names the run in its checkpoints (run_id): new, or the
+	// resumed checkpoint's.
+	RunID string
+	// Checkpoint is the last checkpoint written ("" without CheckpointDir).
+	Checkpoint string
+	// Checkpoints are the files this call wrote that are still there (the
+	// rest were pruned), in the order written.
+	Checkpoints []string
+}
+
 // Fit trains for fc.Epochs epochs over the loader that newLoader returns
 // (called with the position to resume from, or nil), with checkpoints,
-// metrics, evaluation and signals. It returns the last checkpoint written.
-// A diverged run (a *NonFiniteError, see Config.MaxNonFinite) stops before
-// any checkpoint of its diverged state is written.
-func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Loader, error), fc FitConfig) (string, error) {
+// metrics, evaluation and signals. Temporary files that a killed
+// checkpoint write left in fc.CheckpointDir are removed first. A diverged
+// run (a *NonFiniteError, see Config.MaxNonFinite) stops before any
+// checkpoint of its diverged state is written.
+// Fit runs on the trainer's thread (Config.Thread), loading included when
+// the loader has no workers, as Python runs its loop on one thread.
+func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Loader, error), fc FitConfig) (res FitResult, err error) {
+	t.Thread().Do(func() { res, err = fit(ctx, t, newLoader, fc) })
+	return res, err
+}
+
+func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Loader, error), fc FitConfig) (res FitResult, err error) {
 	if fc.KeepLast == 0 {
 		fc.KeepLast = 3
 	}
 	logf := t.cfg.Logf
+	r := &run{dir: fc.CheckpointDir, keep: fc.KeepLast, owned: map[string]bool{}}
+	if r.dir != "" {
+		removed, err := removeOrphanTemps(r.dir)
+		if len(removed) > 0 {
+			logf("removed %d temporary file(s) of interrupted checkpoint writes in %s: %s", len(removed), r.dir, nameList(removed))
+		}
+		if err != nil {
+			return res, fmt.Errorf("accumulate: cleaning %s: %w", r.dir, err)
+		}
+	}
 	var resume *data.State
-	epoch := 0
+	epoch, resumed := 0, false
 	if fc.Resume != "" {
 		c, err := t.LoadCheckpoint(fc.Resume)
 		if err != nil {
-			return "", err
+			return res, err
 		}
 		resume = &c.Loader
 		epoch = c.Loader.Epoch
+		r.id, resumed = c.RunID, c.RunID != ""
+		if r.dir != "" {
+			if err := r.adopt(fc.Resume, c); err != nil {
+				return res, fmt.Errorf("accumulate: %w", err)
+			}
+		}
 		logf("resumed from %s at step %d (epoch %d, batch %d, micro-batch %d)", fc.Resume, c.Step, c.Loader.Epoch, c.Loader.Batch, c.MicroBatch)
 	}
+	if r.id == "" {
+		r.id = newRunID()
+	}
+	res.RunID = r.id
 	loader, err := newLoader(resume)
 	if err != nil {
-		return "", err
+		return res, err
 	}
 	defer loader.Close()
+	if r.dir != "" {
+		// Every step from here to the last one may be saved (at an
+		// interruption), and every epoch end.
+		last := t.step + (fc.Epochs-epoch)*loader.Len()
+		if fc.MaxSteps > 0 {
+			last = min(last, max(fc.MaxSteps, t.step))
+		}
+		clash, others, err := r.conflicts(t.step, last, epoch, fc.Epochs)
+		if err != nil {
+			return res, fmt.Errorf("accumulate: %w", err)
+		}
+		if resumed {
+			// Files of the resumed run written after the file it resumes
+			// from (resuming from an earlier checkpoint): the run's own.
+			clash = r.claim(clash)
+		}
+		if len(clash) > 0 && !fc.Overwrite {
+			return res, &ConflictError{Dir: r.dir, Files: clash}
+		}
+		if len(clash) > 0 {
+			logf("%s of another run in %s may be overwritten, as asked (Overwrite)", nameList(clash), r.dir)
+		}
+		if others > 0 {
+			logf("%s also holds %d checkpoint(s) that are not this run's (%s): it leaves them alone", r.dir, others, r.id)
+		}
+	}
+	if fc.Start != nil {
+		if err := fc.Start(); err != nil {
+			return res, err
+		}
+	}
 	if fc.Signals {
 		var stop context.CancelFunc
 		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -92,7 +178,7 @@ func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 	if fc.Metrics != "" {
 		f, err := os.OpenFile(fc.Metrics, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
-			return "", fmt.Errorf("accumulate: metrics: %w", err)
+			return res, fmt.Errorf("accumulate: metrics: %w", err)
 		}
 		metrics = f
 		defer f.Close()
@@ -103,19 +189,39 @@ func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 			metrics.Write(append(b, '\n'))
 		}
 	}
-	last := ""
-	save := func(path string) error {
-		if fc.CheckpointDir == "" {
+	// save writes a checkpoint of the run at epoch (a step checkpoint when
+	// step is set, which prunes the run's oldest step checkpoints).
+	save := func(path string, epoch int, step bool) error {
+		if r.dir == "" {
 			return nil
 		}
 		if ok, err := t.checkpointable(); !ok {
-			return err
+			return err // nil: the loss is not finite now; keep the last good checkpoint
 		}
-		if err := t.SaveCheckpoint(path, loader.State(), epoch, fc.Meta); err != nil {
+		name := filepath.Base(path)
+		if !r.owned[name] && !fc.Overwrite {
+			// Checked before the first step too: this catches a run that
+			// started in the same directory since.
+			if _, err := os.Lstat(path); err == nil {
+				return &ConflictError{Dir: r.dir, Files: []string{name}}
+			}
+		}
+		n := -1
+		if step {
+			n = t.step
+		}
+		if err := t.saveCheckpoint(path, loader.State(), epoch, fc.Meta, r.id, r.stepFiles(n)); err != nil {
 			return fmt.Errorf("accumulate: saving %s: %w", path, err)
 		}
-		last = path
-		return pruneCheckpoints(fc.CheckpointDir, fc.KeepLast)
+		r.own(name)
+		res.Checkpoint = path
+		res.Checkpoints = append(slices.DeleteFunc(res.Checkpoints, func(p string) bool { return p == path }), path)
+		if !step {
+			return nil
+		}
+		err := r.prune()
+		res.Checkpoints = slices.DeleteFunc(res.Checkpoints, func(p string) bool { return !r.owned[filepath.Base(p)] })
+		return err
 	}
 	for ; epoch < fc.Epochs; epoch++ {
 		bar := newBar(fc.Progress, loader.Len(), fmt.Sprintf("epoch %d/%d", epoch+1, fc.Epochs))
@@ -123,13 +229,13 @@ func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 			if err := ctx.Err(); err != nil {
 				bar.Finish()
 				if fc.CheckpointDir == "" {
-					return last, ErrInterrupted
+					return res, ErrInterrupted
 				}
-				if err := save(StepCheckpointPath(fc.CheckpointDir, t.step)); err != nil {
-					return last, err
+				if err := save(StepCheckpointPath(fc.CheckpointDir, t.step), epoch, true); err != nil {
+					return res, err
 				}
-				logf("interrupted at step %d: saved %s", t.step, last)
-				return last, ErrInterrupted
+				logf("interrupted at step %d: saved %s", t.step, res.Checkpoint)
+				return res, ErrInterrupted
 			}
 			if fc.MaxSteps > 0 && t.step >= fc.MaxSteps {
 				break
@@ -142,12 +248,12 @@ func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 				continue
 			}
 			if err != nil {
-				return last, err
+				return res, err
 			}
 			info, err := t.Step(b)
 			b.Free()
 			if err != nil {
-				return last, err
+				return res, err
 			}
 			rate := float64(info.Samples) / info.Duration.Seconds()
 			record(map[string]any{
@@ -160,8 +266,8 @@ func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 				info.Step, info.Loss, info.LR, rate, torch.FormatBytes(info.Memory.Allocated)))
 			bar.Add(1)
 			if fc.CheckpointEvery > 0 && t.step%fc.CheckpointEvery == 0 {
-				if err := save(StepCheckpointPath(fc.CheckpointDir, t.step)); err != nil {
-					return last, err
+				if err := save(StepCheckpointPath(fc.CheckpointDir, t.step), epoch, true); err != nil {
+					return res, err
 				}
 			}
 		}
@@ -172,29 +278,23 @@ func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		if fc.Eval != nil {
 			vals, err := fc.Eval(epoch + 1)
 			if err != nil {
-				return last, err
+				return res, err
 			}
 			record(map[string]any{"step": t.step, "epoch": epoch + 1, "eval": vals})
 			logf("epoch %d: %s", epoch+1, formatVals(vals))
 		}
 		if fc.CheckpointDir != "" {
-			path := EpochCheckpointPath(fc.CheckpointDir, epoch+1)
-			if ok, err := t.checkpointable(); err != nil {
-				return last, err
-			} else if ok {
-				if err := t.SaveCheckpoint(path, loader.State(), epoch+1, fc.Meta); err != nil {
-					return last, err
-				}
-				last = path
+			if err := save(EpochCheckpointPath(fc.CheckpointDir, epoch+1), epoch+1, false); err != nil {
+				return res, err
 			}
 		}
 	}
 	if fc.CheckpointDir != "" {
-		if err := save(StepCheckpointPath(fc.CheckpointDir, t.step)); err != nil {
-			return last, err
+		if err := save(StepCheckpointPath(fc.CheckpointDir, t.step), epoch, true); err != nil {
+			return res, err
 		}
 	}
-	return last, nil
+	return res, nil
 }
 
 func finite(v float64) any {

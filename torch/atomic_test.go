@@ -5,8 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -65,10 +65,14 @@ func TestSaveAtomicUnderKill(t *testing.T) {
 	path := filepath.Join(dir, "ckpt.pt")
 	rng := rand.New(rand.NewSource(1))
 	sawFile, sawMissing := false, false
+	// Temporary files are .ckpt.pt.tmp-PID-RANDOM (PID: the writer's).
+	tmpName := regexp.MustCompile(`^\.ckpt\.pt\.tmp-(\d+)-\d+$`)
+	pids := map[string]bool{}
 	for round := 0; round < 4; round++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestSaveKillHelper$", "-test.count=1")
 		cmd.Env = append(os.Environ(), killDirEnv+"="+dir)
 		require.NoError(t, cmd.Start())
+		pids[strconv.Itoa(cmd.Process.Pid)] = true
 		delay := time.Duration(300+rng.Intn(2500)) * time.Millisecond
 		time.Sleep(delay)
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
@@ -81,7 +85,9 @@ func TestSaveAtomicUnderKill(t *testing.T) {
 			if name == "ckpt.pt" || name == "done" {
 				continue
 			}
-			require.True(t, strings.HasPrefix(name, ".ckpt.pt.tmp-"), "unexpected file %s", name)
+			m := tmpName.FindStringSubmatch(name)
+			require.NotNil(t, m, "unexpected file %s", name)
+			require.True(t, pids[m[1]], "temporary file %s carries the PID of a writer this test started", name)
 		}
 		if _, err := os.Stat(path); os.IsNotExist(err) {
 			sawMissing = true

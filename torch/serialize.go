@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // This file is the public face of torchfit's torch.save / torch.load
@@ -247,16 +248,25 @@ func archiveName(path string) string {
 
 // atomicWrite writes a temporary file next to path with write, syncs it,
 // renames it over path and syncs the directory.
+//
+// The temporary file is named .BASE.tmp-PID-RANDOM and the writer holds an
+// exclusive flock on it until it is closed, so a process that finds one
+// left by a writer killed with SIGKILL can tell it from a write in
+// progress: the lock is free and the PID is gone (accumulate.Fit removes
+// such files).
 func atomicWrite(path string, write func(io.Writer) error) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
 	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	f, err := os.CreateTemp(dir, fmt.Sprintf(".%s.tmp-%d-*", base, os.Getpid()))
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
+	// Best effort: where the file system has no flock, a cleaner cannot
+	// take the lock either and leaves the file alone.
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 	defer func() {
 		if err != nil {
 			f.Close()

@@ -92,6 +92,7 @@ func trainFlags() []cli.Flag {
 		&cli.StringFlag{Name: "checkpoint-dir", Value: "checkpoints"},
 		&cli.IntFlag{Name: "checkpoint-every", Value: 100, Usage: "steps between checkpoints"},
 		&cli.StringFlag{Name: "resume", Usage: "checkpoint to resume from"},
+		&cli.BoolFlag{Name: "overwrite", Usage: "replace checkpoints of another run in --checkpoint-dir that have the names this run writes"},
 		&cli.StringFlag{Name: "metrics", Usage: "append per-step metrics (JSONL) here"},
 		&cli.IntFlag{Name: "workers", Value: 2, Usage: "data loader workers"},
 		&cli.BoolFlag{Name: "spec-augment", Usage: "SpecAugment masks on training features"},
@@ -138,7 +139,7 @@ func trainConfig(c *cli.Context) (asr.TrainConfig, error) {
 		Device: dev, Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"), LR: c.Float64("lr"), Warmup: c.Int("warmup"),
 		ClipNorm: c.Float64("clip-norm"), EmptyCacheEvery: c.Int("empty-cache-every"), GradCheckpointing: c.Bool("grad-checkpointing"),
 		MemoryLimit: c.String("memory-limit"), AutoBatch: c.Bool("auto-batch") || c.Bool("dry-run"), DryRun: c.Bool("dry-run"), CheckpointDir: c.String("checkpoint-dir"),
-		CheckpointEvery: c.Int("checkpoint-every"), Resume: c.String("resume"), Metrics: c.String("metrics"),
+		CheckpointEvery: c.Int("checkpoint-every"), Overwrite: c.Bool("overwrite"), Resume: c.String("resume"), Metrics: c.String("metrics"),
 		Workers: c.Int("workers"), SpecAugment: c.Bool("spec-augment"), Seed: c.Uint64("seed"),
 		ValidLimit: c.Int("valid-limit"), MemoryEvery: c.Int("memory-every"), PadMultiple: c.Int("pad-multiple"), Progress: true, Logf: logger(c),
 		MaxNonFinite: c.Int("max-nonfinite-steps"),
@@ -216,6 +217,10 @@ func asrTrainCommand() *cli.Command {
 			if errors.Is(err, accumulate.ErrNonFinite) {
 				return fmt.Errorf("%w; try a lower --lr or a --clip-norm", err)
 			}
+			var conflict *accumulate.ConflictError
+			if errors.As(err, &conflict) {
+				return userErr("%v: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite", err)
+			}
 			if err != nil {
 				return classify(err)
 			}
@@ -236,6 +241,10 @@ func asrTrainCommand() *cli.Command {
 
 // classify marks errors a user caused (files, inputs) as usage errors.
 func classify(err error) error {
+	var bad *asr.CheckpointError
+	if errors.As(err, &bad) {
+		return usageError{err}
+	}
 	msg := err.Error()
 	for _, s := range []string{"no corpus", "no such file", "expects 16 kHz", "not a torchfit checkpoint", "another model",
 		"not an ASR checkpoint", "unknown", "bad file", "is not a", "fewer than one", "was trained with preset"} {
@@ -264,14 +273,26 @@ func asrEvalCommand() *cli.Command {
 			if _, err := os.Stat(c.String("checkpoint")); err != nil {
 				return userErr("--checkpoint: %v", err)
 			}
-			cer, wer, n, err := asr.EvaluateSplit(c.String("checkpoint"), c.String("data"), c.String("split"), dev)
+			r, err := asr.Evaluate(c.String("checkpoint"), c.String("data"), c.String("split"), dev)
 			if err != nil {
 				return classify(err)
 			}
-			fmt.Printf("%s split (%d utterances): CER %.3f, WER %.3f\n", c.String("split"), n, cer, wer)
+			if len(r.NonFinite) > 0 {
+				fmt.Fprintf(os.Stderr, "torchfit: warning: %s holds NaN or infinite values in %d weight tensor(s) (%s): the scores below mean nothing; evaluate a checkpoint from before the run diverged\n",
+					c.String("checkpoint"), len(r.NonFinite), names(r.NonFinite, 4))
+			}
+			fmt.Printf("%s split (%d utterances): CER %.3f, WER %.3f\n", c.String("split"), r.N, r.CER, r.WER)
 			return nil
 		},
 	}
+}
+
+// names lists up to max names, then how many more.
+func names(xs []string, max int) string {
+	if len(xs) <= max {
+		return strings.Join(xs, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(xs[:max], ", "), len(xs)-max)
 }
 
 func asrTranscribeCommand() *cli.Command {

@@ -8,7 +8,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/torchfit/torchfit/accumulate"
@@ -42,6 +44,7 @@ type TrainConfig struct {
 	DryRun            bool   // with AutoBatch: search, report the table, and stop
 	CheckpointDir     string
 	CheckpointEvery   int
+	Overwrite         bool // replace another run's checkpoints that have the names this run writes (see accumulate.FitConfig)
 	Resume            string
 	Metrics           string
 	Workers           int
@@ -87,7 +90,7 @@ type TrainResult struct {
 	CERStart     float64 // validation CER before training (NaN when resumed)
 	CER          float64 // validation CER at the end
 	ValidLoss    float64
-	Checkpoint   string
+	Checkpoint   string // the last checkpoint this run wrote ("" with no CheckpointDir)
 	PeakMemory   int64
 	OOMEvents    int
 	EpochsDone   int
@@ -207,7 +210,7 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 			return res, err
 		}
 		if vocab, err = NewVocab(meta.Vocab); err != nil {
-			return res, err
+			return res, &CheckpointError{cfg.Resume, err}
 		}
 		if cfg.Preset != "" && meta.Preset != "" && !strings.EqualFold(cfg.Preset, meta.Preset) {
 			return res, fmt.Errorf("asr: checkpoint %s was trained with preset %q, not %q (drop --preset or pass --preset %s)",
@@ -316,35 +319,41 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	if cfg.DryRun && !cfg.AutoBatch {
 		return res, fmt.Errorf("asr: --dry-run goes with --auto-batch")
 	}
-	if cfg.AutoBatch && cfg.Resume == "" {
-		tableLog := logf
-		if cfg.DryRun { // the caller prints the table
-			tableLog = func(string, ...any) {}
-		}
-		found, err := autoBatch(tr, train, effective, tableLog)
+	if cfg.DryRun { // the caller prints the table; nothing is trained or written
+		found, err := autoBatch(tr, train, effective, func(string, ...any) {})
 		if err != nil {
 			return res, err
 		}
 		res.FoundBatches = &found
-		if cfg.DryRun {
-			return res, nil
-		}
-		micro := min(found.MicroBatch, effective)
-		tr.SetMicroBatch(micro)
-		logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d", micro, (effective+micro-1)/micro, effective)
+		return res, nil
 	}
 
 	evaluate := func() (float64, float64, error) {
 		er, loss, err := scoreCorpus(m, valid, cfg.Device, cfg.BatchSize*2, true)
 		return er.CER(), loss, err
 	}
-	if cfg.Resume == "" {
-		cer, loss, err := evaluate()
-		if err != nil {
-			return res, err
+	// start runs once Fit has resumed and checked the checkpoint directory.
+	start := func() error {
+		if cfg.AutoBatch && cfg.Resume == "" {
+			found, err := autoBatch(tr, train, effective, logf)
+			if err != nil {
+				return err
+			}
+			res.FoundBatches = &found
+			micro := min(found.MicroBatch, effective)
+			tr.SetMicroBatch(micro)
+			logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d", micro, (effective+micro-1)/micro, effective)
 		}
-		res.CERStart = cer
-		logf("validation before training: CER %.3f, loss %.3f", cer, loss)
+		if cfg.Resume == "" {
+			cer, loss, err := evaluate()
+			if err != nil {
+				return err
+			}
+			res.CERStart = cer
+			logf("validation before training: CER %.3f, loss %.3f", cer, loss)
+		}
+		torch.ResetPeakMemory(cfg.Device)
+		return nil
 	}
 	newLoader := func(st *data.State) (accumulate.Loader, error) {
 		collate := Collate
@@ -355,11 +364,11 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 			BatchSize: effective, Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Resume: st,
 		})
 	}
-	torch.ResetPeakMemory(cfg.Device)
 	var lastVals map[string]float64
-	_, err = accumulate.Fit(ctx, tr, newLoader, accumulate.FitConfig{
+	fit, err := accumulate.Fit(ctx, tr, newLoader, accumulate.FitConfig{
 		Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery,
-		Resume: cfg.Resume, Metrics: cfg.Metrics, Progress: cfg.Progress, Meta: metaDict(preset, mcfg, vocab), Signals: true,
+		Overwrite: cfg.Overwrite, Resume: cfg.Resume, Metrics: cfg.Metrics, Progress: cfg.Progress,
+		Meta: metaDict(preset, mcfg, vocab), Signals: true, Start: start,
 		Eval: func(epoch int) (map[string]float64, error) {
 			train.SetEpoch(epoch)
 			res.EpochsDone = epoch
@@ -368,6 +377,7 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 			return lastVals, err
 		},
 	})
+	res.Checkpoint = fit.Checkpoint
 	res.Interrupted = errors.Is(err, accumulate.ErrInterrupted)
 	if err != nil && !res.Interrupted {
 		return res, err
@@ -381,11 +391,6 @@ func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 		}
 	} else {
 		res.CER, res.ValidLoss = lastVals["val_cer"], lastVals["val_loss"]
-	}
-	if cfg.CheckpointDir != "" {
-		if res.Checkpoint, err = accumulate.LatestCheckpoint(cfg.CheckpointDir); err != nil {
-			return res, err
-		}
 	}
 	return res, nil
 }
@@ -456,74 +461,212 @@ func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int, withLoss 
 	return er, lossSum / float64(c.Len()), nil
 }
 
-// ReadModelMeta reads the model configuration and vocabulary stored in a
-// torchfit ASR checkpoint.
-func ReadModelMeta(path string) (modelMeta, error) {
-	var meta modelMeta
+// CheckpointError is a checkpoint that cannot be used: unreadable or
+// corrupt, not a torchfit ASR checkpoint, or with a model description that
+// is out of range or disagrees with the weights stored beside it. Nothing
+// is built from such a file.
+type CheckpointError struct {
+	Path string
+	Err  error
+}
+
+func (e *CheckpointError) Error() string { return fmt.Sprintf("asr: checkpoint %s: %v", e.Path, e.Err) }
+
+func (e *CheckpointError) Unwrap() error { return e.Err }
+
+// Bounds on a checkpoint's model description, far above the presets: a
+// description is checked against them before any of its numbers is
+// multiplied or allocated, and then against the weights' shapes.
+const (
+	maxDModel    = 1 << 12
+	maxLayers    = 1 << 10
+	maxFFDim     = 1 << 18
+	maxKernel    = 1 << 10
+	maxVocab     = 1 << 20
+	maxMels      = 1 << 12
+	maxPositions = 1 << 16 // subsampled frames (43 minutes of audio): the positional tables, not in the file
+)
+
+// readCheckpoint loads an ASR checkpoint once and returns its model
+// description and weights, checked against each other. free releases the
+// weights.
+func readCheckpoint(path string) (meta modelMeta, weights map[string]*torch.Tensor, free func(), err error) {
 	v, err := torch.Load(path)
 	if err != nil {
-		return meta, fmt.Errorf("asr: checkpoint %s: %w", path, err)
+		if errors.Is(err, torch.ErrOutOfMemory) {
+			return meta, nil, nil, fmt.Errorf("asr: checkpoint %s: %w", path, err)
+		}
+		return meta, nil, nil, &CheckpointError{path, err}
 	}
-	defer torch.FreeAll(v)
+	bad := func(format string, args ...any) (modelMeta, map[string]*torch.Tensor, func(), error) {
+		torch.FreeAll(v)
+		return meta, nil, nil, &CheckpointError{path, fmt.Errorf(format, args...)}
+	}
 	d, ok := v.(*torch.Dict)
 	if !ok {
-		return meta, fmt.Errorf("asr: %s is not a torchfit checkpoint", path)
+		return bad("not a torchfit checkpoint (a %T, not a dict)", v)
 	}
 	mv, _ := d.Get("meta")
 	md, ok := mv.(*torch.Dict)
 	if !ok {
-		return meta, fmt.Errorf("asr: %s has no model description (not an ASR checkpoint)", path)
+		return bad("not an ASR checkpoint (no model description)")
 	}
-	s, _ := md.Get("model")
-	str, ok := s.(string)
+	str, ok := func() (string, bool) { x, _ := md.Get("model"); s, ok := x.(string); return s, ok }()
 	if !ok {
-		return meta, fmt.Errorf("asr: %s is not an ASR checkpoint", path)
+		return bad("not an ASR checkpoint (no model description)")
 	}
 	if err := json.Unmarshal([]byte(str), &meta); err != nil {
-		return meta, fmt.Errorf("asr: %s: bad model description: %w", path, err)
+		return bad("bad model description: %v", err)
 	}
+	wv, _ := d.Get("model")
+	sd, ok := wv.(*torch.Dict)
+	if !ok {
+		return bad("no model weights")
+	}
+	weights = make(map[string]*torch.Tensor, sd.Len())
+	for _, e := range sd.Entries {
+		k, ok := e.Key.(string)
+		t, isT := e.Value.(*torch.Tensor)
+		if !ok || !isT {
+			return bad("model weights: entry %v is not a named tensor", e.Key)
+		}
+		weights[k] = t
+	}
+	if err := checkMeta(meta, weights); err != nil {
+		return bad("%v", err)
+	}
+	return meta, weights, func() { torch.FreeAll(v) }, nil
+}
+
+// checkMeta checks a model description against sane bounds and against
+// the shapes of the weights stored with it, so that a corrupt or crafted
+// description cannot make NewConformer allocate more than the file holds.
+func checkMeta(meta modelMeta, w map[string]*torch.Tensor) error {
+	c := meta.Config
+	for _, b := range []struct {
+		name      string
+		v, lo, hi int64
+	}{
+		{"d_model", c.DModel, 2, maxDModel},
+		{"attention heads", c.Heads, 1, maxDModel},
+		{"encoder layers", int64(c.EncoderLayers), 1, maxLayers},
+		{"decoder layers", int64(c.DecoderLayers), 0, maxLayers},
+		{"feed-forward size", c.FFDim, 1, maxFFDim},
+		{"decoder feed-forward size", c.DecoderFFDim, 0, maxFFDim},
+		{"convolution kernel", c.ConvKernel, 1, maxKernel},
+		{"output classes", c.Vocab, UNKID + 1, maxVocab},
+		{"mel bins", c.NumMels, 7, maxMels},
+		{"maximum length", c.MaxLen, 0, maxPositions},
+	} {
+		if b.v < b.lo || b.v > b.hi {
+			return fmt.Errorf("model description: %s %d outside [%d, %d]", b.name, b.v, b.lo, b.hi)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("model description: %w", err)
+	}
+	if int64(len(meta.Vocab)) != c.Vocab {
+		return fmt.Errorf("model description: %d vocabulary tokens for %d output classes", len(meta.Vocab), c.Vocab)
+	}
+	d := c.DModel
+	want := []struct {
+		key   string
+		shape []int64
+	}{
+		{"ctc_head.weight", []int64{c.Vocab, d}},
+		{"encoder.subsample.conv.0.weight", []int64{d, 1, 3, 3}},
+		{"encoder.subsample.out.weight", []int64{d, d * SubsampledLength(c.NumMels)}},
+		{"encoder.layers.0.ff1.linear1.weight", []int64{c.FFDim, d}},
+		{"encoder.layers.0.conv_module.depthwise_conv.weight", []int64{d, 1, c.ConvKernel}},
+	}
+	if c.DecoderLayers > 0 {
+		want = append(want, []struct {
+			key   string
+			shape []int64
+		}{
+			{"decoder.embed.weight", []int64{c.Vocab, d}},
+			{"decoder.out.weight", []int64{c.Vocab, d}},
+			{"decoder.layers.0.linear1.weight", []int64{c.decFF(), d}},
+		}...)
+	}
+	for _, x := range want {
+		t, ok := w[x.key]
+		if !ok {
+			return fmt.Errorf("the weights have no %s", x.key)
+		}
+		if got := t.Shape(); !slices.Equal(got, x.shape) {
+			return fmt.Errorf("model description (d_model %d, %d classes, %d mel bins, feed-forward %d/%d, kernel %d) disagrees with the weights: %s is %v, not %v",
+				d, c.Vocab, c.NumMels, c.FFDim, c.decFF(), c.ConvKernel, x.key, got, x.shape)
+		}
+	}
+	for _, part := range []struct {
+		prefix string
+		n      int
+	}{{"encoder.layers.", c.EncoderLayers}, {"decoder.layers.", c.DecoderLayers}} {
+		if got := countLayers(w, part.prefix); got != part.n {
+			return fmt.Errorf("model description says %d %s, the weights have %d", part.n, strings.TrimSuffix(strings.ReplaceAll(part.prefix, ".", " "), " "), got)
+		}
+	}
+	return nil
+}
+
+// countLayers returns n when the keys under prefix are those of layers
+// 0…n−1 (and −1 when the numbering has a gap).
+func countLayers(w map[string]*torch.Tensor, prefix string) int {
+	seen := map[int]bool{}
+	for k := range w {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		num, _, _ := strings.Cut(rest, ".")
+		i, err := strconv.Atoi(num)
+		if err != nil || i < 0 {
+			return -1
+		}
+		seen[i] = true
+	}
+	for i := range len(seen) {
+		if !seen[i] {
+			return -1
+		}
+	}
+	return len(seen)
+}
+
+// ReadModelMeta reads the model configuration and vocabulary stored in a
+// torchfit ASR checkpoint, checked against the weights' shapes (a
+// *CheckpointError when they disagree or the file is not an ASR checkpoint).
+func ReadModelMeta(path string) (modelMeta, error) {
+	meta, _, free, err := readCheckpoint(path)
+	if err != nil {
+		return meta, err
+	}
+	free()
 	return meta, nil
 }
 
 // LoadModel rebuilds the model of a checkpoint, with its weights, for
-// evaluation or transcription.
+// evaluation or transcription. The file is read once; its model
+// description is checked against the weights before anything is built.
 func LoadModel(path string, dev torch.Device) (*Conformer, error) {
-	meta, err := ReadModelMeta(path)
+	meta, weights, free, err := readCheckpoint(path)
 	if err != nil {
 		return nil, err
 	}
+	defer free()
 	vocab, err := NewVocab(meta.Vocab)
 	if err != nil {
-		return nil, err
+		return nil, &CheckpointError{path, err}
 	}
 	m, err := NewConformer(meta.Config)
 	if err != nil {
-		return nil, err
+		return nil, &CheckpointError{path, err}
 	}
 	m.Vocab = vocab
-	v, err := torch.Load(path)
-	if err != nil {
-		return nil, err
-	}
-	defer torch.FreeAll(v)
-	d := v.(*torch.Dict)
-	mv, _ := d.Get("model")
-	sd, ok := mv.(*torch.Dict)
-	if !ok {
-		nn.Free(m)
-		return nil, fmt.Errorf("asr: %s has no model weights", path)
-	}
-	weights := map[string]*torch.Tensor{}
-	for _, e := range sd.Entries {
-		if k, ok := e.Key.(string); ok {
-			if t, ok := e.Value.(*torch.Tensor); ok {
-				weights[k] = t
-			}
-		}
-	}
 	if _, err := nn.LoadStateDict(m, weights, true); err != nil {
 		nn.Free(m)
-		return nil, fmt.Errorf("asr: %s: %w", path, err)
+		return nil, &CheckpointError{path, err}
 	}
 	if dev != torch.CPU {
 		nn.To(m, dev, torch.Float32)
@@ -532,27 +675,63 @@ func LoadModel(path string, dev torch.Device) (*Conformer, error) {
 	return m, nil
 }
 
-// EvaluateSplit scores a checkpoint on a split of a corpus: CER and WER.
-func EvaluateSplit(checkpoint, dir, split string, dev torch.Device) (cer, wer float64, n int, err error) {
+// NonFiniteWeights names the model's parameters and buffers that hold NaN
+// or infinite values (a checkpoint of a diverged run).
+func NonFiniteWeights(m nn.Module) []string {
+	var bad []string
+	for _, p := range nn.StateDict(m) {
+		if !p.T.DType().IsFloat() {
+			continue
+		}
+		torch.Tidy(func() {
+			if p.T.IsFinite().All().Item() == 0 {
+				bad = append(bad, p.Name)
+			}
+		})
+	}
+	return bad
+}
+
+// EvalResult is a checkpoint's score on a split.
+type EvalResult struct {
+	CER, WER float64
+	N        int // utterances
+	// NonFinite names the weights holding NaN or ±Inf: the scores of such
+	// a checkpoint mean nothing (the CLI warns).
+	NonFinite []string
+}
+
+// Evaluate scores a checkpoint on a split of a corpus: CER and WER, and
+// the weights that are not finite.
+func Evaluate(checkpoint, dir, split string, dev torch.Device) (EvalResult, error) {
 	m, err := LoadModel(checkpoint, dev)
 	if err != nil {
-		return 0, 0, 0, err
+		return EvalResult{}, err
 	}
 	defer nn.Free(m)
+	res := EvalResult{NonFinite: NonFiniteWeights(m)}
 	feat, err := NewFeaturizer(16000, 400, 160, int(m.Cfg.NumMels))
 	if err != nil {
-		return 0, 0, 0, err
+		return res, err
 	}
 	defer feat.Close()
 	c, err := LoadCorpus(filepath.Join(dir, split+".jsonl"), m.Vocab, feat)
 	if err != nil {
-		return 0, 0, 0, err
+		return res, err
 	}
 	er, _, err := scoreCorpus(m, c, dev, 16, false)
 	if err != nil {
-		return 0, 0, 0, err
+		return res, err
 	}
-	return er.CER(), er.WER(), c.Len(), nil
+	res.CER, res.WER, res.N = er.CER(), er.WER(), c.Len()
+	return res, nil
+}
+
+// EvaluateSplit scores a checkpoint on a split of a corpus: CER and WER
+// (Evaluate also names non-finite weights).
+func EvaluateSplit(checkpoint, dir, split string, dev torch.Device) (cer, wer float64, n int, err error) {
+	r, err := Evaluate(checkpoint, dir, split, dev)
+	return r.CER, r.WER, r.N, err
 }
 
 // TranscribeFiles transcribes WAV files with a checkpoint (greedy CTC; see
