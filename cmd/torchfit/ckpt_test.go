@@ -35,10 +35,14 @@ func toneCorpus(t *testing.T) string {
 	return dir
 }
 
+// result is a finished command: its exit status and output.
 type result struct {
 	code           int
 	stdout, stderr string
 }
+
+// both returns the exit status and everything printed.
+func (r result) both() (int, string) { return r.code, r.stdout + r.stderr }
 
 func runCLI(t *testing.T, bin string, args ...string) result {
 	cmd := exec.Command(bin, args...)

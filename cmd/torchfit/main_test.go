@@ -73,18 +73,6 @@ func TestUserErrorsExitTwoWithOneLine(t *testing.T) {
 	}
 }
 
-// runCLI runs the binary and returns its exit status and combined output.
-func runCLI(t *testing.T, bin string, args ...string) (int, string) {
-	t.Helper()
-	out, err := exec.Command(bin, args...).CombinedOutput()
-	if err == nil {
-		return 0, string(out)
-	}
-	var ee *exec.ExitError
-	require.ErrorAs(t, err, &ee, string(out))
-	return ee.ExitCode(), string(out)
-}
-
 // requireOneLine checks that a failed command printed exactly one line, with
 // want in it, and no panic trace.
 func requireOneLine(t *testing.T, out, want string) {
@@ -216,7 +204,7 @@ func TestBadTrainInputsWriteNothing(t *testing.T) {
 	bin := binary(t)
 	dir := t.TempDir()
 	corpus := filepath.Join(dir, "corpus")
-	code, out := runCLI(t, bin, "asr", "data", "--out", corpus, "--utterances", "16", "--workers", "2")
+	code, out := runCLI(t, bin, "asr", "data", "--out", corpus, "--utterances", "16", "--workers", "2").both()
 	require.Equal(t, 0, code, out)
 	cfg := filepath.Join(dir, "lr.json")
 	require.NoError(t, os.WriteFile(cfg, []byte(`{"lr": "NaN"}`), 0o644))
@@ -225,12 +213,12 @@ func TestBadTrainInputsWriteNothing(t *testing.T) {
 		args := append([]string{"asr", "train", "--data", corpus, "--preset", "tiny", "--d-model", "32", "--encoder-layers", "1",
 			"--device", "cpu", "--batch-size", "2", "--grad-accum", "1", "--max-steps", "2", "--checkpoint-every", "1",
 			"--checkpoint-dir", ck, "--valid-limit", "2", "--workers", "0", "--warmup", "0"}, lr...)
-		code, out := runCLI(t, bin, args...)
+		code, out := runCLI(t, bin, args...).both()
 		require.Equal(t, 2, code, "%v: %s", lr, out)
 		requireOneLine(t, out, "lr")
 		require.NoDirExists(t, ck, "%v: no checkpoint", lr)
 	}
-	code, out = runCLI(t, bin, "asr", "train", "--data", corpus, "--batch-size", "1e6")
+	code, out = runCLI(t, bin, "asr", "train", "--data", corpus, "--batch-size", "1e6").both()
 	require.Equal(t, 2, code, out)
 	requireOneLine(t, out, `invalid value "1e6" for flag -batch-size`)
 }
