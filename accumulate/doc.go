@@ -30,6 +30,14 @@
 // the same error instead), so a diverged run leaves its last good
 // checkpoint as the newest on disk.
 //
+// Only memory is out of memory: a backend fault (torch.ErrBackend, e.g.
+// oneDNN's std::bad_alloc without a size) is returned at once, not retried.
+//
+// One thread: Step, Evaluate, FindBatchSize and Fit compute on the
+// trainer's libtorch thread (Config.Thread, torch.Main() by default)
+// whichever goroutine calls them, as Python runs its loop on one thread;
+// torch.Thread says why libtorch 1.13 needs it.
+//
 // FindBatchSize searches for the largest micro-batch that fits; Fit adds
 // epochs, evaluation, atomic checkpoints in PyTorch's format, bit-exact
 // resume, signal handling, metrics (JSONL) and a progress bar.

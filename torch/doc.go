@@ -10,7 +10,12 @@
 // steps, loaders, command lines). Out-of-memory errors — from CUDA's
 // caching allocator, the CPU allocator, or a cap set with SetMemoryLimit —
 // match errors.Is(err, ErrOutOfMemory) and carry the failed request and the
-// allocator's stats. A C++ exception never aborts the process.
+// allocator's stats, when the size asked for is plausible (up to 256 TiB).
+// A C++ exception below libtorch's own error handling — a std::bad_alloc
+// that no allocator reported, or a std::future_error, both of which oneDNN
+// 2.6 throws when creating a primitive fails — matches ErrBackend instead:
+// not memory, and the process is not safe to go on. A C++ exception never
+// aborts the process.
 //
 // # Deterministic memory
 //
@@ -31,6 +36,15 @@
 // move between threads. NoGrad, EnableGrad, InferenceMode, Autocast and Tidy
 // lock the goroutine to its thread for their extent and restore the
 // previous state when they end, also on panic.
+//
+// A training loop needs more: its CPU backend caches per OS thread too
+// (ideep's primitive descriptors), and libtorch up to 2.3 links a oneDNN
+// older than 3.4 that breaks when one loop's work moves between threads
+// (see Thread). Main is the process's libtorch thread: torchfit's training
+// loop, evaluation and recipes run their work there, whichever goroutine
+// calls them, as Python runs its loop on its one thread. Every OS thread
+// that calls into torchfit first gets libtorch's OpenMP thread count
+// (SetNumThreads), which OpenMP otherwise keeps per thread.
 //
 // # Operators
 //

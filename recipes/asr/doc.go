@@ -82,5 +82,14 @@
 // optimized, equal for 1 and 10 minutes).
 //
 // Corpus loads a manifest and computes (features, token ids, text) per item
-// on the fly, for the torch/data Dataset adapter.
+// on the fly, for the torch/data Dataset adapter. Collate pads a batch's
+// frames to a multiple of FrameMultiple (32) and its token ids to a
+// multiple of 8 (TrainConfig.PadMultiple changes it): the CPU backend then
+// compiles and caches kernels for a few dozen shapes instead of one per
+// utterance length, which is faster and keeps RSS flat (README).
+//
+// # Threads
+//
+// TrainConformer, MeasureStep, Evaluate and TranscribeFiles compute on
+// libtorch's thread (torch.Main), whichever goroutine calls them.
 package asr

@@ -37,7 +37,12 @@ type Measurement struct {
 
 // MeasureStep runs two optimizer steps (AdamW) of a preset on the longest
 // training utterances and measures the second one.
-func MeasureStep(c MeasureConfig) (Measurement, error) {
+func MeasureStep(c MeasureConfig) (m Measurement, err error) {
+	torch.Main().Do(func() { m, err = measureStep(c) })
+	return m, err
+}
+
+func measureStep(c MeasureConfig) (Measurement, error) {
 	var out Measurement
 	manifest := filepath.Join(c.Data, "train.jsonl")
 	vocab, err := BuildVocabFromManifest(manifest)

@@ -189,6 +189,12 @@ func metaDict(preset string, cfg ModelConfig, v *Vocab) *torch.Dict {
 
 // TrainConformer trains (or resumes) a conformer on the corpus in cfg.Data.
 func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+	torch.Main().Do(func() { res, err = trainConformer(ctx, cfg) })
+	return res, err
+}
+
+// trainConformer is TrainConformer on libtorch's thread.
+func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
@@ -703,7 +709,12 @@ type EvalResult struct {
 
 // Evaluate scores a checkpoint on a split of a corpus: CER and WER, and
 // the weights that are not finite.
-func Evaluate(checkpoint, dir, split string, dev torch.Device) (EvalResult, error) {
+func Evaluate(checkpoint, dir, split string, dev torch.Device) (res EvalResult, err error) {
+	torch.Main().Do(func() { res, err = evaluate(checkpoint, dir, split, dev) })
+	return res, err
+}
+
+func evaluate(checkpoint, dir, split string, dev torch.Device) (EvalResult, error) {
 	m, err := LoadModel(checkpoint, dev)
 	if err != nil {
 		return EvalResult{}, err
@@ -738,7 +749,12 @@ func EvaluateSplit(checkpoint, dir, split string, dev torch.Device) (cer, wer fl
 // TranscribeWAV for the formats, long files and memory). Every file's
 // header is checked before the model is loaded; an error about a file is an
 // *AudioError.
-func TranscribeFiles(checkpoint string, files []string, dev torch.Device) ([]string, error) {
+func TranscribeFiles(checkpoint string, files []string, dev torch.Device) (texts []string, err error) {
+	torch.Main().Do(func() { texts, err = transcribeFiles(checkpoint, files, dev) })
+	return texts, err
+}
+
+func transcribeFiles(checkpoint string, files []string, dev torch.Device) ([]string, error) {
 	for _, f := range files {
 		r, err := OpenWAV(f)
 		if err != nil {
