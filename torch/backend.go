@@ -8,9 +8,10 @@ import (
 
 // OneDNNCacheCapacity returns the capacity of oneDNN's primitive cache, the
 // compiled kernels libtorch's CPU backend keeps per distinct shape (-1 when
-// this libtorch exposes no oneDNN API). torchfit bounds it to 64 at start
-// unless ONEDNN_PRIMITIVE_CACHE_CAPACITY is set: oneDNN's default, 1024,
-// grows a long run's RSS by hundreds of MB when sequence lengths vary.
+// this libtorch exposes no oneDNN API). Unless ONEDNN_PRIMITIVE_CACHE_CAPACITY
+// is set, torchfit keeps it at oneDNN's 1024, or at ideep's
+// LRU_CACHE_CAPACITY when that is lower (see Thread for why it must not
+// exceed it).
 func OneDNNCacheCapacity() int {
 	n, err := capi.OneDNNCacheCapacity(-1)
 	if err != nil {

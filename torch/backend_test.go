@@ -2,6 +2,9 @@ package torch
 
 import (
 	"errors"
+	"os"
+	"os/exec"
+	"strconv"
 	"runtime"
 	"sync"
 	"syscall"
@@ -83,12 +86,21 @@ func TestOneDNNCacheIsBounded(t *testing.T) {
 	if n == -1 {
 		t.Skip("this libtorch exposes no oneDNN API")
 	}
-	require.Equal(t, 64, n, "torchfit's bound (ONEDNN_PRIMITIVE_CACHE_CAPACITY unset in tests)")
+	// Go sees the environment the process started with, not the shim's
+	// setenv: a value here is the user's own, and wins.
+	want := 1024 // oneDNN's default and ideep's
+	if v, err := strconv.Atoi(os.Getenv("LRU_CACHE_CAPACITY")); err == nil && v > 0 {
+		want = min(want, v) // never more than ideep's per-thread cache
+	}
+	if v := os.Getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY"); v != "" {
+		want, _ = strconv.Atoi(v)
+	}
+	require.Equal(t, want, n)
 	prev, err := SetOneDNNCacheCapacity(0)
 	require.NoError(t, err)
-	require.Equal(t, 64, prev)
+	require.Equal(t, want, prev)
 	require.Equal(t, 0, OneDNNCacheCapacity())
-	_, err = SetOneDNNCacheCapacity(64)
+	_, err = SetOneDNNCacheCapacity(want)
 	require.NoError(t, err)
 }
 
@@ -137,4 +149,17 @@ func TestOneDNNVersion(t *testing.T) {
 	if a, b, _ := LibtorchVersion(); a == 1 && b == 13 {
 		require.Equal(t, "2.6.3", v, "Debian's libdnnl2")
 	}
+}
+
+// The clamp to ideep's capacity, forced: this test binary again with
+// LRU_CACHE_CAPACITY=100, where oneDNN's cache must be 100 too.
+func TestOneDNNCacheFollowsIdeep(t *testing.T) {
+	if os.Getenv("LRU_CACHE_CAPACITY") != "" || os.Getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") != "" || OneDNNCacheCapacity() == -1 {
+		t.Skip("set by the environment, or no oneDNN API")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestOneDNNCacheIsBounded$", "-test.v")
+	cmd.Env = append(os.Environ(), "LRU_CACHE_CAPACITY=100")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "--- PASS: TestOneDNNCacheIsBounded")
 }

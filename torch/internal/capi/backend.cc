@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "shim.h"
@@ -26,17 +27,28 @@ get_capacity_fn get_capacity() {
   return fn;
 }
 
-// The bound torchfit puts on oneDNN's primitive cache unless the user set one
-// (ONEDNN_PRIMITIVE_CACHE_CAPACITY or its old name DNNL_PRIMITIVE_CACHE_CAPACITY).
-// oneDNN's default, 1024, holds a compiled kernel per distinct shape: with
-// variable sequence lengths a long run's RSS grows by hundreds of MB.
-constexpr int kDefaultCacheCapacity = 64;
+// oneDNN's process-wide primitive cache must not outlast ideep's per-thread
+// cache of matmul primitive descriptors (LRU_CACHE_CAPACITY, 1024 by
+// default): on one thread, oneDNN then drops a primitive no later than
+// ideep drops the descriptor its brgemm kernels point into (oneDNN < 3.4
+// keeps raw pointers there; see torch.Thread). Both default to 1024; when
+// the user lowers ideep's and sets no oneDNN capacity, torchfit lowers
+// oneDNN's to match. Fewer entries only cost speed: padded lengths keep
+// the shapes few (README).
+int ideep_capacity() {
+  if (const char* v = std::getenv("LRU_CACHE_CAPACITY")) {
+    const int n = std::atoi(v);
+    if (n > 0) return n;
+  }
+  return 1024;
+}
 
 const bool cache_bounded = [] {
   if (std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") || std::getenv("DNNL_PRIMITIVE_CACHE_CAPACITY")) return false;
+  const int cap = std::min(1024, ideep_capacity());
   // oneDNN reads the variable when its cache is first used, after this runs.
-  setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", std::to_string(kDefaultCacheCapacity).c_str(), 0);
-  if (auto fn = set_capacity()) fn(kDefaultCacheCapacity);
+  setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", std::to_string(cap).c_str(), 0);
+  if (auto fn = set_capacity()) fn(cap);
   return true;
 }();
 
