@@ -73,7 +73,7 @@ vet: deps
 
 test: deps vet
 	$(GO) test $(GOFLAGS_TAGS) -count=1 -timeout 20m ./...
-	$(GO) test $(GOFLAGS_TAGS) -race -count=1 -timeout 10m ./torch/data ./accumulate
+	$(GO) test $(GOFLAGS_TAGS) -race -count=1 -timeout 10m ./torch/data ./train
 	@$(MAKE) --no-print-directory fuzz
 
 # A short bounded run of each fuzz target (seed corpora run in 'go test' too).

@@ -15,7 +15,7 @@ type EstimateOptions struct {
 	// buffers per parameter and a float32 step count). Default "adam".
 	Optimizer string
 	// Precision is "fp32" (default), "bf16" or "fp16": mixed precision as
-	// accumulate.Trainer runs it. The probe runs under autocast at that
+	// train.Trainer runs it. The probe runs under autocast at that
 	// dtype, so its activations (and the cached low-precision weight
 	// copies) are measured as they will be; weights, gradients and
 	// optimizer state are counted at the parameters' own dtype (float32

@@ -252,7 +252,7 @@ func archiveName(path string) string {
 // The temporary file is named .BASE.tmp-PID-RANDOM and the writer holds an
 // exclusive flock on it until it is closed, so a process that finds one
 // left by a writer killed with SIGKILL can tell it from a write in
-// progress: the lock is free and the PID is gone (accumulate.Fit removes
+// progress: the lock is free and the PID is gone (train.Fit removes
 // such files).
 func atomicWrite(path string, write func(io.Writer) error) (err error) {
 	dir, base := filepath.Split(path)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -101,7 +101,7 @@ func trainFlags() []cli.Flag {
 		&cli.IntFlag{Name: "memory-every", Value: 25, Usage: "log a memory line every N steps"},
 		&cli.IntFlag{Name: "threads", Usage: "libtorch CPU threads (0: default)"},
 		&cli.IntFlag{Name: "pad-multiple", Value: asr.FrameMultiple, Usage: "pad each batch's frames to a multiple of this (1: to the longest utterance only)"},
-		&cli.IntFlag{Name: "max-nonfinite-steps", Value: accumulate.DefaultMaxNonFinite,
+		&cli.IntFlag{Name: "max-nonfinite-steps", Value: train.DefaultMaxNonFinite,
 			Usage: "stop when the loss has been NaN or infinite for this many steps in a row (-1: never)"},
 	}
 }
@@ -214,10 +214,10 @@ func asrTrainCommand() *cli.Command {
 				return err
 			}
 			res, err := asr.TrainConformer(c.Context, cfg)
-			if errors.Is(err, accumulate.ErrNonFinite) {
+			if errors.Is(err, train.ErrNonFinite) {
 				return fmt.Errorf("%w; try a lower --lr or a --clip-norm", err)
 			}
-			var conflict *accumulate.ConflictError
+			var conflict *train.ConflictError
 			if errors.As(err, &conflict) {
 				return userErr("%v: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite", err)
 			}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
@@ -53,7 +53,7 @@ func demoCommand() *cli.Command {
 			logf("one step, micro-batch 4 × 2: fp32 peak %s (activations %s) in %.2fs; bf16 autocast peak %s (activations %s) in %.2fs",
 				torch.FormatBytes(m[0].Peak), torch.FormatBytes(m[0].Activations), m[0].Step.Seconds(),
 				torch.FormatBytes(m[1].Peak), torch.FormatBytes(m[1].Activations), m[1].Step.Seconds())
-			choice, err := accumulate.ParsePrecision(c.String("mixed-precision"), torch.CPU)
+			choice, err := train.ParsePrecision(c.String("mixed-precision"), torch.CPU)
 			if err != nil {
 				return userErr("--mixed-precision: %v", err)
 			}

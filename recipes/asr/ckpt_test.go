@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/recipes/asr"
 )
 
@@ -21,7 +21,7 @@ func TestTrainReportsAndPrunesOnlyItsOwnCheckpoints(t *testing.T) {
 	require.NoError(t, os.MkdirAll(cfg.CheckpointDir, 0o755))
 	other := map[string]string{}
 	for n := 138; n <= 140; n++ {
-		path := accumulate.StepCheckpointPath(cfg.CheckpointDir, n)
+		path := train.StepCheckpointPath(cfg.CheckpointDir, n)
 		other[path] = fmt.Sprintf("another run's step %d", n)
 		require.NoError(t, os.WriteFile(path, []byte(other[path]), 0o644))
 	}
@@ -35,8 +35,8 @@ func TestTrainReportsAndPrunesOnlyItsOwnCheckpoints(t *testing.T) {
 
 	res, err := asr.TrainConformer(context.Background(), cfg)
 	require.NoError(t, err)
-	require.Equal(t, accumulate.StepCheckpointPath(cfg.CheckpointDir, 2), res.Checkpoint, "the summary names this run's checkpoint")
-	require.FileExists(t, accumulate.StepCheckpointPath(cfg.CheckpointDir, 1))
+	require.Equal(t, train.StepCheckpointPath(cfg.CheckpointDir, 2), res.Checkpoint, "the summary names this run's checkpoint")
+	require.FileExists(t, train.StepCheckpointPath(cfg.CheckpointDir, 1))
 	unchanged()
 
 	// The same command again would write over steps 1 and 2: refused
@@ -46,7 +46,7 @@ func TestTrainReportsAndPrunesOnlyItsOwnCheckpoints(t *testing.T) {
 	var log []string
 	cfg.Logf = func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) }
 	_, err = asr.TrainConformer(context.Background(), cfg)
-	var conflict *accumulate.ConflictError
+	var conflict *train.ConflictError
 	require.ErrorAs(t, err, &conflict)
 	require.Equal(t, []string{"checkpoint_step_000001.pt", "checkpoint_step_000002.pt"}, conflict.Files)
 	require.NotContains(t, strings.Join(log, "\n"), "validation before training")
@@ -59,6 +59,6 @@ func TestTrainReportsAndPrunesOnlyItsOwnCheckpoints(t *testing.T) {
 	cfg.Overwrite = true
 	res, err = asr.TrainConformer(context.Background(), cfg)
 	require.NoError(t, err)
-	require.Equal(t, accumulate.StepCheckpointPath(cfg.CheckpointDir, 2), res.Checkpoint)
+	require.Equal(t, train.StepCheckpointPath(cfg.CheckpointDir, 2), res.Checkpoint)
 	unchanged()
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -88,13 +88,13 @@ func measureStep(c MeasureConfig) (Measurement, error) {
 		nn.To(m, c.Device, torch.Float32)
 	}
 	out.Params = nn.NumParams(m)
-	prec, err := accumulate.ParsePrecision(c.Precision, c.Device)
+	prec, err := train.ParsePrecision(c.Precision, c.Device)
 	if err != nil {
 		return out, err
 	}
 	opt := nn.NewAdamW(nn.Parameters(m), nn.AdamWDefaults(1e-4))
 	defer opt.Free()
-	tr, err := accumulate.New(m, opt, lossFn(m), accumulate.Config{MicroBatch: c.BatchSize, Accum: c.GradAccum, Device: c.Device, Precision: prec.Precision})
+	tr, err := train.New(m, opt, lossFn(m), train.Config{MicroBatch: c.BatchSize, Accum: c.GradAccum, Device: c.Device, Precision: prec.Precision})
 	if err != nil {
 		return out, err
 	}

@@ -275,6 +275,9 @@ func runOnce(t *testing.T, m *Conformer, bt batch, ckpt bool) runResult {
 		p.T.SetGrad(nil)
 	}
 	var res runResult
+	// Finalizers of tensors earlier tests dropped would free memory in the
+	// middle of the measurement: settle them first.
+	torch.CollectGarbage()
 	base := torch.MustMemoryStats(torch.CPU).Allocated
 	require.NoError(t, torch.ResetPeakMemory(torch.CPU))
 	torch.Tidy(func() {

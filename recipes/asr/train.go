@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
@@ -44,7 +44,7 @@ type TrainConfig struct {
 	DryRun            bool   // with AutoBatch: search, report the table, and stop
 	CheckpointDir     string
 	CheckpointEvery   int
-	Overwrite         bool // replace another run's checkpoints that have the names this run writes (see accumulate.FitConfig)
+	Overwrite         bool // replace another run's checkpoints that have the names this run writes (see train.FitConfig)
 	Resume            string
 	Metrics           string
 	Workers           int
@@ -59,7 +59,7 @@ type TrainConfig struct {
 	Logf        func(format string, args ...any)
 
 	// MaxNonFinite stops training once the loss has been NaN or ±Inf for
-	// this many consecutive steps (0: accumulate.DefaultMaxNonFinite;
+	// this many consecutive steps (0: train.DefaultMaxNonFinite;
 	// negative: never). No checkpoint of the diverged state is written.
 	MaxNonFinite int
 }
@@ -95,7 +95,7 @@ type TrainResult struct {
 	OOMEvents    int
 	EpochsDone   int
 	Interrupted  bool
-	FoundBatches *accumulate.FindResult
+	FoundBatches *train.FindResult
 	Precision    amp.Choice // the precision trained in, and why
 }
 
@@ -247,12 +247,12 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 		return res, err
 	}
 	defer feat.Close()
-	train, err := LoadCorpus(trainManifest, vocab, feat)
+	trainSet, err := LoadCorpus(trainManifest, vocab, feat)
 	if err != nil {
 		return res, err
 	}
 	if cfg.SpecAugment {
-		train = train.WithSpecAugment(DefaultSpecAugment(), cfg.Seed)
+		trainSet = trainSet.WithSpecAugment(DefaultSpecAugment(), cfg.Seed)
 	}
 	valid, err := LoadCorpus(filepath.Join(cfg.Data, "valid.jsonl"), vocab, feat)
 	if err != nil {
@@ -293,7 +293,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	logf("model %s: d_model %d, %d encoder / %d decoder layers, %s parameters (%.2fM), vocabulary %d",
 		preset, mcfg.DModel, mcfg.EncoderLayers, mcfg.DecoderLayers, commas(res.Params), float64(res.Params)/1e6, vocab.Size())
 
-	precision, err := accumulate.ParsePrecision(cfg.Precision, cfg.Device)
+	precision, err := train.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
 		return res, err
 	}
@@ -302,9 +302,9 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	opt := nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), 0.01), nn.AdamWDefaults(cfg.LR))
 	defer opt.Free()
 	effective := cfg.BatchSize * cfg.GradAccum
-	stepsPerEpoch := train.Len() / effective
+	stepsPerEpoch := trainSet.Len() / effective
 	if stepsPerEpoch == 0 {
-		return res, fmt.Errorf("asr: the training split has %d utterances, fewer than one effective batch of %d", train.Len(), effective)
+		return res, fmt.Errorf("asr: the training split has %d utterances, fewer than one effective batch of %d", trainSet.Len(), effective)
 	}
 	total := stepsPerEpoch * cfg.Epochs
 	if cfg.MaxSteps > 0 && cfg.MaxSteps < total {
@@ -312,7 +312,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	}
 	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, total, 0.05))
 	defer sched.Free()
-	tr, err := accumulate.New(m, opt, lossFn(m), accumulate.Config{
+	tr, err := train.New(m, opt, lossFn(m), train.Config{
 		MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
 		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery, Logf: logf,
 		MaxNonFinite: cfg.MaxNonFinite,
@@ -326,7 +326,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 		return res, fmt.Errorf("asr: --dry-run goes with --auto-batch")
 	}
 	if cfg.DryRun { // the caller prints the table; nothing is trained or written
-		found, err := autoBatch(tr, train, effective, func(string, ...any) {})
+		found, err := autoBatch(tr, trainSet, effective, func(string, ...any) {})
 		if err != nil {
 			return res, err
 		}
@@ -341,7 +341,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	// start runs once Fit has resumed and checked the checkpoint directory.
 	start := func() error {
 		if cfg.AutoBatch && cfg.Resume == "" {
-			found, err := autoBatch(tr, train, effective, logf)
+			found, err := autoBatch(tr, trainSet, effective, logf)
 			if err != nil {
 				return err
 			}
@@ -361,22 +361,22 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 		torch.ResetPeakMemory(cfg.Device)
 		return nil
 	}
-	newLoader := func(st *data.State) (accumulate.Loader, error) {
+	newLoader := func(st *data.State) (train.Loader, error) {
 		collate := Collate
 		if cfg.PadMultiple != 0 {
 			collate = CollatePadded(cfg.PadMultiple)
 		}
-		return data.NewLoader(dataset(train), collate, data.Options{
+		return data.NewLoader(dataset(trainSet), collate, data.Options{
 			BatchSize: effective, Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Resume: st,
 		})
 	}
 	var lastVals map[string]float64
-	fit, err := accumulate.Fit(ctx, tr, newLoader, accumulate.FitConfig{
+	fit, err := train.Fit(ctx, tr, newLoader, train.FitConfig{
 		Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery,
 		Overwrite: cfg.Overwrite, Resume: cfg.Resume, Metrics: cfg.Metrics, Progress: cfg.Progress,
 		Meta: metaDict(preset, mcfg, vocab), Signals: true, Start: start,
 		Eval: func(epoch int) (map[string]float64, error) {
-			train.SetEpoch(epoch)
+			trainSet.SetEpoch(epoch)
 			res.EpochsDone = epoch
 			cer, loss, err := evaluate()
 			lastVals = map[string]float64{"val_cer": cer, "val_loss": loss}
@@ -384,7 +384,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 		},
 	})
 	res.Checkpoint = fit.Checkpoint
-	res.Interrupted = errors.Is(err, accumulate.ErrInterrupted)
+	res.Interrupted = errors.Is(err, train.ErrInterrupted)
 	if err != nil && !res.Interrupted {
 		return res, err
 	}
@@ -402,7 +402,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 }
 
 // autoBatch finds the largest micro-batch on the longest utterances.
-func autoBatch(tr *accumulate.Trainer, c *Corpus, effective int, logf func(string, ...any)) (accumulate.FindResult, error) {
+func autoBatch(tr *train.Trainer, c *Corpus, effective int, logf func(string, ...any)) (train.FindResult, error) {
 	order := make([]int, c.Len())
 	for i := range order {
 		order[i] = i

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -94,7 +94,7 @@ func (c TrainConfig) Validate() error {
 	case c.Resume == "":
 		return bad("preset", c.Preset, "required unless resuming")
 	}
-	if _, err := accumulate.ParsePrecision(c.Precision, c.Device); err != nil {
+	if _, err := train.ParsePrecision(c.Precision, c.Device); err != nil {
 		return &ConfigError{Field: "mixed-precision", Value: c.Precision, Err: err}
 	}
 	if c.MemoryLimit != "" {

@@ -1,4 +1,4 @@
-package accumulate
+package train
 
 import (
 	"context"
@@ -109,7 +109,7 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 			logf("removed %d temporary file(s) of interrupted checkpoint writes in %s: %s", len(removed), r.dir, nameList(removed))
 		}
 		if err != nil {
-			return res, fmt.Errorf("accumulate: cleaning %s: %w", r.dir, err)
+			return res, fmt.Errorf("train: cleaning %s: %w", r.dir, err)
 		}
 	}
 	var resume *data.State
@@ -124,7 +124,7 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		r.id, resumed = c.RunID, c.RunID != ""
 		if r.dir != "" {
 			if err := r.adopt(fc.Resume, c); err != nil {
-				return res, fmt.Errorf("accumulate: %w", err)
+				return res, fmt.Errorf("train: %w", err)
 			}
 		}
 		logf("resumed from %s at step %d (epoch %d, batch %d, micro-batch %d)", fc.Resume, c.Step, c.Loader.Epoch, c.Loader.Batch, c.MicroBatch)
@@ -147,7 +147,7 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		}
 		clash, others, err := r.conflicts(t.step, last, epoch, fc.Epochs)
 		if err != nil {
-			return res, fmt.Errorf("accumulate: %w", err)
+			return res, fmt.Errorf("train: %w", err)
 		}
 		if resumed {
 			// Files of the resumed run written after the file it resumes
@@ -178,7 +178,7 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 	if fc.Metrics != "" {
 		f, err := os.OpenFile(fc.Metrics, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
-			return res, fmt.Errorf("accumulate: metrics: %w", err)
+			return res, fmt.Errorf("train: metrics: %w", err)
 		}
 		metrics = f
 		defer f.Close()
@@ -211,7 +211,7 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 			n = t.step
 		}
 		if err := t.saveCheckpoint(path, loader.State(), epoch, fc.Meta, r.id, r.stepFiles(n)); err != nil {
-			return fmt.Errorf("accumulate: saving %s: %w", path, err)
+			return fmt.Errorf("train: saving %s: %w", path, err)
 		}
 		r.own(name)
 		res.Checkpoint = path

@@ -1,4 +1,4 @@
-package accumulate
+package train
 
 import (
 	"crypto/rand"
@@ -116,15 +116,15 @@ func (t *Trainer) saveCheckpoint(path string, loader data.State, epoch int, meta
 func (t *Trainer) LoadCheckpoint(path string) (Checkpoint, error) {
 	v, err := torch.Load(path)
 	if err != nil {
-		return Checkpoint{}, fmt.Errorf("accumulate: checkpoint %s: %w", path, err)
+		return Checkpoint{}, fmt.Errorf("train: checkpoint %s: %w", path, err)
 	}
 	defer torch.FreeAll(v)
 	ck, ok := v.(*torch.Dict)
 	if !ok {
-		return Checkpoint{}, fmt.Errorf("accumulate: %s is not a torchfit checkpoint (a %T, not a dict)", path, v)
+		return Checkpoint{}, fmt.Errorf("train: %s is not a torchfit checkpoint (a %T, not a dict)", path, v)
 	}
 	fail := func(format string, args ...any) (Checkpoint, error) {
-		return Checkpoint{}, fmt.Errorf("accumulate: checkpoint %s: "+format, append([]any{path}, args...)...)
+		return Checkpoint{}, fmt.Errorf("train: checkpoint %s: "+format, append([]any{path}, args...)...)
 	}
 	tensors := func(key string) (map[string]*torch.Tensor, error) {
 		x, ok := ck.Get(key)
@@ -330,7 +330,7 @@ func LatestCheckpoint(dir string) (string, error) {
 		return "", err
 	}
 	if len(steps) == 0 {
-		return "", fmt.Errorf("accumulate: no checkpoint_step_*.pt in %s", dir)
+		return "", fmt.Errorf("train: no checkpoint_step_*.pt in %s", dir)
 	}
 	return StepCheckpointPath(dir, steps[len(steps)-1]), nil
 }
@@ -368,7 +368,7 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("accumulate: %s holds %s written by another run, which this run would overwrite", e.Dir, nameList(e.Files))
+	return fmt.Sprintf("train: %s holds %s written by another run, which this run would overwrite", e.Dir, nameList(e.Files))
 }
 
 func nameList(names []string) string {

@@ -1,4 +1,4 @@
-package accumulate_test
+package train_test
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/internal/pyref"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
@@ -25,7 +25,7 @@ import (
 // fitRun trains the regression model with dropout and Adam for up to
 // maxSteps steps (2 epochs of 8 steps max 16... see below), checkpointing
 // every step into dir, and returns the final parameters.
-func fitRun(t testing.TB, dir string, maxSteps int, resume string, onStep func(accumulate.StepInfo)) []float32 {
+func fitRun(t testing.TB, dir string, maxSteps int, resume string, onStep func(train.StepInfo)) []float32 {
 	torch.SetNumThreads(1) // bit-exact CPU results need one intra-op thread
 	ds := regressionData(96)
 	defer ds.Free()
@@ -38,22 +38,22 @@ func fitRun(t testing.TB, dir string, maxSteps int, resume string, onStep func(a
 		h = m.l2.Forward(h).Relu()
 		return torch.MSELoss(m.l3.Forward(h).MeanDim([]int64{1}, false), b.Fields["y"], torch.ReduceMean)
 	}
-	tr, err := accumulate.New(m, opt, loss, accumulate.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU})
+	tr, err := train.New(m, opt, loss, train.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr.Sched = nn.NewSchedule(opt, nn.WarmupCosineLR(3, 24, 0.1))
 	defer tr.Sched.Free()
 	tr.OnStep = onStep
-	newLoader := func(st *data.State) (accumulate.Loader, error) {
+	newLoader := func(st *data.State) (train.Loader, error) {
 		return data.NewLoader(data.Dataset[data.Sample](ds), data.Collate,
 			data.Options{BatchSize: 8, Shuffle: true, Seed: 42, Workers: 1, Resume: st})
 	}
-	_, err = accumulate.Fit(context.Background(), tr, newLoader, accumulate.FitConfig{
+	_, err = train.Fit(context.Background(), tr, newLoader, train.FitConfig{
 		Epochs: 3, MaxSteps: maxSteps, CheckpointDir: dir, CheckpointEvery: 1, KeepLast: 3, Resume: resume,
 		Signals: os.Getenv("TORCHFIT_FIT_SIGNAL") != "",
 	})
-	if err != nil && !(errors.Is(err, accumulate.ErrInterrupted) && os.Getenv("TORCHFIT_FIT_SIGNAL") != "") {
+	if err != nil && !(errors.Is(err, train.ErrInterrupted) && os.Getenv("TORCHFIT_FIT_SIGNAL") != "") {
 		t.Fatal(err)
 	}
 	var out []float32
@@ -71,7 +71,7 @@ func TestFitChild(t *testing.T) {
 	}
 	hang, _ := strconv.Atoi(os.Getenv("TORCHFIT_FIT_HANG"))
 	term, _ := strconv.Atoi(os.Getenv("TORCHFIT_FIT_SIGNAL"))
-	fitRun(t, dir, 20, "", func(s accumulate.StepInfo) {
+	fitRun(t, dir, 20, "", func(s train.StepInfo) {
 		if s.Step == hang {
 			os.Stdout.WriteString("HANG\n")
 			time.Sleep(time.Hour)
@@ -104,7 +104,7 @@ func TestResumeAfterKillIsBitExact(t *testing.T) {
 	require.NoError(t, cmd.Process.Kill()) // SIGKILL: no chance to clean up
 	cmd.Wait()
 
-	ckpt := accumulate.StepCheckpointPath(dir, 10)
+	ckpt := train.StepCheckpointPath(dir, 10)
 	require.FileExists(t, ckpt)
 	resumed := fitRun(t, t.TempDir(), 20, ckpt, nil)
 	require.Equal(t, straight, resumed, "10 steps + kill -9 + 10 resumed steps == 20 straight steps, bit for bit")
@@ -117,16 +117,16 @@ func TestSIGTERMFinishesTheStepAndSaves(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "the process exits 0 after a SIGTERM:\n%s", out)
 	require.Contains(t, string(out), "CHILD DONE")
-	require.FileExists(t, accumulate.StepCheckpointPath(dir, 3), "the step in flight finished and was saved")
-	require.NoFileExists(t, accumulate.StepCheckpointPath(dir, 5), "training stopped")
+	require.FileExists(t, train.StepCheckpointPath(dir, 3), "the step in flight finished and was saved")
+	require.NoFileExists(t, train.StepCheckpointPath(dir, 5), "training stopped")
 	// The saved step resumes.
-	fitRun(t, t.TempDir(), 5, accumulate.StepCheckpointPath(dir, 3), nil)
+	fitRun(t, t.TempDir(), 5, train.StepCheckpointPath(dir, 3), nil)
 }
 
 func TestCheckpointFromAnotherModelIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	fitRun(t, dir, 2, "", nil)
-	ckpt := accumulate.StepCheckpointPath(dir, 2)
+	ckpt := train.StepCheckpointPath(dir, 2)
 	before, err := os.ReadFile(ckpt)
 	require.NoError(t, err)
 
@@ -138,7 +138,7 @@ func TestCheckpointFromAnotherModelIsRefused(t *testing.T) {
 	defer nn.Free(other)
 	opt := nn.NewAdam(nn.Parameters(other), nn.AdamDefaults(1e-3))
 	defer opt.Free()
-	tr, err := accumulate.New(other, opt, other.loss, accumulate.Config{MicroBatch: 1, Accum: 1, Device: torch.CPU})
+	tr, err := train.New(other, opt, other.loss, train.Config{MicroBatch: 1, Accum: 1, Device: torch.CPU})
 	require.NoError(t, err)
 	want := nn.Parameters(other)[0].T.Float32s()
 	_, err = tr.LoadCheckpoint(ckpt)
@@ -170,7 +170,7 @@ func TestCheckpointLoadsInPython(t *testing.T) {
 		sd = ck["model"]
 		emit({"keys": list(sd.keys()), "first": sd["l1.weight"].flatten()[:5].tolist(), "step": ck["step"],
 		      "loader": [ck["loader"]["epoch"], ck["loader"]["batch"]], "opt": len(ck["optimizer"])})
-	`, map[string]any{"path": accumulate.StepCheckpointPath(dir, 3)}, &got)
+	`, map[string]any{"path": train.StepCheckpointPath(dir, 3)}, &got)
 	require.Equal(t, []string{"l1.weight", "l1.bias", "l2.weight", "l2.bias", "l3.weight", "l3.bias"}, got.Keys)
 	require.InDeltaSlice(t, params[:5], got.First, 0)
 	require.Equal(t, 3, got.Step)
@@ -187,11 +187,11 @@ func TestMetricsAndPlot(t *testing.T) {
 	defer nn.Free(m)
 	opt := nn.NewSGD(nn.Parameters(m), nn.SGDConfig{LR: 0.01})
 	defer opt.Free()
-	tr, err := accumulate.New(m, opt, m.loss, accumulate.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU})
+	tr, err := train.New(m, opt, m.loss, train.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU})
 	require.NoError(t, err)
-	_, err = accumulate.Fit(context.Background(), tr, func(st *data.State) (accumulate.Loader, error) {
+	_, err = train.Fit(context.Background(), tr, func(st *data.State) (train.Loader, error) {
 		return data.NewLoader(data.Dataset[data.Sample](ds), data.Collate, data.Options{BatchSize: 8, Resume: st})
-	}, accumulate.FitConfig{Epochs: 2, Metrics: metrics,
+	}, train.FitConfig{Epochs: 2, Metrics: metrics,
 		Eval: func(int) (map[string]float64, error) { return map[string]float64{"val_loss": 1}, nil }})
 	require.NoError(t, err)
 	raw, err := os.ReadFile(metrics)
@@ -200,7 +200,7 @@ func TestMetricsAndPlot(t *testing.T) {
 	require.Len(t, lines, 16+2, "one line per step and per evaluation")
 	require.Contains(t, lines[0], `"allocated":`)
 	png := filepath.Join(dir, "curves.png")
-	require.NoError(t, accumulate.PlotMetrics(metrics, png))
+	require.NoError(t, train.PlotMetrics(metrics, png))
 	st, err := os.Stat(png)
 	require.NoError(t, err)
 	require.Greater(t, st.Size(), int64(10000))

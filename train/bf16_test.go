@@ -1,4 +1,4 @@
-package accumulate_test
+package train_test
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
@@ -74,12 +74,12 @@ func TestBF16TrainingVaryingLengths(t *testing.T) {
 	defer opt.Free()
 	var mu sync.Mutex
 	tids := map[int]bool{}
-	tr, err := accumulate.New(m, opt, func(b *data.Batch) *torch.Tensor {
+	tr, err := train.New(m, opt, func(b *data.Batch) *torch.Tensor {
 		mu.Lock()
 		tids[syscall.Gettid()] = true
 		mu.Unlock()
 		return m.loss(b)
-	}, accumulate.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU, Precision: accumulate.BF16})
+	}, train.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU, Precision: train.BF16})
 	require.NoError(t, err)
 
 	var losses []float64
@@ -89,7 +89,7 @@ func TestBF16TrainingVaryingLengths(t *testing.T) {
 			b, err = loader.Next(t.Context())
 		}
 		require.NoError(t, err)
-		var info accumulate.StepInfo
+		var info train.StepInfo
 		done := make(chan error)
 		go func() { // a different goroutine each step
 			var err error
@@ -123,7 +123,7 @@ func TestBackendFaultIsNotRetried(t *testing.T) {
 		m := newRegression(1)
 		opt := nn.NewAdamW(nn.Parameters(m), nn.AdamWDefaults(1e-3))
 		var logged []string
-		tr, err := accumulate.New(m, opt, m.loss, accumulate.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU,
+		tr, err := train.New(m, opt, m.loss, train.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU,
 			Logf: func(format string, args ...any) { logged = append(logged, fmt.Sprintf(format, args...)) }})
 		require.NoError(t, err)
 		ds := regressionData(8)

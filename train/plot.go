@@ -1,4 +1,4 @@
-package accumulate
+package train
 
 import (
 	"bufio"
@@ -36,7 +36,7 @@ func PlotMetrics(jsonl, png string) error {
 			Peak      *float64 `json:"peak"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			return fmt.Errorf("accumulate: %s line %d: %w", jsonl, line, err)
+			return fmt.Errorf("train: %s line %d: %w", jsonl, line, err)
 		}
 		if m.Step == nil {
 			continue
@@ -55,7 +55,7 @@ func PlotMetrics(jsonl, png string) error {
 		return err
 	}
 	if len(loss) == 0 {
-		return fmt.Errorf("accumulate: %s has no step records", jsonl)
+		return fmt.Errorf("train: %s has no step records", jsonl)
 	}
 	top := plot.New()
 	top.Title.Text = "training loss"

@@ -1,4 +1,4 @@
-package accumulate
+package train
 
 import (
 	"errors"
@@ -172,7 +172,7 @@ func (t *Trainer) findBatchSize(max int, batch func(n int) (*data.Batch, error))
 		return err
 	})
 	if err == nil && res.MicroBatch == 0 {
-		err = fmt.Errorf("accumulate: not even a micro-batch of 1 fits: %w", res.Trials[0].Err)
+		err = fmt.Errorf("train: not even a micro-batch of 1 fits: %w", res.Trials[0].Err)
 	}
 	return res, err
 }

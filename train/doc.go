@@ -51,4 +51,4 @@
 // Fit also removes, at start, the temporary files of checkpoint writes
 // whose process was killed (.checkpoint_*.pt.tmp-PID-*: the PID is dead and
 // the writer's flock is free), and nothing else.
-package accumulate
+package train

@@ -1,4 +1,4 @@
-package accumulate_test
+package train_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
@@ -27,9 +27,9 @@ import (
 type fitter struct {
 	m         *regression
 	opt       nn.Optimizer
-	tr        *accumulate.Trainer
+	tr        *train.Trainer
 	ds        *data.TensorDataset
-	newLoader func(*data.State) (accumulate.Loader, error)
+	newLoader func(*data.State) (train.Loader, error)
 }
 
 func newFitter(t testing.TB, hidden int64) *fitter {
@@ -41,10 +41,10 @@ func newFitter(t testing.TB, hidden int64) *fitter {
 	f.m.l2 = nn.RegisterModule(&f.m.Base, "l2", nn.NewLinear(hidden, hidden, true))
 	f.m.l3 = nn.RegisterModule(&f.m.Base, "l3", nn.NewLinear(hidden, 1, true))
 	f.opt = nn.NewAdamW(nn.Parameters(f.m), nn.AdamWDefaults(1e-3))
-	tr, err := accumulate.New(f.m, f.opt, f.m.loss, accumulate.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU})
+	tr, err := train.New(f.m, f.opt, f.m.loss, train.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU})
 	require.NoError(t, err)
 	f.tr = tr
-	f.newLoader = func(st *data.State) (accumulate.Loader, error) {
+	f.newLoader = func(st *data.State) (train.Loader, error) {
 		return data.NewLoader(data.Dataset[data.Sample](f.ds), data.Collate, data.Options{BatchSize: 8, Shuffle: true, Seed: 7, Resume: st})
 	}
 	t.Cleanup(func() {
@@ -56,13 +56,13 @@ func newFitter(t testing.TB, hidden int64) *fitter {
 }
 
 // fit runs Fit on a fresh small model with checkpoints every step into dir.
-func fit(t *testing.T, dir string, steps int, resume string, edit func(*accumulate.FitConfig)) (accumulate.FitResult, error) {
+func fit(t *testing.T, dir string, steps int, resume string, edit func(*train.FitConfig)) (train.FitResult, error) {
 	f := newFitter(t, 32)
-	fc := accumulate.FitConfig{Epochs: 100, MaxSteps: steps, CheckpointDir: dir, CheckpointEvery: 1, KeepLast: 3, Resume: resume}
+	fc := train.FitConfig{Epochs: 100, MaxSteps: steps, CheckpointDir: dir, CheckpointEvery: 1, KeepLast: 3, Resume: resume}
 	if edit != nil {
 		edit(&fc)
 	}
-	return accumulate.Fit(context.Background(), f.tr, f.newLoader, fc)
+	return train.Fit(context.Background(), f.tr, f.newLoader, fc)
 }
 
 // snapshot returns the files of dir and their contents.
@@ -78,7 +78,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 	return out
 }
 
-func stepName(n int) string { return filepath.Base(accumulate.StepCheckpointPath("", n)) }
+func stepName(n int) string { return filepath.Base(train.StepCheckpointPath("", n)) }
 
 func stepNames(ns ...int) []string {
 	out := make([]string, len(ns))
@@ -95,9 +95,9 @@ func otherRun(t *testing.T, dir string, steps ...int) map[string]string {
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	for k, n := range steps {
-		b, err := os.ReadFile(accumulate.StepCheckpointPath(src, 3-k%3))
+		b, err := os.ReadFile(train.StepCheckpointPath(src, 3-k%3))
 		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(accumulate.StepCheckpointPath(dir, n), b, 0o644))
+		require.NoError(t, os.WriteFile(train.StepCheckpointPath(dir, n), b, 0o644))
 	}
 	return snapshot(t, dir)
 }
@@ -125,10 +125,10 @@ func TestFitPrunesAndReportsOnlyItsOwnCheckpoints(t *testing.T) {
 			var log []string
 			res, err := fit(t, dir, c.steps, "", nil)
 			require.NoError(t, err, log)
-			require.Equal(t, accumulate.StepCheckpointPath(dir, c.steps), res.Checkpoint, "the run reports its own last checkpoint")
+			require.Equal(t, train.StepCheckpointPath(dir, c.steps), res.Checkpoint, "the run reports its own last checkpoint")
 			var want []string
 			for _, n := range c.keep {
-				want = append(want, accumulate.StepCheckpointPath(dir, n))
+				want = append(want, train.StepCheckpointPath(dir, n))
 			}
 			require.Equal(t, want, res.Checkpoints)
 			after := snapshot(t, dir)
@@ -137,7 +137,7 @@ func TestFitPrunesAndReportsOnlyItsOwnCheckpoints(t *testing.T) {
 			}
 			require.Len(t, after, len(before)+len(c.keep), "the other run's 3 files and this run's kept ones")
 			for _, n := range c.keep {
-				id, files := runIDOf(t, accumulate.StepCheckpointPath(dir, n))
+				id, files := runIDOf(t, train.StepCheckpointPath(dir, n))
 				require.Equal(t, res.RunID, id)
 				require.Contains(t, files, stepName(n))
 			}
@@ -149,8 +149,8 @@ func TestFitRefusesToOverwriteAnotherRun(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ck")
 	before := otherRun(t, dir, 1, 2, 3)
 	started := false
-	_, err := fit(t, dir, 2, "", func(fc *accumulate.FitConfig) { fc.Start = func() error { started = true; return nil } })
-	var conflict *accumulate.ConflictError
+	_, err := fit(t, dir, 2, "", func(fc *train.FitConfig) { fc.Start = func() error { started = true; return nil } })
+	var conflict *train.ConflictError
 	require.ErrorAs(t, err, &conflict)
 	require.Equal(t, stepNames(1, 2), conflict.Files, "the two files this run would write; step 3 is out of its reach")
 	require.Equal(t, dir, conflict.Dir)
@@ -160,19 +160,19 @@ func TestFitRefusesToOverwriteAnotherRun(t *testing.T) {
 	// An epoch checkpoint is in the way too.
 	edir := filepath.Join(t.TempDir(), "ck")
 	otherRun(t, edir, 500)
-	require.NoError(t, os.Rename(accumulate.StepCheckpointPath(edir, 500), accumulate.EpochCheckpointPath(edir, 1)))
-	_, err = fit(t, edir, 0, "", func(fc *accumulate.FitConfig) { fc.Epochs = 1 })
+	require.NoError(t, os.Rename(train.StepCheckpointPath(edir, 500), train.EpochCheckpointPath(edir, 1)))
+	_, err = fit(t, edir, 0, "", func(fc *train.FitConfig) { fc.Epochs = 1 })
 	require.ErrorAs(t, err, &conflict)
 	require.Equal(t, []string{"checkpoint_epoch_1.pt"}, conflict.Files)
 
 	// Overwrite replaces the two files and leaves step 3 alone.
-	res, err := fit(t, dir, 2, "", func(fc *accumulate.FitConfig) { fc.Overwrite = true })
+	res, err := fit(t, dir, 2, "", func(fc *train.FitConfig) { fc.Overwrite = true })
 	require.NoError(t, err)
 	after := snapshot(t, dir)
 	require.Equal(t, before[stepName(3)], after[stepName(3)])
 	require.Len(t, after, 3)
 	for _, n := range []int{1, 2} {
-		id, _ := runIDOf(t, accumulate.StepCheckpointPath(dir, n))
+		id, _ := runIDOf(t, train.StepCheckpointPath(dir, n))
 		require.Equal(t, res.RunID, id, "step %d is the new run's", n)
 	}
 }
@@ -182,21 +182,21 @@ func TestResumedRunPrunesItsOwnEarlierCheckpoints(t *testing.T) {
 	before := otherRun(t, dir, 138, 139, 140)
 	first, err := fit(t, dir, 4, "", nil)
 	require.NoError(t, err)
-	require.Equal(t, []string{accumulate.StepCheckpointPath(dir, 2), accumulate.StepCheckpointPath(dir, 3), accumulate.StepCheckpointPath(dir, 4)}, first.Checkpoints)
+	require.Equal(t, []string{train.StepCheckpointPath(dir, 2), train.StepCheckpointPath(dir, 3), train.StepCheckpointPath(dir, 4)}, first.Checkpoints)
 
 	res, err := fit(t, dir, 6, first.Checkpoint, nil)
 	require.NoError(t, err)
 	require.Equal(t, first.RunID, res.RunID, "a resumed run is the same run")
-	require.Equal(t, accumulate.StepCheckpointPath(dir, 6), res.Checkpoint)
+	require.Equal(t, train.StepCheckpointPath(dir, 6), res.Checkpoint)
 	after := snapshot(t, dir)
 	for name, content := range before {
 		require.Equal(t, content, after[name], "the other run's %s is untouched", name)
 	}
 	for _, n := range []int{2, 3} {
-		require.NoFileExists(t, accumulate.StepCheckpointPath(dir, n), "the run's own step %d was pruned as one run", n)
+		require.NoFileExists(t, train.StepCheckpointPath(dir, n), "the run's own step %d was pruned as one run", n)
 	}
 	for _, n := range []int{4, 5, 6} {
-		require.FileExists(t, accumulate.StepCheckpointPath(dir, n))
+		require.FileExists(t, train.StepCheckpointPath(dir, n))
 	}
 	require.Len(t, after, 6)
 	_, files := runIDOf(t, res.Checkpoint)
@@ -205,15 +205,15 @@ func TestResumedRunPrunesItsOwnEarlierCheckpoints(t *testing.T) {
 	// Resuming from an earlier checkpoint of the run redoes its later
 	// steps over its own files; a file of another run in the way is
 	// refused.
-	redo, err := fit(t, dir, 6, accumulate.StepCheckpointPath(dir, 4), nil)
+	redo, err := fit(t, dir, 6, train.StepCheckpointPath(dir, 4), nil)
 	require.NoError(t, err)
 	require.Equal(t, first.RunID, redo.RunID)
-	require.Equal(t, []string{accumulate.StepCheckpointPath(dir, 5), accumulate.StepCheckpointPath(dir, 6)}, redo.Checkpoints)
+	require.Equal(t, []string{train.StepCheckpointPath(dir, 5), train.StepCheckpointPath(dir, 6)}, redo.Checkpoints)
 	after = snapshot(t, dir)
 	require.Len(t, after, 6)
-	require.NoError(t, os.WriteFile(accumulate.StepCheckpointPath(dir, 6), []byte(before[stepName(140)]), 0o644))
-	_, err = fit(t, dir, 6, accumulate.StepCheckpointPath(dir, 4), nil)
-	var conflict *accumulate.ConflictError
+	require.NoError(t, os.WriteFile(train.StepCheckpointPath(dir, 6), []byte(before[stepName(140)]), 0o644))
+	_, err = fit(t, dir, 6, train.StepCheckpointPath(dir, 4), nil)
+	var conflict *train.ConflictError
 	require.ErrorAs(t, err, &conflict)
 	require.Equal(t, stepNames(6), conflict.Files)
 	after = snapshot(t, dir)
@@ -221,11 +221,11 @@ func TestResumedRunPrunesItsOwnEarlierCheckpoints(t *testing.T) {
 	// Resuming into another directory carries the run id and leaves the
 	// first directory alone.
 	other := filepath.Join(t.TempDir(), "ck2")
-	moved, err := fit(t, other, 7, accumulate.StepCheckpointPath(dir, 5), nil)
+	moved, err := fit(t, other, 7, train.StepCheckpointPath(dir, 5), nil)
 	require.NoError(t, err)
 	require.Equal(t, first.RunID, moved.RunID)
 	require.Equal(t, after, snapshot(t, dir))
-	require.Equal(t, []string{accumulate.StepCheckpointPath(other, 6), accumulate.StepCheckpointPath(other, 7)}, moved.Checkpoints)
+	require.Equal(t, []string{train.StepCheckpointPath(other, 6), train.StepCheckpointPath(other, 7)}, moved.Checkpoints)
 }
 
 // deadPID returns the PID of a process that has exited.
@@ -290,7 +290,7 @@ func TestFitKillChild(t *testing.T) {
 		t.Skip("child process only")
 	}
 	f := newFitter(t, killHidden)
-	_, err := accumulate.Fit(context.Background(), f.tr, f.newLoader, accumulate.FitConfig{
+	_, err := train.Fit(context.Background(), f.tr, f.newLoader, train.FitConfig{
 		Epochs: 1000, CheckpointDir: dir, CheckpointEvery: 1, KeepLast: 3, Resume: os.Getenv(killResumeEnv)})
 	t.Fatalf("the child should have been killed: %v", err)
 }
@@ -351,7 +351,7 @@ func TestKillDuringCheckpointWrites(t *testing.T) {
 	midWrite, prev := 0, map[string]temp{}
 	for round := 0; round < kills; round++ {
 		resume, start := "", 0
-		if latest, err := accumulate.LatestCheckpoint(dir); err == nil {
+		if latest, err := train.LatestCheckpoint(dir); err == nil {
 			resume = latest
 			fmt.Sscanf(filepath.Base(latest), "checkpoint_step_%d.pt", &start)
 		}
@@ -392,7 +392,7 @@ func TestKillDuringCheckpointWrites(t *testing.T) {
 		require.Zero(t, bad)
 	}
 	left := len(temps(t, dir))
-	latest, err := accumulate.LatestCheckpoint(dir)
+	latest, err := train.LatestCheckpoint(dir)
 	require.NoError(t, err)
 	var names []string
 	for name := range snapshot(t, dir) {
@@ -405,10 +405,10 @@ func TestKillDuringCheckpointWrites(t *testing.T) {
 	c, err := f.tr.LoadCheckpoint(latest)
 	require.NoError(t, err)
 	f2 := newFitter(t, killHidden)
-	res, err := accumulate.Fit(context.Background(), f2.tr, f2.newLoader, accumulate.FitConfig{
+	res, err := train.Fit(context.Background(), f2.tr, f2.newLoader, train.FitConfig{
 		Epochs: 1000, MaxSteps: c.Step + 1, CheckpointDir: dir, CheckpointEvery: 1, KeepLast: 3, Resume: latest})
 	require.NoError(t, err)
-	require.Equal(t, accumulate.StepCheckpointPath(dir, c.Step+1), res.Checkpoint, "the run resumed at step %d", c.Step+1)
+	require.Equal(t, train.StepCheckpointPath(dir, c.Step+1), res.Checkpoint, "the run resumed at step %d", c.Step+1)
 	files, bad := corrupt(t, dir)
 	t.Logf("%d kills, %d in the middle of a write; temporary files before the last start %d, after it %d; %d step checkpoints, %d corrupt; resumed at step %d (dir before: %v)",
 		kills, midWrite, left, len(temps(t, dir)), files, bad, c.Step+1, names)

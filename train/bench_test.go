@@ -1,23 +1,23 @@
-package accumulate_test
+package train_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 )
 
 // loopBench is one model, optimizer and batch stepped either by
-// accumulate.Trainer.Step or by a hand-written loop.
+// train.Trainer.Step or by a hand-written loop.
 type loopBench struct {
 	m     nn.Module
 	loss  func(*data.Batch) *torch.Tensor
 	opt   nn.Optimizer
 	batch *data.Batch
-	tr    *accumulate.Trainer
+	tr    *train.Trainer
 }
 
 // A small step (about a millisecond), so that the loop's own cost shows.
@@ -49,7 +49,7 @@ func newLoopBench(b *testing.B, tiny bool) *loopBench {
 	}
 	l.opt = nn.NewAdam(nn.Parameters(l.m), nn.AdamDefaults(1e-3))
 	var err error
-	l.tr, err = accumulate.New(l.m, l.opt, l.loss, accumulate.Config{MicroBatch: loopBatch, Accum: 1, Device: torch.CPU})
+	l.tr, err = train.New(l.m, l.opt, l.loss, train.Config{MicroBatch: loopBatch, Accum: 1, Device: torch.CPU})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func (l *loopBench) trainer(b *testing.B) float64 {
 	return info.Loss
 }
 
-// BenchmarkLoopOverhead measures what accumulate.Trainer.Step costs over
+// BenchmarkLoopOverhead measures what train.Trainer.Step costs over
 // the hand-written loop on the same model (a 16→256→256→1 MLP over 2-step
 // sequences, batch 64, Adam: about a millisecond a step): hand and trainer
 // give each one's ns/op; interleaved alternates the two step by step (so

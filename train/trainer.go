@@ -1,4 +1,4 @@
-package accumulate
+package train
 
 import (
 	"errors"
@@ -67,7 +67,7 @@ const DefaultMaxNonFinite = 5
 // Config.MaxNonFinite consecutive optimizer steps, or a parameter was no
 // longer finite when a checkpoint was due. Errors that wrap it are
 // *NonFiniteError.
-var ErrNonFinite = errors.New("accumulate: training diverged")
+var ErrNonFinite = errors.New("train: training diverged")
 
 // NonFiniteError reports where training diverged. Fit returns it before
 // writing any checkpoint of the diverged state: the newest checkpoint on
@@ -81,9 +81,9 @@ type NonFiniteError struct {
 
 func (e *NonFiniteError) Error() string {
 	if e.Param != "" {
-		return fmt.Sprintf("accumulate: training diverged at step %d: parameter %s is NaN or infinite (not checkpointed)", e.Step, e.Param)
+		return fmt.Sprintf("train: training diverged at step %d: parameter %s is NaN or infinite (not checkpointed)", e.Step, e.Param)
 	}
-	return fmt.Sprintf("accumulate: training diverged at step %d: the loss was %v for %d consecutive optimizer steps (not checkpointed)",
+	return fmt.Sprintf("train: training diverged at step %d: the loss was %v for %d consecutive optimizer steps (not checkpointed)",
 		e.Step, e.Loss, e.Count)
 }
 
@@ -135,7 +135,7 @@ type Trainer struct {
 // New returns a trainer for model with optimizer opt and loss function.
 func New(model nn.Module, opt nn.Optimizer, loss func(*data.Batch) *torch.Tensor, cfg Config) (*Trainer, error) {
 	if cfg.MicroBatch < 1 || cfg.Accum < 1 {
-		return nil, fmt.Errorf("accumulate: micro-batch (%d) and accumulation steps (%d) must be >= 1", cfg.MicroBatch, cfg.Accum)
+		return nil, fmt.Errorf("train: micro-batch (%d) and accumulation steps (%d) must be >= 1", cfg.MicroBatch, cfg.Accum)
 	}
 	if cfg.MaxNonFinite == 0 {
 		cfg.MaxNonFinite = DefaultMaxNonFinite
@@ -144,7 +144,7 @@ func New(model nn.Module, opt nn.Optimizer, loss func(*data.Batch) *torch.Tensor
 		cfg.Precision = FP32
 	}
 	if cfg.Precision == FP16 && !cfg.Device.IsCUDA() {
-		return nil, fmt.Errorf("accumulate: float16 training needs CUDA; use bf16 on the CPU")
+		return nil, fmt.Errorf("train: float16 training needs CUDA; use bf16 on the CPU")
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
@@ -205,7 +205,7 @@ func (t *Trainer) trainStep(b *data.Batch) (StepInfo, error) {
 	start := time.Now()
 	size := b.Size()
 	if size == 0 {
-		return StepInfo{}, fmt.Errorf("accumulate: empty batch")
+		return StepInfo{}, fmt.Errorf("train: empty batch")
 	}
 	retries := 0
 	for {
@@ -231,7 +231,7 @@ func (t *Trainer) trainStep(b *data.Batch) (StepInfo, error) {
 			return StepInfo{}, err
 		}
 		if t.micro == 1 {
-			return StepInfo{}, fmt.Errorf("accumulate: out of memory even with micro-batch 1 (step %d): %w", t.step+1, err)
+			return StepInfo{}, fmt.Errorf("train: out of memory even with micro-batch 1 (step %d): %w", t.step+1, err)
 		}
 		old := t.micro
 		t.micro = (t.micro + 1) / 2
@@ -303,7 +303,7 @@ func (t *Trainer) window(b *data.Batch, size int) (StepInfo, error) {
 			var loss *torch.Tensor
 			t.autocast(func() { loss = t.Loss(mb) })
 			if loss == nil {
-				return fmt.Errorf("accumulate: the loss function returned nil")
+				return fmt.Errorf("train: the loss function returned nil")
 			}
 			// Each op here is a cgo call and an autograd node: skip the
 			// ones that would do nothing (the common single micro-batch,

@@ -1,4 +1,4 @@
-package accumulate_test
+package train_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
@@ -53,11 +53,11 @@ type run struct {
 	params []float32
 	losses []float64
 	log    []string
-	t      *accumulate.Trainer
+	t      *train.Trainer
 }
 
 // train runs steps optimizer steps of effective batch 16 at micro-batch micro.
-func train(t *testing.T, micro, steps int, limit int64) run {
+func trainRun(t *testing.T, micro, steps int, limit int64) run {
 	t.Helper()
 	ds := regressionData(256)
 	defer ds.Free()
@@ -66,9 +66,9 @@ func train(t *testing.T, micro, steps int, limit int64) run {
 	opt := nn.NewSGD(nn.Parameters(m), nn.SGDConfig{LR: 0.05, Momentum: 0.9})
 	defer opt.Free()
 	var r run
-	cfg := accumulate.Config{MicroBatch: micro, Accum: 16 / micro, Device: torch.CPU,
+	cfg := train.Config{MicroBatch: micro, Accum: 16 / micro, Device: torch.CPU,
 		Logf: func(f string, a ...any) { r.log = append(r.log, fmt.Sprintf(f, a...)) }}
-	tr, err := accumulate.New(m, opt, m.loss, cfg)
+	tr, err := train.New(m, opt, m.loss, cfg)
 	require.NoError(t, err)
 	r.t = tr
 	loader, err := data.NewLoader(data.Dataset[data.Sample](ds), data.Collate, data.Options{BatchSize: 16, Shuffle: true, Seed: 5})
@@ -104,7 +104,7 @@ func peakAt(t *testing.T, micro int) int64 {
 	defer nn.Free(m)
 	opt := nn.NewSGD(nn.Parameters(m), nn.SGDConfig{LR: 0.05, Momentum: 0.9})
 	defer opt.Free()
-	tr, err := accumulate.New(m, opt, m.loss, accumulate.Config{MicroBatch: micro, Accum: 16 / micro, Device: torch.CPU})
+	tr, err := train.New(m, opt, m.loss, train.Config{MicroBatch: micro, Accum: 16 / micro, Device: torch.CPU})
 	require.NoError(t, err)
 	loader, err := data.NewLoader(data.Dataset[data.Sample](ds), data.Collate, data.Options{BatchSize: 16})
 	require.NoError(t, err)
@@ -122,8 +122,8 @@ func peakAt(t *testing.T, micro int) int64 {
 }
 
 func TestAccumulationMatchesFullBatch(t *testing.T) {
-	full := train(t, 16, 6, 0)
-	acc := train(t, 4, 6, 0)
+	full := trainRun(t, 16, 6, 0)
+	acc := trainRun(t, 4, 6, 0)
 	require.InDeltaSlice(t, full.losses, acc.losses, 1e-5, "micro-batch 4 × 4 sees the same mean loss as batch 16")
 	require.InDeltaSlice(t, full.params, acc.params, 1e-5, "and reaches the same parameters")
 	require.Contains(t, acc.log[0], "effective batch 16 = micro-batch 4 × 4 accumulation steps")
@@ -136,8 +136,8 @@ func TestOOMAdaptationMatchesSmallMicroBatch(t *testing.T) {
 	// A cap that micro-batch 2 fits under and 4 does not: starting at 8, the
 	// loop must halve twice, mid-run, and then carry on.
 	limit := (p2 + p4) / 2
-	ref := train(t, 2, 6, 0)
-	adapted := train(t, 8, 6, limit)
+	ref := trainRun(t, 2, 6, 0)
+	adapted := trainRun(t, 8, 6, limit)
 	require.Equal(t, 2, adapted.t.MicroBatch(), "two halvings: 8 → 4 → 2")
 	require.Equal(t, 2, adapted.t.OOMEvents)
 	require.InDeltaSlice(t, ref.losses, adapted.losses, 1e-5, "the same data and effective batch")
@@ -154,7 +154,7 @@ func TestOOMAtMicroBatchOneIsAnError(t *testing.T) {
 	defer nn.Free(m)
 	opt := nn.NewSGD(nn.Parameters(m), nn.SGDConfig{LR: 0.05})
 	defer opt.Free()
-	tr, err := accumulate.New(m, opt, m.loss, accumulate.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU})
+	tr, err := train.New(m, opt, m.loss, train.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU})
 	require.NoError(t, err)
 	loader, err := data.NewLoader(data.Dataset[data.Sample](ds), data.Collate, data.Options{BatchSize: 8})
 	require.NoError(t, err)

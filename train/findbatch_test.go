@@ -1,4 +1,4 @@
-package accumulate_test
+package train_test
 
 import (
 	"bytes"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
@@ -14,7 +14,7 @@ import (
 
 func TestFindBatchSizeSearch(t *testing.T) {
 	var tried []int
-	res, err := accumulate.FindBatchSize(torch.CPU, 1000, func(n int) error {
+	res, err := train.FindBatchSize(torch.CPU, 1000, func(n int) error {
 		tried = append(tried, n)
 		if n > 37 {
 			return &torch.Error{Op: "test", Msg: "out of memory", OOM: true}
@@ -24,7 +24,7 @@ func TestFindBatchSizeSearch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 37, res.MicroBatch)
 	require.Equal(t, []int{1, 2, 4, 8, 16, 32, 64, 48, 40, 36, 38, 37}[:len(tried)], tried, "doubling, then bisection")
-	res, err = accumulate.FindBatchSize(torch.CPU, 24, func(int) error { return nil })
+	res, err = train.FindBatchSize(torch.CPU, 24, func(int) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, 24, res.MicroBatch, "stops at the limit")
 }
@@ -36,7 +36,7 @@ func TestTrainerFindBatchSizeUnderCap(t *testing.T) {
 	defer nn.Free(m)
 	opt := nn.NewAdam(nn.Parameters(m), nn.AdamDefaults(1e-3))
 	defer opt.Free()
-	tr, err := accumulate.New(m, opt, m.loss, accumulate.Config{MicroBatch: 1, Accum: 1, Device: torch.CPU})
+	tr, err := train.New(m, opt, m.loss, train.Config{MicroBatch: 1, Accum: 1, Device: torch.CPU})
 	require.NoError(t, err)
 	batch := func(n int) (*data.Batch, error) {
 		samples := make([]data.Sample, n)
@@ -86,7 +86,7 @@ func TestTrainerFindBatchSizeUnderCap(t *testing.T) {
 }
 
 // peakFor returns the peak of a trial step at micro-batch n.
-func peakFor(t *testing.T, tr *accumulate.Trainer, batch func(int) (*data.Batch, error), n int) int64 {
+func peakFor(t *testing.T, tr *train.Trainer, batch func(int) (*data.Batch, error), n int) int64 {
 	res, err := tr.FindBatchSize(n, batch)
 	require.NoError(t, err)
 	last := res.Trials[len(res.Trials)-1]

@@ -1,4 +1,4 @@
-package accumulate_test
+package train_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/accumulate"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
@@ -21,7 +21,7 @@ import (
 // (1-based) is replaced by NaN; opt builds the optimizer; extra, when set,
 // is added to the loss.
 func divergeRun(t *testing.T, dir string, maxNonFinite int, badLoss func(step int) bool,
-	opt func(ps []nn.Named) nn.Optimizer, extra func(m *regression) *torch.Tensor) (*accumulate.Trainer, error) {
+	opt func(ps []nn.Named) nn.Optimizer, extra func(m *regression) *torch.Tensor) (*train.Trainer, error) {
 	t.Helper()
 	ds := regressionData(96)
 	t.Cleanup(ds.Free)
@@ -40,13 +40,13 @@ func divergeRun(t *testing.T, dir string, maxNonFinite int, badLoss func(step in
 		}
 		return l
 	}
-	tr, err := accumulate.New(m, o, loss, accumulate.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU, MaxNonFinite: maxNonFinite})
+	tr, err := train.New(m, o, loss, train.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU, MaxNonFinite: maxNonFinite})
 	require.NoError(t, err)
-	tr.OnStep = func(s accumulate.StepInfo) { step = s.Step }
-	newLoader := func(st *data.State) (accumulate.Loader, error) {
+	tr.OnStep = func(s train.StepInfo) { step = s.Step }
+	newLoader := func(st *data.State) (train.Loader, error) {
 		return data.NewLoader(data.Dataset[data.Sample](ds), data.Collate, data.Options{BatchSize: 8, Shuffle: true, Seed: 1, Resume: st})
 	}
-	_, err = accumulate.Fit(context.Background(), tr, newLoader, accumulate.FitConfig{
+	_, err = train.Fit(context.Background(), tr, newLoader, train.FitConfig{
 		Epochs: 1, MaxSteps: 12, CheckpointDir: dir, CheckpointEvery: 1, KeepLast: 3,
 	})
 	return tr, err
@@ -58,7 +58,7 @@ func checkpointSteps(t *testing.T, dir string) []int {
 	t.Helper()
 	var steps []int
 	for s := 0; s <= 12; s++ {
-		p := accumulate.StepCheckpointPath(dir, s)
+		p := train.StepCheckpointPath(dir, s)
 		if _, err := os.Stat(p); err != nil {
 			continue
 		}
@@ -105,8 +105,8 @@ func TestNonFiniteLossStopsBeforeCheckpointing(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, 12, tr.Steps())
 			} else {
-				require.ErrorIs(t, err, accumulate.ErrNonFinite)
-				var ne *accumulate.NonFiniteError
+				require.ErrorIs(t, err, train.ErrNonFinite)
+				var ne *train.NonFiniteError
 				require.ErrorAs(t, err, &ne)
 				require.Equal(t, c.stopAt, ne.Step)
 				require.Equal(t, c.stopAt-4, ne.Count)
@@ -128,7 +128,7 @@ func TestDivergingLRStopsOnTheLoss(t *testing.T) {
 	_, err := divergeRun(t, dir, 0, never, func(ps []nn.Named) nn.Optimizer {
 		return nn.NewAdamW(ps, nn.AdamWDefaults(1e36))
 	}, nil)
-	var ne *accumulate.NonFiniteError
+	var ne *train.NonFiniteError
 	require.ErrorAs(t, err, &ne)
 	require.Equal(t, 6, ne.Step)
 	require.Equal(t, 5, ne.Count)
@@ -143,8 +143,8 @@ func TestNaNWeightsAreNeverCheckpointed(t *testing.T) {
 	_, err := divergeRun(t, dir, 0, never, func(ps []nn.Named) nn.Optimizer {
 		return nn.NewSGD(ps, nn.SGDConfig{LR: 0.05})
 	}, func(m *regression) *torch.Tensor { return m.l1.Weight.MulScalar(0).Abs().Sqrt().Sum() })
-	require.ErrorIs(t, err, accumulate.ErrNonFinite)
-	var ne *accumulate.NonFiniteError
+	require.ErrorIs(t, err, train.ErrNonFinite)
+	var ne *train.NonFiniteError
 	require.ErrorAs(t, err, &ne)
 	require.Equal(t, 1, ne.Step)
 	require.Equal(t, "l1.weight", ne.Param)
