@@ -23,18 +23,39 @@ type ScalerOptions struct {
 }
 
 // GradScaler scales the loss so float16 gradients keep their small values,
-// and skips optimizer steps whose gradients overflowed.
+// and skips optimizer steps whose gradients overflowed. One scaler serves
+// several optimizers stepping in one iteration (a GAN's discriminator and
+// generator), as PyTorch's does: each optimizer is unscaled once and skips
+// its step on its own inf/nan record, and Update, once per iteration,
+// backs off when any of them found one.
 type GradScaler struct {
 	opts    ScalerOptions
 	device  torch.Device
 	scale   *torch.Tensor // float32, 0-d, on device
 	tracker *torch.Tensor // int32, 0-d: successful steps since the last change
-	// per step
+	// per iteration, per optimizer (in the order first seen)
+	states []*optState
+	// Skipped counts optimizer steps skipped for inf/nan gradients.
+	Skipped int
+}
+
+// optState is an optimizer's record since the last Update.
+type optState struct {
+	opt      Optimizer
 	foundInf *torch.Tensor // float32 0-d, set by Unscale
 	unscaled bool
 	stepped  bool
-	// Skipped counts optimizer steps skipped for inf/nan gradients.
-	Skipped int
+}
+
+func (s *GradScaler) state(opt Optimizer) *optState {
+	for _, st := range s.states {
+		if st.opt == opt {
+			return st
+		}
+	}
+	st := &optState{opt: opt}
+	s.states = append(s.states, st)
+	return st
 }
 
 // NewGradScaler returns a scaler for gradients on device.
@@ -59,8 +80,8 @@ func NewGradScaler(device torch.Device, o ScalerOptions) *GradScaler {
 	return s
 }
 
-// Enabled reports whether the scaler scales.
-func (s *GradScaler) Enabled() bool { return !s.opts.Disabled }
+// Enabled reports whether the scaler scales (a nil scaler does not).
+func (s *GradScaler) Enabled() bool { return s != nil && !s.opts.Disabled }
 
 // ScaleValue returns the current scale (1 when disabled); it synchronises
 // with the device.
@@ -73,23 +94,27 @@ func (s *GradScaler) ScaleValue() float64 {
 
 // Scale returns loss × scale (loss itself when disabled).
 func (s *GradScaler) Scale(loss *torch.Tensor) *torch.Tensor {
-	if s.opts.Disabled {
+	if !s.Enabled() {
 		return loss
 	}
 	return loss.Mul(s.scale.ToDType(loss.DType()))
 }
 
 // Unscale divides the gradients of opt's parameters by the scale in place
-// and records whether any is inf or nan. Call it at most once per step,
-// before clipping; Step calls it when you did not.
+// and records whether any is inf or nan. Call it at most once per optimizer
+// per iteration, before clipping; Step calls it when you did not.
 func (s *GradScaler) Unscale(opt Optimizer) {
 	if s.opts.Disabled {
 		return
 	}
-	if s.unscaled {
-		panic(&torch.Error{Op: "GradScaler.Unscale", Msg: "Unscale already called since the last Update"})
+	st := s.state(opt)
+	if st.unscaled {
+		panic(&torch.Error{Op: "GradScaler.Unscale", Msg: "Unscale already called for this optimizer since the last Update"})
 	}
-	s.unscaled = true
+	if st.stepped {
+		panic(&torch.Error{Op: "GradScaler.Unscale", Msg: "Unscale after Step for this optimizer"})
+	}
+	st.unscaled = true
 	var grads []*torch.Tensor
 	for _, p := range opt.Parameters() {
 		if g := p.Grad(); g != nil {
@@ -99,28 +124,30 @@ func (s *GradScaler) Unscale(opt Optimizer) {
 	torch.NoGrad(func() {
 		inv := s.scale.Reciprocal().Keep()
 		defer inv.Free()
-		s.foundInf = unscaleGrads(grads, inv, s.device).Keep()
+		st.foundInf = unscaleGrads(grads, inv, s.device).Keep()
 	})
 	for _, g := range grads {
 		g.Free()
 	}
 }
 
-// Step unscales (when Unscale was not called) and runs opt.Step unless a
-// gradient was inf or nan. It reports whether the step ran.
+// Step unscales (when Unscale was not called for opt) and runs opt.Step
+// unless one of opt's gradients was inf or nan. It reports whether the step
+// ran.
 func (s *GradScaler) Step(opt Optimizer) bool {
 	if s.opts.Disabled {
 		opt.Step()
 		return true
 	}
-	if s.stepped {
-		panic(&torch.Error{Op: "GradScaler.Step", Msg: "Step already called since the last Update"})
+	st := s.state(opt)
+	if st.stepped {
+		panic(&torch.Error{Op: "GradScaler.Step", Msg: "Step already called for this optimizer since the last Update"})
 	}
-	if !s.unscaled {
+	if !st.unscaled {
 		s.Unscale(opt)
 	}
-	s.stepped = true
-	if s.foundInf.Item() != 0 {
+	st.stepped = true
+	if st.foundInf.Item() != 0 {
 		s.Skipped++
 		return false
 	}
@@ -128,22 +155,25 @@ func (s *GradScaler) Step(opt Optimizer) bool {
 	return true
 }
 
-// Update adapts the scale after a step: back off when the step found inf or
-// nan, grow after GrowthInterval clean steps in a row.
+// Update adapts the scale once per iteration, after every optimizer's
+// Step: back off when any optimizer's gradients were inf or nan, grow after
+// GrowthInterval clean iterations in a row.
 func (s *GradScaler) Update() {
 	if s.opts.Disabled {
 		return
 	}
-	found := s.foundInf
-	if found == nil {
-		found = torch.Zeros([]int64{}, torch.Float32, s.device)
-	}
 	torch.NoGrad(func() {
-		updateScale(s.scale, s.tracker, found, s.opts.GrowthFactor, s.opts.BackoffFactor, s.opts.GrowthInterval)
+		torch.Tidy(func() {
+			found := torch.Zeros([]int64{}, torch.Float32, s.device)
+			for _, st := range s.states {
+				if st.foundInf != nil {
+					found = found.Add(st.foundInf)
+				}
+			}
+			updateScale(s.scale, s.tracker, found, s.opts.GrowthFactor, s.opts.BackoffFactor, s.opts.GrowthInterval)
+		})
 	})
-	found.Free()
-	s.foundInf = nil
-	s.unscaled, s.stepped = false, false
+	s.Reset()
 }
 
 // State returns the scaler's state for checkpoints: scale and growth tracker.
@@ -173,11 +203,24 @@ func (s *GradScaler) LoadState(st map[string]float64) error {
 	return nil
 }
 
-// Reset abandons the current step (after an out-of-memory error, say):
-// the unscaled/stepped flags and the inf record are dropped; the scale and
-// growth tracker are kept.
+// Reset abandons the current iteration (after an out-of-memory error, say):
+// every optimizer's unscaled/stepped flags and inf record are dropped; the
+// scale and growth tracker are kept.
 func (s *GradScaler) Reset() {
-	s.foundInf.Free()
-	s.foundInf = nil
-	s.unscaled, s.stepped = false, false
+	for _, st := range s.states {
+		st.foundInf.Free()
+	}
+	s.states = nil
+}
+
+// ResetOptimizer abandons opt's part of the current iteration only (the
+// other optimizers' records stay).
+func (s *GradScaler) ResetOptimizer(opt Optimizer) {
+	for k, st := range s.states {
+		if st.opt == opt {
+			st.foundInf.Free()
+			s.states = append(s.states[:k], s.states[k+1:]...)
+			return
+		}
+	}
 }

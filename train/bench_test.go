@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/train"
 )
 
 // loopBench is one model, optimizer and batch stepped either by

@@ -2,17 +2,17 @@ package train_test
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/train"
 )
 
 // seqModel is the shape of the path that failed on CPUs with native bf16:
@@ -124,7 +124,7 @@ func TestBackendFaultIsNotRetried(t *testing.T) {
 		opt := nn.NewAdamW(nn.Parameters(m), nn.AdamWDefaults(1e-3))
 		var logged []string
 		tr, err := train.New(m, opt, m.loss, train.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU,
-			Logf: func(format string, args ...any) { logged = append(logged, fmt.Sprintf(format, args...)) }})
+			Events: report.Lines(&logged)})
 		require.NoError(t, err)
 		ds := regressionData(8)
 		b, err := data.Collate(samples(t, ds, 8))
@@ -137,7 +137,7 @@ func TestBackendFaultIsNotRetried(t *testing.T) {
 		require.ErrorIs(t, err, torch.ErrBackend)
 		require.False(t, errors.Is(err, torch.ErrOutOfMemory), "%v", err)
 		require.Contains(t, err.Error(), "not out of memory")
-		require.Equal(t, 0, tr.OOMEvents)
+		require.Equal(t, 0, tr.OOMEvents())
 		require.Equal(t, 4, tr.MicroBatch(), "the micro-batch is not halved")
 		require.Equal(t, 1, tr.Steps(), "the failed step is not counted")
 		for _, l := range logged {

@@ -86,7 +86,7 @@ func (t *Trainer) saveCheckpoint(path string, loader data.State, epoch int, meta
 		ck.Set("loader", torch.NewDict("epoch", int64(loader.Epoch), "batch", int64(loader.Batch), "seed", int64(loader.Seed)))
 		ck.Set("step", int64(t.step))
 		ck.Set("epoch", int64(epoch))
-		ck.Set("micro_batch", int64(t.micro))
+		ck.Set("micro_batch", int64(t.engine.MicroBatch()))
 		ck.Set("accum", int64(t.cfg.Accum))
 		ck.Set("effective_batch", int64(t.cfg.EffectiveBatch()))
 		if meta == nil {

@@ -161,7 +161,7 @@ func (t *Trainer) findBatchSize(max int, batch func(n int) (*data.Batch, error))
 			nn.Train(t.Model, true)
 			mb := b.Slice(0, b.Size(), t.cfg.Device)
 			var loss *torch.Tensor
-			t.autocast(func() { loss = t.Loss(mb) })
+			t.engine.Autocast(func() { loss = t.Loss(mb) })
 			t.Scaler.Scale(loss.ToDType(torch.Float32)).Backward()
 			t.Opt.Step()
 			return nil

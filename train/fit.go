@@ -2,21 +2,12 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
-	"sort"
-	"syscall"
-	"time"
-
-	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
@@ -47,18 +38,24 @@ type FitConfig struct {
 	// Start, when set, runs once the checkpoint directory is checked and
 	// before the first step (a baseline evaluation, say).
 	Start func() error
-	// Metrics appends one JSON line per step (and per evaluation) here.
-	Metrics string
-	// Progress draws a progress bar on stderr when it is a terminal.
-	Progress bool
-	// Eval runs after each epoch; its values are logged and recorded.
+	// Eval runs after each epoch; its values are reported (EvalEvent).
 	Eval func(epoch int) (map[string]float64, error)
 	// Meta is stored in every checkpoint.
 	Meta *torch.Dict
-	// Signals: SIGINT/SIGTERM finish the current optimizer step, save a
-	// checkpoint and make Fit return ErrInterrupted.
-	Signals bool
+	// Events receives Fit's events (EpochEvent, StepEvent, EvalEvent,
+	// CheckpointEvent, messages) besides the trainer's own; nil: the
+	// trainer's Config.Events. A front end renders them (package report:
+	// log lines, a JSONL metrics file, a progress bar).
+	Events Sink
 }
+
+// EpochEvent reports the start of an epoch.
+type EpochEvent struct {
+	Epoch, Epochs int // the epoch starting (from 1) and how many in all
+	Batches       int // optimizer steps in an epoch
+}
+
+func (EpochEvent) event() {}
 
 // ErrInterrupted is returned by Fit after a signal or a cancelled context,
 // once the checkpoint is saved.
@@ -85,8 +82,11 @@ type FitResult struct {
 }
 
 // Fit trains for fc.Epochs epochs over the loader that newLoader returns
-// (called with the position to resume from, or nil), with checkpoints,
-// metrics, evaluation and signals. Temporary files that a killed
+// (called with the position to resume from, or nil), with checkpoints and
+// evaluation, reporting what it does as events. When ctx is cancelled (a
+// front end cancels it on SIGINT/SIGTERM: report.SignalContext) Fit
+// finishes the current optimizer step, saves a checkpoint and returns
+// ErrInterrupted. Temporary files that a killed
 // checkpoint write left in fc.CheckpointDir are removed first. A diverged
 // run (a *NonFiniteError, see Config.MaxNonFinite) stops before any
 // checkpoint of its diverged state is written.
@@ -101,7 +101,11 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 	if fc.KeepLast == 0 {
 		fc.KeepLast = 3
 	}
-	logf := t.cfg.Logf
+	events := fc.Events
+	if events == nil {
+		events = t.cfg.Events
+	}
+	logf := func(format string, args ...any) { emit(events, Message{Text: fmt.Sprintf(format, args...)}) }
 	r := &run{dir: fc.CheckpointDir, keep: fc.KeepLast, owned: map[string]bool{}}
 	if r.dir != "" {
 		removed, err := removeOrphanTemps(r.dir)
@@ -169,29 +173,9 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 			return res, err
 		}
 	}
-	if fc.Signals {
-		var stop context.CancelFunc
-		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-		defer stop()
-	}
-	var metrics io.WriteCloser
-	if fc.Metrics != "" {
-		f, err := os.OpenFile(fc.Metrics, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			return res, fmt.Errorf("train: metrics: %w", err)
-		}
-		metrics = f
-		defer f.Close()
-	}
-	record := func(v any) {
-		if metrics != nil {
-			b, _ := json.Marshal(v)
-			metrics.Write(append(b, '\n'))
-		}
-	}
 	// save writes a checkpoint of the run at epoch (a step checkpoint when
 	// step is set, which prunes the run's oldest step checkpoints).
-	save := func(path string, epoch int, step bool) error {
+	save := func(path string, epoch int, step bool) (err error) {
 		if r.dir == "" {
 			return nil
 		}
@@ -216,18 +200,24 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		r.own(name)
 		res.Checkpoint = path
 		res.Checkpoints = append(slices.DeleteFunc(res.Checkpoints, func(p string) bool { return p == path }), path)
-		if !step {
-			return nil
+		ev := CheckpointEvent{Step: t.step, Path: path}
+		if step {
+			before := res.Checkpoints
+			err = r.prune()
+			res.Checkpoints = slices.DeleteFunc(slices.Clone(before), func(p string) bool { return !r.owned[filepath.Base(p)] })
+			for _, p := range before {
+				if !r.owned[filepath.Base(p)] {
+					ev.Pruned = append(ev.Pruned, p)
+				}
+			}
 		}
-		err := r.prune()
-		res.Checkpoints = slices.DeleteFunc(res.Checkpoints, func(p string) bool { return !r.owned[filepath.Base(p)] })
+		emit(events, ev)
 		return err
 	}
 	for ; epoch < fc.Epochs; epoch++ {
-		bar := newBar(fc.Progress, loader.Len(), fmt.Sprintf("epoch %d/%d", epoch+1, fc.Epochs))
+		emit(events, EpochEvent{Epoch: epoch + 1, Epochs: fc.Epochs, Batches: loader.Len()})
 		for {
 			if err := ctx.Err(); err != nil {
-				bar.Finish()
 				if fc.CheckpointDir == "" {
 					return res, ErrInterrupted
 				}
@@ -255,23 +245,13 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 			if err != nil {
 				return res, err
 			}
-			rate := float64(info.Samples) / info.Duration.Seconds()
-			record(map[string]any{
-				"step": info.Step, "epoch": epoch, "loss": finite(info.Loss), "lr": info.LR, "grad_norm": finite(info.GradNorm),
-				"skipped": info.Skipped, "micro_batch": info.MicroBatch, "samples": info.Samples, "samples_per_sec": rate,
-				"allocated": info.Memory.Allocated, "peak": info.Memory.PeakAllocated, "reserved": info.Memory.Reserved,
-				"oom_retries": info.OOMRetries, "time": time.Now().Unix(),
-			})
-			bar.Describe(fmt.Sprintf("epoch %d/%d step %d loss %.4f lr %.2e %.0f samples/s mem %s", epoch+1, fc.Epochs,
-				info.Step, info.Loss, info.LR, rate, torch.FormatBytes(info.Memory.Allocated)))
-			bar.Add(1)
+			emit(events, StepEvent{StepInfo: info, Epoch: epoch})
 			if fc.CheckpointEvery > 0 && t.step%fc.CheckpointEvery == 0 {
 				if err := save(StepCheckpointPath(fc.CheckpointDir, t.step), epoch, true); err != nil {
 					return res, err
 				}
 			}
 		}
-		bar.Finish()
 		if fc.MaxSteps > 0 && t.step >= fc.MaxSteps {
 			break
 		}
@@ -280,8 +260,7 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 			if err != nil {
 				return res, err
 			}
-			record(map[string]any{"step": t.step, "epoch": epoch + 1, "eval": vals})
-			logf("epoch %d: %s", epoch+1, formatVals(vals))
+			emit(events, EvalEvent{Step: t.step, Epoch: epoch + 1, Values: vals})
 		}
 		if fc.CheckpointDir != "" {
 			if err := save(EpochCheckpointPath(fc.CheckpointDir, epoch+1), epoch+1, false); err != nil {
@@ -295,49 +274,4 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		}
 	}
 	return res, nil
-}
-
-func finite(v float64) any {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return nil
-	}
-	return v
-}
-
-func formatVals(vals map[string]float64) string {
-	keys := make([]string, 0, len(vals))
-	for k := range vals {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	s := ""
-	for _, k := range keys {
-		if s != "" {
-			s += ", "
-		}
-		s += fmt.Sprintf("%s %.4f", k, vals[k])
-	}
-	return s
-}
-
-// bar is a progress bar, or nothing when output is not a terminal.
-type bar interface {
-	Add(int) error
-	Describe(string)
-	Finish() error
-}
-
-type noBar struct{}
-
-func (noBar) Add(int) error   { return nil }
-func (noBar) Describe(string) {}
-func (noBar) Finish() error   { return nil }
-
-func newBar(on bool, n int, desc string) bar {
-	if !on || !term.IsTerminal(int(os.Stderr.Fd())) {
-		return noBar{}
-	}
-	return progressbar.NewOptions(n, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(desc),
-		progressbar.OptionShowCount(), progressbar.OptionSetWidth(20), progressbar.OptionClearOnFinish(),
-		progressbar.OptionThrottle(100*time.Millisecond))
 }

@@ -15,11 +15,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/internal/pyref"
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/train"
 )
 
 // fitRun trains the regression model with dropout and Adam for up to
@@ -49,9 +50,14 @@ func fitRun(t testing.TB, dir string, maxSteps int, resume string, onStep func(t
 		return data.NewLoader(data.Dataset[data.Sample](ds), data.Collate,
 			data.Options{BatchSize: 8, Shuffle: true, Seed: 42, Workers: 1, Resume: st})
 	}
-	_, err = train.Fit(context.Background(), tr, newLoader, train.FitConfig{
+	ctx := context.Background()
+	if os.Getenv("TORCHFIT_FIT_SIGNAL") != "" {
+		var stop context.CancelFunc
+		ctx, stop = report.SignalContext(ctx)
+		defer stop()
+	}
+	_, err = train.Fit(ctx, tr, newLoader, train.FitConfig{
 		Epochs: 3, MaxSteps: maxSteps, CheckpointDir: dir, CheckpointEvery: 1, KeepLast: 3, Resume: resume,
-		Signals: os.Getenv("TORCHFIT_FIT_SIGNAL") != "",
 	})
 	if err != nil && !(errors.Is(err, train.ErrInterrupted) && os.Getenv("TORCHFIT_FIT_SIGNAL") != "") {
 		t.Fatal(err)
@@ -189,18 +195,21 @@ func TestMetricsAndPlot(t *testing.T) {
 	defer opt.Free()
 	tr, err := train.New(m, opt, m.loss, train.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU})
 	require.NoError(t, err)
+	mf, err := report.OpenMetrics(metrics)
+	require.NoError(t, err)
 	_, err = train.Fit(context.Background(), tr, func(st *data.State) (train.Loader, error) {
 		return data.NewLoader(data.Dataset[data.Sample](ds), data.Collate, data.Options{BatchSize: 8, Resume: st})
-	}, train.FitConfig{Epochs: 2, Metrics: metrics,
+	}, train.FitConfig{Epochs: 2, Events: mf.Sink,
 		Eval: func(int) (map[string]float64, error) { return map[string]float64{"val_loss": 1}, nil }})
 	require.NoError(t, err)
+	require.NoError(t, mf.Close())
 	raw, err := os.ReadFile(metrics)
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
 	require.Len(t, lines, 16+2, "one line per step and per evaluation")
 	require.Contains(t, lines[0], `"allocated":`)
 	png := filepath.Join(dir, "curves.png")
-	require.NoError(t, train.PlotMetrics(metrics, png))
+	require.NoError(t, report.PlotMetrics(metrics, png))
 	st, err := os.Stat(png)
 	require.NoError(t, err)
 	require.Greater(t, st.Size(), int64(10000))

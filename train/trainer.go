@@ -35,12 +35,18 @@ type Config struct {
 	Accum      int // micro-batches per optimizer step
 	Device     torch.Device
 	Precision  Precision
+	// Count says how many items a micro-batch's loss averages over
+	// (tokens, frames); nil: samples. See EngineConfig.Count.
+	Count CountFunc
 	// ClipNorm clips the gradients' total L2 norm (after unscaling); 0: off.
 	ClipNorm float64
+	// Hooks run between backward and the optimizer step (see Hook).
+	Hooks []Hook
 	// EmptyCacheEvery empties the CUDA cache every N optimizer steps (0:
 	// never). It lowers reserved memory, not what tensors hold.
 	EmptyCacheEvery int
-	// MemoryEvery logs a memory line every N optimizer steps (0: never).
+	// MemoryEvery reports the allocator every N optimizer steps (a
+	// MemoryEvent; 0: never).
 	MemoryEvery int
 	// NoOOMAdapt returns out-of-memory errors instead of adapting.
 	NoOOMAdapt bool
@@ -50,8 +56,9 @@ type Config struct {
 	// steps a GradScaler skips for inf/nan gradients under fp16 are normal
 	// and do not, unless the loss itself is not finite.
 	MaxNonFinite int
-	// Logf receives the loop's log lines (nil: discarded).
-	Logf func(format string, args ...any)
+	// Events receives the trainer's events (nil: none). The trainer never
+	// writes to the terminal: package report renders events.
+	Events Sink
 	// Thread is the OS thread the trainer computes on (nil: torch.Main()).
 	// Step, Evaluate, FindBatchSize and checkpoints run there whichever
 	// goroutine calls them, as Python runs its loop on one thread: libtorch
@@ -96,7 +103,8 @@ func (c Config) EffectiveBatch() int { return c.MicroBatch * c.Accum }
 // StepInfo describes one optimizer step.
 type StepInfo struct {
 	Step       int     // optimizer steps done, this one included
-	Loss       float64 // mean loss over the window's samples
+	Loss       float64 // mean loss over the window's counted items
+	Count      float64 // counted items in the window (samples without Config.Count)
 	LR         float64 // learning rate of the first group during the step
 	GradNorm   float64 // total gradient norm before clipping (NaN when not computed)
 	Skipped    bool    // the step was skipped (inf/nan gradients)
@@ -108,7 +116,9 @@ type StepInfo struct {
 	Memory     torch.MemStats // allocator stats right after the step
 }
 
-// Trainer runs training steps. Create it with New.
+// Trainer is the single-model training loop, composed of the core's parts:
+// an Engine for the micro-batches of each effective batch, an Optim for the
+// optimizer step, a GradScaler (enabled for float16). Create it with New.
 type Trainer struct {
 	Model nn.Module
 	Opt   nn.Optimizer
@@ -122,14 +132,12 @@ type Trainer struct {
 	// OnStep, when set, is called after every optimizer step.
 	OnStep func(StepInfo)
 
-	cfg   Config
-	micro int // current micro-batch (halved on OOM)
-	step  int
+	cfg    Config
+	engine *Engine
+	step   int
 	// nonFinite counts the latest consecutive steps with a non-finite loss.
 	nonFinite int
 	lastLoss  float64
-	// OOMEvents counts windows redone with a smaller micro-batch.
-	OOMEvents int
 }
 
 // New returns a trainer for model with optimizer opt and loss function.
@@ -143,44 +151,43 @@ func New(model nn.Module, opt nn.Optimizer, loss func(*data.Batch) *torch.Tensor
 	if cfg.Precision == "" {
 		cfg.Precision = FP32
 	}
-	if cfg.Precision == FP16 && !cfg.Device.IsCUDA() {
-		return nil, fmt.Errorf("train: float16 training needs CUDA; use bf16 on the CPU")
+	e, err := NewEngine(EngineConfig{MicroBatch: cfg.MicroBatch, Device: cfg.Device, Precision: cfg.Precision,
+		Count: cfg.Count, NoOOMAdapt: cfg.NoOOMAdapt, Events: cfg.Events})
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Logf == nil {
-		cfg.Logf = func(string, ...any) {}
-	}
-	t := &Trainer{Model: model, Opt: opt, Loss: loss, cfg: cfg, micro: cfg.MicroBatch}
-	t.Scaler = amp.NewGradScaler(cfg.Device, amp.ScalerOptions{Disabled: cfg.Precision != FP16})
-	cfg.Logf("effective batch %d = micro-batch %d × %d accumulation steps; precision %s; device %v",
+	t := &Trainer{Model: model, Opt: opt, Loss: loss, cfg: cfg, engine: e}
+	t.Scaler = amp.NewGradScaler(cfg.Device, amp.ScalerOptions{Disabled: !cfg.Precision.Scaled()})
+	t.logf("effective batch %d = micro-batch %d × %d accumulation steps; precision %s; device %v",
 		cfg.EffectiveBatch(), cfg.MicroBatch, cfg.Accum, cfg.Precision, cfg.Device)
 	return t, nil
+}
+
+func (t *Trainer) logf(format string, args ...any) {
+	emit(t.cfg.Events, Message{Text: fmt.Sprintf(format, args...)})
 }
 
 // Config returns the trainer's configuration.
 func (t *Trainer) Config() Config { return t.cfg }
 
+// Engine returns the trainer's micro-batch engine.
+func (t *Trainer) Engine() *Engine { return t.engine }
+
 // MicroBatch returns the micro-batch in use (smaller than configured after
 // out-of-memory adaptation).
-func (t *Trainer) MicroBatch() int { return t.micro }
+func (t *Trainer) MicroBatch() int { return t.engine.MicroBatch() }
 
 // SetMicroBatch sets the micro-batch (resuming a run that had adapted).
-func (t *Trainer) SetMicroBatch(n int) {
-	if n >= 1 {
-		t.micro = n
-	}
-}
+func (t *Trainer) SetMicroBatch(n int) { t.engine.SetMicroBatch(n) }
+
+// OOMEvents counts windows redone with a smaller micro-batch.
+func (t *Trainer) OOMEvents() int { return t.engine.OOMEvents }
 
 // Steps returns the optimizer steps done.
 func (t *Trainer) Steps() int { return t.step }
 
 // SetSteps sets the step counter (resume).
 func (t *Trainer) SetSteps(n int) { t.step = n }
-
-// errOptimizerOOM marks an OOM in the optimizer phase: not adaptable.
-type optimizerError struct{ err error }
-
-func (e *optimizerError) Error() string { return "optimizer step: " + e.err.Error() }
-func (e *optimizerError) Unwrap() error { return e.err }
 
 // Step trains on one effective batch (the loader's batch: its size is the
 // window, normally MicroBatch × Accum; a short last batch is fine). The
@@ -201,46 +208,61 @@ func (t *Trainer) Thread() *torch.Thread {
 	return torch.Main()
 }
 
+// optim is the trainer's optimizer step.
+func (t *Trainer) optim() *Optim {
+	return &Optim{Opt: t.Opt, Sched: t.Sched, ClipNorm: t.cfg.ClipNorm, Scaler: t.Scaler, Precision: t.cfg.Precision, Hooks: t.cfg.Hooks}
+}
+
 func (t *Trainer) trainStep(b *data.Batch) (StepInfo, error) {
 	start := time.Now()
-	size := b.Size()
-	if size == 0 {
-		return StepInfo{}, fmt.Errorf("train: empty batch")
+	o := t.optim()
+	info := StepInfo{LR: o.LR(), GradNorm: math.NaN()}
+	nn.Train(t.Model, true)
+	w, err := t.engine.Backward(b, Pass{Loss: t.Loss, Scaler: t.Scaler, Reset: o.Abandon, Step: t.step + 1})
+	if err != nil {
+		return StepInfo{}, err
 	}
-	retries := 0
-	for {
-		info, err := t.window(b, size)
-		if err == nil {
-			info.OOMRetries = retries
-			info.Duration = time.Since(start)
-			t.lastLoss = info.Loss
-			if math.IsNaN(info.Loss) || math.IsInf(info.Loss, 0) {
-				t.nonFinite++
-			} else {
-				t.nonFinite = 0
-			}
-			t.after(&info)
-			if n := t.cfg.MaxNonFinite; n > 0 && t.nonFinite >= n {
-				return info, &NonFiniteError{Step: t.step, Count: t.nonFinite, Loss: info.Loss}
-			}
-			return info, nil
-		}
-		t.abandon()
-		var oe *optimizerError
-		if !errors.Is(err, torch.ErrOutOfMemory) || t.cfg.NoOOMAdapt || errors.As(err, &oe) {
-			return StepInfo{}, err
-		}
-		if t.micro == 1 {
-			return StepInfo{}, fmt.Errorf("train: out of memory even with micro-batch 1 (step %d): %w", t.step+1, err)
-		}
-		old := t.micro
-		t.micro = (t.micro + 1) / 2
-		retries++
-		t.OOMEvents++
-		accum := (size + t.micro - 1) / t.micro
-		t.cfg.Logf("out of memory at micro-batch %d (step %d): redoing the window with micro-batch %d × %d accumulation steps; effective batch %d unchanged",
-			old, t.step+1, t.micro, accum, size)
+	info.Loss, info.Count, info.Samples, info.Micro, info.MicroBatch, info.OOMRetries =
+		w.Loss, w.Count, w.Samples, w.Micro, w.MicroBatch, w.OOMRetries
+	if math.IsNaN(info.Loss) || math.IsInf(info.Loss, 0) {
+		t.nonFinite++
+	} else {
+		t.nonFinite = 0
 	}
+	t.lastLoss = info.Loss
+	if t.nonFinite > 0 && !t.Scaler.Enabled() {
+		emit(t.cfg.Events, SkipEvent{Step: t.step + 1, Reason: fmt.Sprintf("loss is %v", info.Loss)})
+		t.Opt.ZeroGrad()
+		info.Skipped = true
+	} else {
+		err := torch.TidyErr(func() error {
+			r, err := o.Step()
+			if err != nil {
+				return err
+			}
+			info.GradNorm, info.Skipped = r.GradNorm, r.Skipped
+			if r.Skipped && !t.Scaler.Enabled() {
+				emit(t.cfg.Events, SkipEvent{Step: t.step + 1, Reason: r.Reason})
+			}
+			t.Scaler.Update()
+			o.Finish()
+			return nil
+		})
+		if err != nil {
+			// Out of memory in the optimizer step: a smaller micro-batch
+			// would not help, so it is returned.
+			o.Abandon()
+			return StepInfo{}, fmt.Errorf("train: optimizer step: %w", err)
+		}
+	}
+	t.step++
+	info.Step = t.step
+	info.Duration = time.Since(start)
+	t.after(&info)
+	if n := t.cfg.MaxNonFinite; n > 0 && t.nonFinite >= n {
+		return info, &NonFiniteError{Step: t.step, Count: t.nonFinite, Loss: info.Loss}
+	}
+	return info, nil
 }
 
 // checkpointable says whether a checkpoint of the trainer's state may be
@@ -269,127 +291,10 @@ func (t *Trainer) checkpointable() (bool, error) {
 	case bad != "":
 		return false, &NonFiniteError{Step: t.step, Count: t.nonFinite, Loss: t.lastLoss, Param: bad}
 	case t.nonFinite > 0:
-		t.cfg.Logf("step %d: the loss has not been finite for %d steps: no checkpoint written", t.step, t.nonFinite)
+		t.logf("step %d: the loss has not been finite for %d steps: no checkpoint written", t.step, t.nonFinite)
 		return false, nil
 	}
 	return true, nil
-}
-
-// abandon drops a failed window's gradients and per-step state.
-func (t *Trainer) abandon() {
-	torch.Try(func() { t.Opt.ZeroGrad() })
-	t.Scaler.Reset()
-	torch.EmptyCache()
-}
-
-func (t *Trainer) autocast(fn func()) {
-	switch t.cfg.Precision {
-	case BF16:
-		amp.Autocast(t.cfg.Device, torch.BFloat16, fn)
-	case FP16:
-		amp.Autocast(t.cfg.Device, torch.Float16, fn)
-	default:
-		fn()
-	}
-}
-
-func (t *Trainer) window(b *data.Batch, size int) (StepInfo, error) {
-	info := StepInfo{Samples: size, MicroBatch: t.micro, GradNorm: math.NaN(), LR: t.lr()}
-	nn.Train(t.Model, true)
-	for i := 0; i < size; i += t.micro {
-		j := min(i+t.micro, size)
-		err := torch.TidyErr(func() error {
-			mb := t.microBatch(b, i, j, size)
-			var loss *torch.Tensor
-			t.autocast(func() { loss = t.Loss(mb) })
-			if loss == nil {
-				return fmt.Errorf("train: the loss function returned nil")
-			}
-			// Each op here is a cgo call and an autograd node: skip the
-			// ones that would do nothing (the common single micro-batch,
-			// float32 case).
-			weighted := loss
-			if loss.DType() != torch.Float32 {
-				weighted = weighted.ToDType(torch.Float32)
-			}
-			if j-i != size {
-				weighted = weighted.MulScalar(float64(j-i) / float64(size))
-			}
-			info.Loss += weighted.Item()
-			t.Scaler.Scale(weighted).Backward()
-			return nil
-		})
-		if err != nil {
-			return info, err
-		}
-		info.Micro++
-	}
-	if math.IsNaN(info.Loss) || math.IsInf(info.Loss, 0) {
-		if !t.Scaler.Enabled() {
-			t.cfg.Logf("step %d: loss is %v; skipping the optimizer step", t.step+1, info.Loss)
-			t.Opt.ZeroGrad()
-			info.Skipped = true
-			t.step++
-			info.Step = t.step
-			return info, nil
-		}
-	}
-	err := torch.TidyErr(func() error {
-		if t.Scaler.Enabled() {
-			t.Scaler.Unscale(t.Opt)
-		}
-		if t.cfg.ClipNorm > 0 {
-			norm, err := nn.ClipGradNorm(t.Opt.Parameters(), t.cfg.ClipNorm, 2)
-			info.GradNorm = norm
-			if err != nil && !t.Scaler.Enabled() {
-				// Without a scaler nothing else would stop a nan update.
-				t.cfg.Logf("step %d: gradient norm is %v; skipping the optimizer step", t.step+1, norm)
-				info.Skipped = true
-			}
-		}
-		if !info.Skipped {
-			info.Skipped = !t.Scaler.Step(t.Opt)
-		}
-		t.Scaler.Update()
-		if t.Sched != nil {
-			t.Sched.Step()
-		}
-		t.Opt.ZeroGrad()
-		if t.cfg.Precision != FP32 {
-			amp.ClearCache()
-		}
-		return nil
-	})
-	if err != nil {
-		return info, &optimizerError{err}
-	}
-	t.step++
-	info.Step = t.step
-	return info, nil
-}
-
-// microBatch returns samples [i, j) of b on the device. The whole of a
-// CPU batch without padded fields is new references to b's tensors:
-// slicing would only add a view per field, each a dispatched op.
-func (t *Trainer) microBatch(b *data.Batch, i, j, size int) *data.Batch {
-	if i != 0 || j != size || t.cfg.Device.IsCUDA() || len(b.Lengths) > 0 {
-		return b.Slice(i, j, t.cfg.Device)
-	}
-	fields := make(map[string]*torch.Tensor, len(b.Fields))
-	for k, v := range b.Fields {
-		// A new reference (no dispatcher call, unlike a view), owned by
-		// the micro-batch's scope as a slice would be. On the CPU a field
-		// stays where it is, as with Slice.
-		fields[k] = v.Ref()
-	}
-	return &data.Batch{Fields: fields}
-}
-
-func (t *Trainer) lr() float64 {
-	if gs := t.Opt.Groups(); len(gs) > 0 {
-		return gs[0].LR
-	}
-	return 0
 }
 
 func (t *Trainer) after(info *StepInfo) {
@@ -400,17 +305,11 @@ func (t *Trainer) after(info *StepInfo) {
 		info.Memory = s
 	}
 	if n := t.cfg.MemoryEvery; n > 0 && t.step%n == 0 {
-		t.cfg.Logf("step %d | %s", t.step, MemoryLine(info.Memory))
+		emit(t.cfg.Events, MemoryEvent{Step: t.step, Stats: info.Memory})
 	}
 	if t.OnStep != nil {
 		t.OnStep(*info)
 	}
-}
-
-// MemoryLine formats allocated, peak and reserved memory as the loop logs it.
-func MemoryLine(s torch.MemStats) string {
-	return fmt.Sprintf("memory allocated %s | peak %s | reserved %s", torch.FormatBytes(s.Allocated),
-		torch.FormatBytes(s.PeakAllocated), torch.FormatBytes(s.Reserved))
 }
 
 // Evaluate runs fn on each batch under NoGrad with the model in eval mode
@@ -432,7 +331,7 @@ func (t *Trainer) evaluate(batches func(yield func(*data.Batch) bool), fn func(*
 			torch.NoGrad(func() {
 				mb := b.Slice(0, b.Size(), t.cfg.Device)
 				var v float64
-				t.autocast(func() { v = fn(mb) })
+				t.engine.Autocast(func() { v = fn(mb) })
 				total += v * float64(b.Size())
 				n += b.Size()
 			})

@@ -3,16 +3,16 @@ package train_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/train"
 )
 
 // regression is a 3-layer MLP whose activations grow with the micro-batch.
@@ -67,7 +67,7 @@ func trainRun(t *testing.T, micro, steps int, limit int64) run {
 	defer opt.Free()
 	var r run
 	cfg := train.Config{MicroBatch: micro, Accum: 16 / micro, Device: torch.CPU,
-		Logf: func(f string, a ...any) { r.log = append(r.log, fmt.Sprintf(f, a...)) }}
+		Events: report.Lines(&r.log)}
 	tr, err := train.New(m, opt, m.loss, cfg)
 	require.NoError(t, err)
 	r.t = tr
@@ -139,7 +139,7 @@ func TestOOMAdaptationMatchesSmallMicroBatch(t *testing.T) {
 	ref := trainRun(t, 2, 6, 0)
 	adapted := trainRun(t, 8, 6, limit)
 	require.Equal(t, 2, adapted.t.MicroBatch(), "two halvings: 8 → 4 → 2")
-	require.Equal(t, 2, adapted.t.OOMEvents)
+	require.Equal(t, 2, adapted.t.OOMEvents())
 	require.InDeltaSlice(t, ref.losses, adapted.losses, 1e-5, "the same data and effective batch")
 	require.InDeltaSlice(t, ref.params, adapted.params, 1e-5, "parameters equal those of a run at micro-batch 2 from the start")
 	joined := strings.Join(adapted.log, "\n")

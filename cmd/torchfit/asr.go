@@ -12,17 +12,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train"
 )
-
-func logger(c *cli.Context) func(string, ...any) {
-	start := time.Now()
-	return func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
-}
 
 func asrCommand() *cli.Command {
 	return &cli.Command{
@@ -139,9 +133,9 @@ func trainConfig(c *cli.Context) (asr.TrainConfig, error) {
 		Device: dev, Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"), LR: c.Float64("lr"), Warmup: c.Int("warmup"),
 		ClipNorm: c.Float64("clip-norm"), EmptyCacheEvery: c.Int("empty-cache-every"), GradCheckpointing: c.Bool("grad-checkpointing"),
 		MemoryLimit: c.String("memory-limit"), AutoBatch: c.Bool("auto-batch") || c.Bool("dry-run"), DryRun: c.Bool("dry-run"), CheckpointDir: c.String("checkpoint-dir"),
-		CheckpointEvery: c.Int("checkpoint-every"), Overwrite: c.Bool("overwrite"), Resume: c.String("resume"), Metrics: c.String("metrics"),
+		CheckpointEvery: c.Int("checkpoint-every"), Overwrite: c.Bool("overwrite"), Resume: c.String("resume"),
 		Workers: c.Int("workers"), SpecAugment: c.Bool("spec-augment"), Seed: c.Uint64("seed"),
-		ValidLimit: c.Int("valid-limit"), MemoryEvery: c.Int("memory-every"), PadMultiple: c.Int("pad-multiple"), Progress: true, Logf: logger(c),
+		ValidLimit: c.Int("valid-limit"), MemoryEvery: c.Int("memory-every"), PadMultiple: c.Int("pad-multiple"),
 		MaxNonFinite: c.Int("max-nonfinite-steps"),
 	}
 	if v := c.String("vram"); v != "" {
@@ -213,7 +207,17 @@ func asrTrainCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			res, err := asr.TrainConformer(c.Context, cfg)
+			fe, err := newFrontEnd(logger(c), c.String("metrics"))
+			if err != nil {
+				return err
+			}
+			cfg.Events = fe.Sink()
+			ctx, stop := report.SignalContext(c.Context)
+			res, err := asr.TrainConformer(ctx, cfg)
+			stop()
+			if cerr := fe.Close(); err == nil && cerr != nil {
+				err = fmt.Errorf("--metrics: %w", cerr)
+			}
 			if errors.Is(err, train.ErrNonFinite) {
 				return fmt.Errorf("%w; try a lower --lr or a --clip-norm", err)
 			}
@@ -345,7 +349,7 @@ func asrMemoryTableCommand() *cli.Command {
 			if err != nil {
 				return userErr("%v", err)
 			}
-			table, err := asr.MemoryTable(c.String("data"), dev, c.StringSlice("preset"), logger(c))
+			table, err := asr.MemoryTable(c.String("data"), dev, c.StringSlice("preset"), logger(c).Printf)
 			if err != nil {
 				return classify(err)
 			}

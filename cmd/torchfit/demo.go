@@ -9,10 +9,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train"
 )
 
 // demoCommand is `make demo`: a small corpus, the tiny conformer trained on
@@ -31,7 +32,8 @@ func demoCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			dir := c.String("dir")
-			logf := logger(c)
+			log := logger(c)
+			logf := log.Printf
 			gen := asr.DefaultGenerateConfig()
 			gen.OutDir = filepath.Join(dir, "corpus")
 			gen.Utterances = c.Int("utterances")
@@ -66,11 +68,19 @@ func demoCommand() *cli.Command {
 			cfg := asr.TrainConfig{
 				Data: gen.OutDir, Preset: "tiny", BatchSize: 4, GradAccum: 2, Precision: precision,
 				Device: torch.CPU, Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"), LR: 2e-3, Warmup: 60, ClipNorm: 5,
-				CheckpointDir: ckdir, CheckpointEvery: 200, Metrics: metrics, Workers: 1, Seed: 1,
-				ValidLimit: 64, MemoryEvery: 100, Progress: true, Logf: logf,
+				CheckpointDir: ckdir, CheckpointEvery: 200, Workers: 1, Seed: 1,
+				ValidLimit: 64, MemoryEvery: 100,
 			}
 			start := time.Now()
-			res, err := asr.TrainConformer(c.Context, cfg)
+			fe, err := newFrontEnd(log, metrics)
+			if err != nil {
+				return err
+			}
+			cfg.Events = fe.Sink()
+			ctx, stop := report.SignalContext(c.Context)
+			res, err := asr.TrainConformer(ctx, cfg)
+			stop()
+			fe.Close()
 			if err != nil {
 				return classify(err)
 			}

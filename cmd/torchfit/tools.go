@@ -5,7 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/torchfit/torchfit/train"
+	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -18,7 +18,7 @@ func plotCommand() *cli.Command {
 			&cli.StringFlag{Name: "out", Value: "curves.png", Usage: "PNG to write"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := train.PlotMetrics(c.String("metrics"), c.String("out")); err != nil {
+			if err := report.PlotMetrics(c.String("metrics"), c.String("out")); err != nil {
 				return userErr("%v", err)
 			}
 			fmt.Println("wrote", c.String("out"))

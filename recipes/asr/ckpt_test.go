@@ -10,14 +10,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/report"
+	"github.com/torchfit/torchfit/train"
 )
 
 func TestTrainReportsAndPrunesOnlyItsOwnCheckpoints(t *testing.T) {
 	data := smallCorpus(t)
-	cfg := baseConfig(data, t.TempDir())
-	cfg.MaxSteps, cfg.CheckpointEvery, cfg.Metrics = 2, 1, ""
+	cfg := baseConfig(t, data, t.TempDir())
+	cfg.MaxSteps, cfg.CheckpointEvery = 2, 1
 	require.NoError(t, os.MkdirAll(cfg.CheckpointDir, 0o755))
 	other := map[string]string{}
 	for n := 138; n <= 140; n++ {
@@ -44,7 +45,7 @@ func TestTrainReportsAndPrunesOnlyItsOwnCheckpoints(t *testing.T) {
 	before, err := os.ReadFile(res.Checkpoint)
 	require.NoError(t, err)
 	var log []string
-	cfg.Logf = func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) }
+	cfg.Events = report.Tee(cfg.Events, report.Lines(&log))
 	_, err = asr.TrainConformer(context.Background(), cfg)
 	var conflict *train.ConflictError
 	require.ErrorAs(t, err, &conflict)

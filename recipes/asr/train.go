@@ -13,11 +13,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/train"
 )
 
 // TrainConfig is `torchfit asr train`: the KonkaniVani guide's knobs.
@@ -46,7 +46,6 @@ type TrainConfig struct {
 	CheckpointEvery   int
 	Overwrite         bool // replace another run's checkpoints that have the names this run writes (see train.FitConfig)
 	Resume            string
-	Metrics           string
 	Workers           int
 	SpecAugment       bool
 	Seed              uint64
@@ -55,8 +54,9 @@ type TrainConfig struct {
 	// PadMultiple pads a batch's frames to a multiple of it (0:
 	// FrameMultiple; 1: to the longest utterance only).
 	PadMultiple int
-	Progress    bool
-	Logf        func(format string, args ...any)
+	// Events receives the run's events: the training core's and the
+	// recipe's messages (nil: none). The CLI renders them (package report).
+	Events train.Sink
 
 	// MaxNonFinite stops training once the loss has been NaN or ±Inf for
 	// this many consecutive steps (0: train.DefaultMaxNonFinite;
@@ -198,9 +198,10 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
-	logf := cfg.Logf
-	if logf == nil {
-		logf = func(string, ...any) {}
+	logf := func(format string, args ...any) {
+		if cfg.Events != nil {
+			cfg.Events(train.Message{Text: fmt.Sprintf(format, args...)})
+		}
 	}
 	res.CERStart = math.NaN()
 	trainManifest := filepath.Join(cfg.Data, "train.jsonl")
@@ -314,7 +315,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	defer sched.Free()
 	tr, err := train.New(m, opt, lossFn(m), train.Config{
 		MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
-		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery, Logf: logf,
+		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery, Events: cfg.Events,
 		MaxNonFinite: cfg.MaxNonFinite,
 	})
 	if err != nil {
@@ -373,8 +374,8 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	var lastVals map[string]float64
 	fit, err := train.Fit(ctx, tr, newLoader, train.FitConfig{
 		Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery,
-		Overwrite: cfg.Overwrite, Resume: cfg.Resume, Metrics: cfg.Metrics, Progress: cfg.Progress,
-		Meta: metaDict(preset, mcfg, vocab), Signals: true, Start: start,
+		Overwrite: cfg.Overwrite, Resume: cfg.Resume,
+		Meta: metaDict(preset, mcfg, vocab), Start: start,
 		Eval: func(epoch int) (map[string]float64, error) {
 			trainSet.SetEpoch(epoch)
 			res.EpochsDone = epoch
@@ -388,7 +389,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	if err != nil && !res.Interrupted {
 		return res, err
 	}
-	res.Steps, res.MicroBatch, res.OOMEvents = tr.Steps(), tr.MicroBatch(), tr.OOMEvents
+	res.Steps, res.MicroBatch, res.OOMEvents = tr.Steps(), tr.MicroBatch(), tr.OOMEvents()
 	res.Accum = (effective + res.MicroBatch - 1) / res.MicroBatch
 	res.PeakMemory = torch.MustMemoryStats(cfg.Device).PeakAllocated
 	if lastVals == nil || res.Interrupted {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -50,11 +51,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func baseConfig(data, dir string) asr.TrainConfig {
+// baseConfig trains a small tiny conformer; its steps and evaluations are
+// recorded in dir/metrics.jsonl.
+func baseConfig(t *testing.T, data, dir string) asr.TrainConfig {
+	m, err := report.OpenMetrics(filepath.Join(dir, "metrics.jsonl"))
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
 	return asr.TrainConfig{
 		Data: data, Preset: "tiny", DModel: 64, EncoderLayers: 2, BatchSize: 4, GradAccum: 2, Device: torch.CPU,
 		Epochs: 50, MaxSteps: 24, LR: 3e-3, Warmup: 4, ClipNorm: 5, CheckpointDir: filepath.Join(dir, "ck"),
-		CheckpointEvery: 12, Metrics: filepath.Join(dir, "metrics.jsonl"), Seed: 3, ValidLimit: 8,
+		CheckpointEvery: 12, Events: m.Sink, Seed: 3, ValidLimit: 8,
 	}
 }
 
@@ -90,11 +96,11 @@ func mean(xs []stepLine) float64 {
 func TestTrainLossFallsAndResumes(t *testing.T) {
 	data := smallCorpus(t)
 	dir := t.TempDir()
-	cfg := baseConfig(data, dir)
+	cfg := baseConfig(t, data, dir)
 	res, err := asr.TrainConformer(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Equal(t, 24, res.Steps)
-	steps := readMetrics(t, cfg.Metrics)
+	steps := readMetrics(t, filepath.Join(dir, "metrics.jsonl"))
 	require.Len(t, steps, 24)
 	first, last := mean(steps[:4]), mean(steps[len(steps)-4:])
 	t.Logf("loss: first 4 steps %.3f, last 4 steps %.3f; params %d; CER %.3f -> %.3f", first, last, res.Params, res.CERStart, res.CER)
@@ -102,12 +108,12 @@ func TestTrainLossFallsAndResumes(t *testing.T) {
 
 	// Resume from the step-12 checkpoint: it continues at step 13.
 	rdir := t.TempDir()
-	rcfg := baseConfig(data, rdir)
+	rcfg := baseConfig(t, data, rdir)
 	rcfg.Resume = filepath.Join(cfg.CheckpointDir, "checkpoint_step_000012.pt")
 	rres, err := asr.TrainConformer(context.Background(), rcfg)
 	require.NoError(t, err)
 	require.Equal(t, 24, rres.Steps)
-	resumed := readMetrics(t, rcfg.Metrics)
+	resumed := readMetrics(t, filepath.Join(rdir, "metrics.jsonl"))
 	require.Equal(t, 13, resumed[0].Step, "the resumed run continues at the next step")
 	require.Len(t, resumed, 12)
 	require.InDelta(t, *steps[12].Loss, *resumed[0].Loss, 1e-3, "and sees the batch the straight run saw")
@@ -124,7 +130,7 @@ func TestTrainLossFallsAndResumes(t *testing.T) {
 func TestTrainUnderMemoryCapAdaptsMicroBatch(t *testing.T) {
 	data := smallCorpus(t)
 	peak := func(batch, accum int) int64 {
-		cfg := baseConfig(data, t.TempDir())
+		cfg := baseConfig(t, data, t.TempDir())
 		cfg.BatchSize, cfg.GradAccum, cfg.MaxSteps, cfg.CheckpointDir = batch, accum, 3, ""
 		res, err := asr.TrainConformer(context.Background(), cfg)
 		require.NoError(t, err)
@@ -133,23 +139,24 @@ func TestTrainUnderMemoryCapAdaptsMicroBatch(t *testing.T) {
 	p4, p1 := peak(4, 2), peak(1, 8)
 	t.Logf("peak memory: micro-batch 4 %s, micro-batch 1 %s", torch.FormatBytes(p4), torch.FormatBytes(p1))
 	require.Less(t, p1, p4)
-	cfg := baseConfig(data, t.TempDir())
+	capDir := t.TempDir()
+	cfg := baseConfig(t, data, capDir)
 	cfg.MaxSteps, cfg.CheckpointDir = 6, ""
 	cfg.MemoryLimit = fmt.Sprint(p1 + (p4-p1)/3)
 	var log []string
-	cfg.Logf = func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) }
+	cfg.Events = report.Tee(cfg.Events, report.Lines(&log))
 	res, err := asr.TrainConformer(context.Background(), cfg)
 	require.NoError(t, err, strings.Join(log, "\n"))
 	require.Positive(t, res.OOMEvents, "the cap forced out-of-memory adaptation")
 	require.Less(t, res.MicroBatch, 4)
-	for _, s := range readMetrics(t, cfg.Metrics) {
+	for _, s := range readMetrics(t, filepath.Join(capDir, "metrics.jsonl")) {
 		require.Equal(t, 8, s.Samples, "every step still sees the effective batch of 8")
 	}
 	require.Contains(t, strings.Join(log, "\n"), "effective batch 8 unchanged")
 }
 
 func TestTrainErrors(t *testing.T) {
-	cfg := baseConfig(t.TempDir(), t.TempDir())
+	cfg := baseConfig(t, t.TempDir(), t.TempDir())
 	_, err := asr.TrainConformer(context.Background(), cfg)
 	require.ErrorContains(t, err, "torchfit asr data")
 	_, _, _, _, _, err = asr.VRAMPreset("10gb")

@@ -62,7 +62,7 @@ func TestTrainConfigValidate(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := baseConfig("data", t.TempDir())
+			cfg := baseConfig(t, "data", t.TempDir())
 			c.set(&cfg)
 			err := cfg.Validate()
 			if c.field == "" {
@@ -80,7 +80,7 @@ func TestTrainConfigValidate(t *testing.T) {
 func TestTrainConformerValidatesFirst(t *testing.T) {
 	dir := t.TempDir()
 	for _, lr := range []float64{-1, math.NaN(), math.Inf(1)} {
-		cfg := baseConfig(smallCorpus(t), dir)
+		cfg := baseConfig(t, smallCorpus(t), dir)
 		cfg.LR = lr
 		_, err := asr.TrainConformer(context.Background(), cfg)
 		var ce *asr.ConfigError

@@ -81,14 +81,14 @@ func TestTinyTrajectory(t *testing.T) {
 	torch.SetNumThreads(1)
 	defer torch.SetNumThreads(prev)
 	dir := t.TempDir()
-	cfg := baseConfig(data, dir)
+	cfg := baseConfig(t, data, dir)
 	cfg.MaxSteps, cfg.CheckpointEvery, cfg.ValidLimit, cfg.Workers = 30, 30, 4, 0
 	_, err := asr.TrainConformer(t.Context(), cfg)
 	require.NoError(t, err)
 	var got trajectory
 	got.Command = "go test ./recipes/asr -run TestTinyTrajectory -record"
 	got.Fingerprint = fingerprint(t, data)
-	for _, s := range readMetrics(t, cfg.Metrics) {
+	for _, s := range readMetrics(t, filepath.Join(dir, "metrics.jsonl")) {
 		got.Losses = append(got.Losses, *s.Loss)
 	}
 	require.Len(t, got.Losses, 30)

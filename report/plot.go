@@ -1,4 +1,4 @@
-package train
+package report
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 )
 
 // PlotMetrics renders the loss and memory curves of a metrics JSONL file
-// (FitConfig.Metrics) into a PNG: loss per step on top, allocated and peak
+// (written by Metrics) into a PNG: loss per step on top, allocated and peak
 // memory (MiB) per step below.
 func PlotMetrics(jsonl, png string) error {
 	f, err := os.Open(jsonl)
