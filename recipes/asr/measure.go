@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train"
 )
 
 // MeasureConfig describes one training step to measure.

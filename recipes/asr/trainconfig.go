@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train"
 )
 
 // Bounds Validate puts on a TrainConfig: past them a value is a typo or a
