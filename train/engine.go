@@ -207,8 +207,8 @@ func (e *Engine) backward(b *data.Batch, size int, p Pass) (Window, error) {
 			// ones that would do nothing (the common single micro-batch,
 			// float32 case).
 			weighted := loss
-			if loss.DType() != torch.Float32 {
-				weighted = weighted.ToDType(torch.Float32)
+			if dt := loss.DType(); dt == torch.Float16 || dt == torch.BFloat16 {
+				weighted = weighted.ToDType(torch.Float32) // accumulate in float32
 			}
 			if n > 1 || counts[k] != total {
 				weighted = weighted.MulScalar(counts[k] / total)

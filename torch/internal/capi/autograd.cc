@@ -225,6 +225,21 @@ struct Checkpoint : public torch::autograd::Function<Checkpoint> {
 
 extern "C" {
 
+tf_err tf_rng_snapshot_take(void** out) {
+  TF_TRY
+  *out = new RngSnapshot(RngSnapshot::take());
+  TF_CATCH
+}
+
+tf_err tf_rng_snapshot_apply(void* snap) {
+  TF_TRY
+  static_cast<RngSnapshot*>(snap)->apply();
+  TF_CATCH
+}
+
+void tf_rng_snapshot_free(void* snap) { delete static_cast<RngSnapshot*>(snap); }
+
+
 tf_err tf_autocast_enter(int32_t device_type, int32_t enabled, int32_t dtype, tf_autocast_state* prev) {
   TF_TRY
   auto d = dev_type(device_type);

@@ -293,6 +293,22 @@ func SetRNGState(t Tensor) error { return check(C.tf_rng_set_state(t)) }
 // SetNumThreads sets libtorch's intra-op thread count.
 func SetNumThreads(n int) error { return check(C.tf_set_num_threads(C.int32_t(n))) }
 
+// RNGSnapshot is the random generators' states (CPU and CUDA).
+type RNGSnapshot = unsafe.Pointer
+
+// TakeRNG snapshots every default generator.
+func TakeRNG() (RNGSnapshot, error) {
+	var p unsafe.Pointer
+	err := check(C.tf_rng_snapshot_take(&p))
+	return p, err
+}
+
+// ApplyRNG restores a snapshot.
+func ApplyRNG(s RNGSnapshot) error { return check(C.tf_rng_snapshot_apply(s)) }
+
+// FreeRNG releases a snapshot.
+func FreeRNG(s RNGSnapshot) { C.tf_rng_snapshot_free(s) }
+
 // OneDNNCacheCapacity returns oneDNN's primitive cache capacity (-1 when
 // this libtorch exposes no oneDNN API) and, when set >= 0, changes it.
 func OneDNNCacheCapacity(set int) (int, error) {

@@ -124,6 +124,12 @@ tf_err tf_autocast_clear_cache(void);
 // free with free()); *nout is their count.
 tf_err tf_checkpoint(uint64_t fn, const tf_tensor* inputs, int32_t nin, tf_tensor** outs, int32_t* nout);
 
+// The random generators' states (CPU and every CUDA device), taken and put
+// back (grad-cache re-forwards a chunk under the RNG state of its first pass).
+tf_err tf_rng_snapshot_take(void** out);
+tf_err tf_rng_snapshot_apply(void* snap);
+void tf_rng_snapshot_free(void* snap);
+
 // ---- scopes -------------------------------------------------------------------
 // The calling OS thread's current tensor scope (0: none). Go's Tidy locks its
 // goroutine to the thread, so tensors created on this thread while a scope is
