@@ -34,7 +34,9 @@ func (m *twoTowers) embed(b *data.Batch) []*torch.Tensor {
 	return []*torch.Tensor{m.img.Forward(b.Fields["img"]), m.txt.Forward(b.Fields["txt"])}
 }
 
-func (m *twoTowers) batchLoss(embs []*torch.Tensor) *torch.Tensor { return m.loss.Forward(embs[0], embs[1]) }
+func (m *twoTowers) batchLoss(embs []*torch.Tensor) *torch.Tensor {
+	return m.loss.Forward(embs[0], embs[1])
+}
 
 func pairs(n int64, dt torch.DType) *data.Batch {
 	torch.ManualSeed(11)
