@@ -163,3 +163,18 @@ func TestOneDNNCacheFollowsIdeep(t *testing.T) {
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "--- PASS: TestOneDNNCacheIsBounded")
 }
+
+func TestOOMDevice(t *testing.T) {
+	for _, tc := range []struct {
+		msg  string
+		want Device
+	}{
+		{"CPU out of memory: tried to allocate 4000000 bytes (3.81 MiB)", CPU},
+		{"DefaultCPUAllocator: not enough memory: you tried to allocate 8 bytes.", CPU},
+		{"CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 79.15 GiB total capacity; 1.00 GiB already allocated)", CUDA(0)},
+		{"CUDA out of memory. Tried to allocate 2.00 GiB (GPU 3; 79.15 GiB total capacity; 76 GiB already allocated)", CUDA(3)},
+		{"CUDA out of memory.", CUDA(0)},
+	} {
+		require.Equal(t, tc.want, oomDevice(tc.msg), tc.msg)
+	}
+}

@@ -35,8 +35,10 @@ type Error struct {
 	OOM bool   // an out-of-memory error
 	// Backend marks a backend fault (see ErrBackend).
 	Backend bool
-	// Requested and Stats describe the allocation that failed, when known
-	// (CPU memory cap, CUDA caching allocator).
+	// Device, Requested and Stats describe the allocation that failed,
+	// when known (CPU memory cap, CUDA caching allocator): Stats are the
+	// allocator's of that device.
+	Device    Device
 	Requested int64
 	Stats     *MemStats
 	wrapped   error

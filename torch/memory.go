@@ -208,12 +208,28 @@ func EmptyCache() (emptied bool, err error) {
 
 var requestRE = regexp.MustCompile(`(?i)tried to allocate ([0-9.]+) ?(bytes|b|kib|mib|gib)`)
 
-// fillOOM records the failed request and the allocator's stats.
-func (e *Error) fillOOM() {
-	dev := CPU
-	if strings.Contains(e.Msg, "CUDA") {
-		dev = CUDA(0)
+// oomGPU finds the device in CUDA's out-of-memory message: "CUDA out of
+// memory. Tried to allocate 20.00 MiB (GPU 1; 79.15 GiB total capacity; ...".
+var oomGPU = regexp.MustCompile(`\(GPU (\d+);`)
+
+// oomDevice is the device an out-of-memory message is about: the CPU, or
+// the CUDA device it names (device 0 when it names none).
+func oomDevice(msg string) Device {
+	if !strings.Contains(msg, "CUDA") {
+		return CPU
 	}
+	if m := oomGPU.FindStringSubmatch(msg); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		return CUDA(n)
+	}
+	return CUDA(0)
+}
+
+// fillOOM records the failed request and the stats of the allocator of the
+// device that ran out.
+func (e *Error) fillOOM() {
+	dev := oomDevice(e.Msg)
+	e.Device = dev
 	if s, err := MemoryStats(dev); err == nil {
 		e.Stats = &s
 		if dev == CPU {
