@@ -178,3 +178,15 @@ func TestOOMDevice(t *testing.T) {
 		require.Equal(t, tc.want, oomDevice(tc.msg), tc.msg)
 	}
 }
+
+func TestRNGSnapshot(t *testing.T) {
+	ManualSeed(3)
+	r := TakeRNG()
+	defer r.Free()
+	a := Randn([]int64{5}).Float32s()
+	r.Restore()
+	b := Randn([]int64{5}).Float32s()
+	require.Equal(t, a, b, "the same numbers after Restore")
+	c := Randn([]int64{5}).Float32s()
+	require.NotEqual(t, a, c)
+}

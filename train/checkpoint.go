@@ -19,6 +19,22 @@ import (
 	"github.com/torchfit/torchfit/torch/data"
 )
 
+// CheckpointError is a checkpoint that cannot be resumed from: unreadable,
+// not a torchfit checkpoint, or saved from another model. Nothing was
+// changed.
+type CheckpointError struct {
+	Path string
+	Err  error
+}
+
+func (e *CheckpointError) Error() string {
+	return fmt.Sprintf("train: checkpoint %s: %v", e.Path, e.Err)
+}
+func (e *CheckpointError) Unwrap() error { return e.Err }
+
+// UserError marks it as the user's input (a command line exits 2).
+func (*CheckpointError) UserError() {}
+
 // Checkpoint is what a training checkpoint holds besides the tensors:
 // where the run is. The file is a torch.save dict (Python can read it with
 // torch.load, weights_only=True included):
@@ -116,15 +132,15 @@ func (t *Trainer) saveCheckpoint(path string, loader data.State, epoch int, meta
 func (t *Trainer) LoadCheckpoint(path string) (Checkpoint, error) {
 	v, err := torch.Load(path)
 	if err != nil {
-		return Checkpoint{}, fmt.Errorf("train: checkpoint %s: %w", path, err)
+		return Checkpoint{}, &CheckpointError{Path: path, Err: err}
 	}
 	defer torch.FreeAll(v)
 	ck, ok := v.(*torch.Dict)
 	if !ok {
-		return Checkpoint{}, fmt.Errorf("train: %s is not a torchfit checkpoint (a %T, not a dict)", path, v)
+		return Checkpoint{}, &CheckpointError{Path: path, Err: fmt.Errorf("not a torchfit checkpoint (a %T, not a dict)", v)}
 	}
 	fail := func(format string, args ...any) (Checkpoint, error) {
-		return Checkpoint{}, fmt.Errorf("train: checkpoint %s: "+format, append([]any{path}, args...)...)
+		return Checkpoint{}, &CheckpointError{Path: path, Err: fmt.Errorf(format, args...)}
 	}
 	tensors := func(key string) (map[string]*torch.Tensor, error) {
 		x, ok := ck.Get(key)
@@ -366,6 +382,9 @@ type ConflictError struct {
 	Dir   string
 	Files []string // base names, in name order
 }
+
+// UserError marks it as the user's choice of directory (exit status 2).
+func (*ConflictError) UserError() {}
 
 func (e *ConflictError) Error() string {
 	return fmt.Sprintf("train: %s holds %s written by another run, which this run would overwrite", e.Dir, nameList(e.Files))

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
@@ -32,7 +33,7 @@ func demoCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			dir := c.String("dir")
-			log := logger(c)
+			log := report.NewLogger(os.Stderr)
 			logf := log.Printf
 			gen := asr.DefaultGenerateConfig()
 			gen.OutDir = filepath.Join(dir, "corpus")
@@ -40,7 +41,7 @@ func demoCommand() *cli.Command {
 			logf("synthesising %d utterances with espeak-ng into %s", gen.Utterances, gen.OutDir)
 			st, err := asr.Generate(c.Context, gen)
 			if err != nil {
-				return userErr("%v", err)
+				return recipes.Usagef("%v", err)
 			}
 			logf("corpus: %d new, %d reused, %.1f min of audio (train %d, valid %d, test %d)", st.Synthesised, st.Skipped,
 				st.Seconds/60, st.Counts[asr.Train], st.Counts[asr.Valid], st.Counts[asr.Test])
@@ -57,7 +58,7 @@ func demoCommand() *cli.Command {
 				torch.FormatBytes(m[1].Peak), torch.FormatBytes(m[1].Activations), m[1].Step.Seconds())
 			choice, err := train.ParsePrecision(c.String("mixed-precision"), torch.CPU)
 			if err != nil {
-				return userErr("--mixed-precision: %v", err)
+				return recipes.Usagef("--mixed-precision: %v", err)
 			}
 			logf("precision %s; one bf16 step took %.1f× the fp32 step on this CPU", choice, m[1].Step.Seconds()/m[0].Step.Seconds())
 			precision := string(choice.Precision)
@@ -72,17 +73,17 @@ func demoCommand() *cli.Command {
 				ValidLimit: 64, MemoryEvery: 100,
 			}
 			start := time.Now()
-			fe, err := newFrontEnd(log, metrics)
+			events, done, err := recipes.FrontEnd(log, metrics)
 			if err != nil {
 				return err
 			}
-			cfg.Events = fe.Sink()
+			cfg.Events = events
 			ctx, stop := report.SignalContext(c.Context)
 			res, err := asr.TrainConformer(ctx, cfg)
 			stop()
-			fe.Close()
+			done()
 			if err != nil {
-				return classify(err)
+				return err
 			}
 			fmt.Printf("\ntiny conformer, %d parameters, %d steps of effective batch 8 (micro-batch %d × 2, %s) in %s\n",
 				res.Params, res.Steps, res.MicroBatch, res.Precision, time.Since(start).Round(time.Second))

@@ -1,8 +1,9 @@
-// Command torchfit trains models that fit in memory: one subcommand per
-// recipe, plus tools to look at memory and metrics.
+// Command torchfit trains models that fit in memory: a registry of
+// recipes (package recipes), each `torchfit RECIPE VERB` with the same
+// shared training flags and config files, plus tools.
 //
 //	torchfit demo                      the small end-to-end ASR run of `make demo`
-//	torchfit asr data|train|eval|transcribe
+//	torchfit asr data|train|eval|transcribe|memory-table
 //	torchfit memory                    the memory counter against a known allocation pattern
 //	torchfit plot --metrics m.jsonl    loss and memory curves to PNG
 //
@@ -17,13 +18,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"runtime/debug"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -38,24 +39,32 @@ func main() {
 
 func newApp() *cli.App {
 	app := &cli.App{
-		Name:  "torchfit",
-		Usage: "Go training on libtorch that fits in memory",
-		Commands: []*cli.Command{
-			demoCommand(),
-			asrCommand(),
-			memoryCommand(),
-			plotCommand(),
-		},
+		Name:           "torchfit",
+		Usage:          "Go training on libtorch that fits in memory",
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageOnly,
+		CommandNotFound: func(c *cli.Context, name string) {
+			notFound = recipes.Usagef("no command %q (torchfit help lists them)", name)
+		},
 	}
+	app.Commands = append(app.Commands, demoCommand())
+	for _, r := range registry {
+		app.Commands = append(app.Commands, recipes.Command(r))
+	}
+	app.Commands = append(app.Commands, memoryCommand(), plotCommand())
 	harden(app.Commands)
 	return app
 }
 
+// registry lists the recipes: each is `torchfit NAME VERB`.
+var registry = []recipes.Recipe{asr.Recipe{}}
+
+// notFound is set when the command line names no command.
+var notFound error
+
 // usageOnly makes a flag error one line (urfave/cli would print the
 // command's help after it).
-func usageOnly(_ *cli.Context, err error, _ bool) error { return usageError{err} }
+func usageOnly(_ *cli.Context, err error, _ bool) error { return recipes.Usage(err) }
 
 // exitStatus prints err as one line on w and returns the exit status: 0
 // for none, 2 for an error the user caused (bad flag, config, input), 3
@@ -70,9 +79,7 @@ func exitStatus(err error, w io.Writer) int {
 		fmt.Fprintf(w, "panic: %v\n\n%s\n", ie.value, ie.stack)
 	}
 	fmt.Fprintln(w, "torchfit:", oneLine(err.Error()))
-	var ue usageError
-	var ce *asr.ConfigError
-	if errors.As(err, &ue) || errors.As(err, &ce) {
+	if recipes.IsUserError(err) {
 		return 2
 	}
 	var te *torch.Error
@@ -105,13 +112,14 @@ func run(app *cli.App, args []string) (err error) {
 			err = &internalError{value: r, stack: debug.Stack()}
 		}
 	}()
+	notFound = nil
 	err = app.Run(args)
+	if err == nil && notFound != nil {
+		return notFound
+	}
 	var ee cli.ExitCoder
 	if errors.As(err, &ee) && ee.ExitCode() == 2 {
-		return usageError{err}
-	}
-	if err != nil && isFlagError(err) {
-		return usageError{err}
+		return recipes.Usage(err)
 	}
 	return err
 }
@@ -135,8 +143,8 @@ func harden(cmds []*cli.Command) {
 		}
 		before := cmd.Before
 		cmd.Before = func(c *cli.Context) error {
-			if err := finiteFloats(c); err != nil {
-				return configError(err, nil)
+			if err := recipes.FiniteFloats(c); err != nil {
+				return err
 			}
 			if before != nil {
 				return before(c)
@@ -145,47 +153,4 @@ func harden(cmds []*cli.Command) {
 		}
 		harden(cmd.Subcommands)
 	}
-}
-
-// finiteFloats returns a usage error for the first float flag of c's
-// command whose value is NaN or infinite.
-func finiteFloats(c *cli.Context) error {
-	if c.Command == nil {
-		return nil
-	}
-	for _, f := range c.Command.Flags {
-		if ff, ok := f.(*cli.Float64Flag); ok {
-			if v := c.Float64(ff.Name); math.IsNaN(v) || math.IsInf(v, 0) {
-				return &asr.ConfigError{Field: ff.Name, Value: v, Reason: "must be a finite number"}
-			}
-		}
-	}
-	return nil
-}
-
-// usageError is an error the user caused (bad flag, missing file, wrong
-// input): exit status 2.
-type usageError struct{ error }
-
-func (u usageError) Unwrap() error { return u.error }
-
-func userErr(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
-
-func isFlagError(err error) bool {
-	msg := err.Error()
-	for _, p := range []string{"flag provided but not defined", "invalid value", "Required flag", "No help topic", "flag needs an argument"} {
-		if len(msg) >= len(p) && contains(msg, p) {
-			return true
-		}
-	}
-	return false
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
 }

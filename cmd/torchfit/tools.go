@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -14,12 +15,15 @@ func plotCommand() *cli.Command {
 		Name:  "plot",
 		Usage: "render loss and memory curves from a metrics JSONL file to PNG",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "metrics", Usage: "metrics JSONL written by training (--metrics)", Required: true},
+			&cli.StringFlag{Name: "metrics", Usage: "metrics JSONL written by training (--metrics; required)"},
 			&cli.StringFlag{Name: "out", Value: "curves.png", Usage: "PNG to write"},
 		},
 		Action: func(c *cli.Context) error {
+			if c.String("metrics") == "" {
+				return recipes.Usagef("--metrics is required")
+			}
 			if err := report.PlotMetrics(c.String("metrics"), c.String("out")); err != nil {
-				return userErr("%v", err)
+				return recipes.Usagef("%v", err)
 			}
 			fmt.Println("wrote", c.String("out"))
 			return nil
@@ -37,7 +41,7 @@ func memoryCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			dev, err := torch.ParseDevice(c.String("device"))
 			if err != nil {
-				return userErr("%v", err)
+				return recipes.Usagef("%v", err)
 			}
 			return memoryReport(dev)
 		},

@@ -72,7 +72,7 @@ func Preset(name string, vocab int) (ModelConfig, error) {
 		c.DModel, c.Heads, c.EncoderLayers, c.DecoderLayers = 96, 4, 3, 1
 		c.FFDim, c.DecoderFFDim, c.ConvKernel = 384, 384, 15
 	default:
-		return ModelConfig{}, fmt.Errorf("asr: unknown model preset %q (want one of %s)", name, strings.Join(Presets, ", "))
+		return ModelConfig{}, &ConfigError{Field: "preset", Value: name, Err: fmt.Errorf("unknown model preset %q (want one of %s)", name, strings.Join(Presets, ", "))}
 	}
 	return c, nil
 }

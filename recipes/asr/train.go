@@ -15,6 +15,7 @@ import (
 
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/train"
@@ -78,7 +79,7 @@ func VRAMPreset(name string) (preset string, batch, accum int, mixed, checkpoint
 	case "24gb":
 		return "original", 8, 1, true, false, nil
 	}
-	return "", 0, 0, false, false, fmt.Errorf("asr: unknown --vram %q (want 8gb, 12gb, 16gb or 24gb)", name)
+	return "", 0, 0, false, false, &ConfigError{Field: "vram", Value: name, Err: fmt.Errorf("unknown --vram %q (want 8gb, 12gb, 16gb or 24gb)", name)}
 }
 
 // TrainResult is what Train reports.
@@ -206,7 +207,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	res.CERStart = math.NaN()
 	trainManifest := filepath.Join(cfg.Data, "train.jsonl")
 	if _, err := os.Stat(trainManifest); err != nil {
-		return res, fmt.Errorf("asr: no corpus in %s (%s missing): create one with `torchfit asr data --out %s`", cfg.Data, trainManifest, cfg.Data)
+		return res, recipes.Usagef("asr: no corpus in %s (%s missing): create one with `torchfit asr data --out %s`", cfg.Data, trainManifest, cfg.Data)
 	}
 	var vocab *Vocab
 	var mcfg ModelConfig
@@ -220,7 +221,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 			return res, &CheckpointError{cfg.Resume, err}
 		}
 		if cfg.Preset != "" && meta.Preset != "" && !strings.EqualFold(cfg.Preset, meta.Preset) {
-			return res, fmt.Errorf("asr: checkpoint %s was trained with preset %q, not %q (drop --preset or pass --preset %s)",
+			return res, recipes.Usagef("asr: checkpoint %s was trained with preset %q, not %q (drop --preset or pass --preset %s)",
 				cfg.Resume, meta.Preset, cfg.Preset, meta.Preset)
 		}
 		mcfg = meta.Config
@@ -305,7 +306,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	effective := cfg.BatchSize * cfg.GradAccum
 	stepsPerEpoch := trainSet.Len() / effective
 	if stepsPerEpoch == 0 {
-		return res, fmt.Errorf("asr: the training split has %d utterances, fewer than one effective batch of %d", trainSet.Len(), effective)
+		return res, recipes.Usagef("asr: the training split has %d utterances, fewer than one effective batch of %d", trainSet.Len(), effective)
 	}
 	total := stepsPerEpoch * cfg.Epochs
 	if cfg.MaxSteps > 0 && cfg.MaxSteps < total {
@@ -480,6 +481,9 @@ type CheckpointError struct {
 func (e *CheckpointError) Error() string { return fmt.Sprintf("asr: checkpoint %s: %v", e.Path, e.Err) }
 
 func (e *CheckpointError) Unwrap() error { return e.Err }
+
+// UserError marks it as the user's input (a command line exits 2).
+func (*CheckpointError) UserError() {}
 
 // Bounds on a checkpoint's model description, far above the presets: a
 // description is checked against them before any of its numbers is

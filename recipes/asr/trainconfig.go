@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/torchfit/torchfit/recipes"
+
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/train"
 )
@@ -21,25 +23,7 @@ const (
 
 // ConfigError is an invalid TrainConfig setting. Field is named as the
 // `torchfit asr train` flag that sets it (lr, batch-size, ...).
-type ConfigError struct {
-	Field  string
-	Value  any
-	Reason string // what the value must be
-	Err    error  // the parser's error, when one said why (Reason is then empty)
-}
-
-func (e *ConfigError) Error() string {
-	if e.Err != nil {
-		return fmt.Sprintf("asr: %s: %v", e.Field, e.Err)
-	}
-	if s, ok := e.Value.(string); ok {
-		return fmt.Sprintf("asr: %s %q: %s", e.Field, s, e.Reason)
-	}
-	return fmt.Sprintf("asr: %s %v: %s", e.Field, e.Value, e.Reason)
-}
-
-// Unwrap returns Err.
-func (e *ConfigError) Unwrap() error { return e.Err }
+type ConfigError = recipes.ConfigError
 
 // Validate checks every hyperparameter before anything is loaded or
 // built: counts in range, learning rate and clipping norm finite, a known

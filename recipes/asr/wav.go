@@ -43,6 +43,9 @@ func (e *AudioError) Error() string { return e.Path + ": " + e.Err.Error() }
 // Unwrap returns the cause.
 func (e *AudioError) Unwrap() error { return e.Err }
 
+// UserError marks it as the user's input (a command line exits 2).
+func (*AudioError) UserError() {}
+
 // wavFormatError is a message that wraps ErrWAVFormat without repeating it.
 type wavFormatError string
 

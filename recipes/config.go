@@ -1,4 +1,4 @@
-package main
+package recipes
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -17,12 +18,18 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// A --config file maps flag names (batch-size or batch_size) to values:
-// JSON, or YAML when its name ends in .yaml or .yml. Numbers are read
-// exactly: an integer flag takes an integer in any notation the format
-// allows (1000000, 1e6, 1000000.0; in YAML also 0x10, 0o17, 1_000), and
-// rejects a fraction or a value out of range; a float flag rejects NaN and
-// infinities. Unknown keys and keys given twice are errors naming the key.
+// A --config file maps settings to values: JSON, or YAML when its name
+// ends in .yaml or .yml. Settings may be grouped in sections (the Mamba
+// seed's "model", "vram", "training"; the TTS seed's config.yaml): a
+// nested mapping's keys are read as section.key. A key is a flag's name or
+// alias (batch-size, batch_size, gradient_accumulation_steps), a key the
+// recipe maps to a flag (training.learning_rate), or a section's key whose
+// last part is a flag's name or alias. Numbers are read exactly: an
+// integer flag takes an integer in any notation the format allows
+// (1000000, 1e6, 1000000.0; in YAML also 0x10, 0o17, 1_000), and rejects a
+// fraction or a value out of range; a float flag rejects NaN and
+// infinities. Unknown keys and settings given twice are errors naming the
+// key.
 
 // valueKind is the kind of a config value.
 type valueKind int
@@ -89,21 +96,17 @@ func readJSONConfig(raw []byte) ([]configEntry, error) {
 		if err := dec.Decode(&v); err != nil {
 			return bad(err)
 		}
-		cv := configValue{}
-		switch v := v.(type) {
-		case string:
-			cv.kind, cv.text = vString, v
-		case json.Number:
-			cv.kind, cv.text = vNumber, v.String()
-			if cv.num, _ = new(big.Rat).SetString(v.String()); cv.num == nil {
-				return nil, fmt.Errorf("%s: bad number %s", key, v)
+		if obj, ok := v.(map[string]any); ok { // a section: its keys as key.sub
+			sub, err := jsonSection(key, obj)
+			if err != nil {
+				return nil, err
 			}
-		case bool:
-			cv.kind, cv.b, cv.text = vBool, v, strconv.FormatBool(v)
-		case nil:
-			cv.kind = vNull
-		default:
-			cv.kind = vComposite
+			out = append(out, sub...)
+			continue
+		}
+		cv, err := jsonValue(key, v)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, configEntry{key, cv})
 	}
@@ -114,6 +117,53 @@ func readJSONConfig(raw []byte) ([]configEntry, error) {
 		return nil, fmt.Errorf("not valid JSON: data after the object")
 	}
 	return out, nil
+}
+
+// jsonSection flattens a section (decoded with UseNumber), keys sorted.
+func jsonSection(prefix string, obj map[string]any) ([]configEntry, error) {
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []configEntry
+	for _, k := range keys {
+		key := prefix + "." + k
+		if sub, ok := obj[k].(map[string]any); ok {
+			more, err := jsonSection(key, sub)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, more...)
+			continue
+		}
+		cv, err := jsonValue(key, obj[k])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, configEntry{key, cv})
+	}
+	return out, nil
+}
+
+func jsonValue(key string, v any) (configValue, error) {
+	cv := configValue{}
+	switch v := v.(type) {
+	case string:
+		cv.kind, cv.text = vString, v
+	case json.Number:
+		cv.kind, cv.text = vNumber, v.String()
+		if cv.num, _ = new(big.Rat).SetString(v.String()); cv.num == nil {
+			return cv, fmt.Errorf("%s: bad number %s", key, v)
+		}
+	case bool:
+		cv.kind, cv.b, cv.text = vBool, v, strconv.FormatBool(v)
+	case nil:
+		cv.kind = vNull
+	default:
+		cv.kind = vComposite
+	}
+	return cv, nil
 }
 
 func readYAMLConfig(raw []byte) ([]configEntry, error) {
@@ -128,12 +178,31 @@ func readYAMLConfig(raw []byte) ([]configEntry, error) {
 	if root.Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("not valid YAML: want a mapping of settings (line %d)", root.Line)
 	}
+	return yamlMapping("", root)
+}
+
+// yamlMapping reads a mapping's settings; a nested mapping is a section
+// whose keys become section.key.
+func yamlMapping(prefix string, node *yaml.Node) ([]configEntry, error) {
 	var out []configEntry
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		k, v := node.Content[i], node.Content[i+1]
 		if v.Kind == yaml.AliasNode && v.Alias != nil {
 			v = v.Alias
 		}
+		key := k.Value
+		if prefix != "" {
+			key = prefix + "." + key
+		}
+		if v.Kind == yaml.MappingNode {
+			sub, err := yamlMapping(key, v)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, sub...)
+			continue
+		}
+		k = &yaml.Node{Value: key}
 		cv := configValue{kind: vString, text: v.Value}
 		if v.Kind != yaml.ScalarNode {
 			cv.kind = vComposite
@@ -214,6 +283,11 @@ func flagText(f cli.Flag, v configValue) (string, error) {
 			}
 		}
 		return "", fmt.Errorf("must be true or false, not %s", v.text)
+	case *cli.GenericFlag:
+		if v.kind == vBool {
+			return strconv.FormatBool(v.b), nil
+		}
+		return v.text, nil
 	case *cli.StringFlag:
 		if v.kind == vBool {
 			return strconv.FormatBool(v.b), nil
@@ -278,47 +352,81 @@ func floatText(v configValue) (string, error) {
 	return strconv.FormatFloat(f, 'g', -1, 64), nil
 }
 
-// applyConfigFile sets the flags not given on the command line from
-// --config. It returns the flags the file set, with the file's path.
-func applyConfigFile(c *cli.Context) (map[string]string, error) {
+// ApplyConfig sets the flags of c's command not given on the command line
+// from the --config file (see the format above); keys maps the recipe's
+// own config keys (section.key, as written in its seed) to flag names. It
+// returns the flags the file set, with the file's path.
+func ApplyConfig(c *cli.Context, keys map[string]string) (map[string]string, error) {
 	path := c.String("config")
 	if path == "" {
 		return nil, nil
 	}
 	entries, err := readConfigFile(path)
 	if err != nil {
-		return nil, userErr("--config %s: %v", path, err)
+		return nil, Usagef("--config %s: %v", path, err)
 	}
-	flags := map[string]cli.Flag{}
+	flags := map[string]cli.Flag{} // every name and alias
 	for _, f := range c.Command.Flags {
-		flags[f.Names()[0]] = f
+		for _, n := range f.Names() {
+			flags[n] = f
+		}
+	}
+	find := func(key string) (cli.Flag, bool) {
+		if name, ok := keys[key]; ok {
+			f, ok := flags[name]
+			return f, ok
+		}
+		for _, k := range []string{key, strings.ReplaceAll(key, "_", "-")} {
+			if f, ok := flags[k]; ok {
+				return f, true
+			}
+		}
+		if i := strings.LastIndexByte(key, '.'); i >= 0 {
+			last := key[i+1:]
+			for _, k := range []string{last, strings.ReplaceAll(last, "_", "-")} {
+				if f, ok := flags[k]; ok {
+					return f, true
+				}
+			}
+		}
+		return nil, false
 	}
 	set := map[string]string{}
 	seen := map[string]string{}
 	for _, e := range entries {
-		name := strings.ReplaceAll(e.key, "_", "-")
-		f, ok := flags[name]
-		if !ok || name == "config" {
-			return nil, userErr("--config %s: unknown setting %q", path, e.key)
+		f, ok := find(e.key)
+		if !ok || f.Names()[0] == "config" {
+			return nil, Usagef("--config %s: unknown setting %q", path, e.key)
 		}
+		name := f.Names()[0]
 		if k, dup := seen[name]; dup {
 			if k == e.key {
-				return nil, userErr("--config %s: %q is set twice", path, k)
+				return nil, Usagef("--config %s: %q is set twice", path, k)
 			}
-			return nil, userErr("--config %s: %q and %q set the same flag", path, k, e.key)
+			return nil, Usagef("--config %s: %q and %q set the same flag --%s", path, k, e.key, name)
 		}
 		seen[name] = e.key
 		text, err := flagText(f, e.val)
 		if err != nil {
-			return nil, userErr("--config %s: %s: %v", path, e.key, err)
+			return nil, Usagef("--config %s: %s: %v", path, e.key, err)
 		}
-		if c.IsSet(name) {
+		if isSet(c, f) {
 			continue
 		}
 		if err := c.Set(name, text); err != nil {
-			return nil, userErr("--config %s: %s: %v", path, e.key, err)
+			return nil, Usagef("--config %s: %s: %v", path, e.key, err)
 		}
 		set[name] = path
 	}
 	return set, nil
+}
+
+// isSet reports whether the command line set f under any of its names.
+func isSet(c *cli.Context, f cli.Flag) bool {
+	for _, n := range f.Names() {
+		if c.IsSet(n) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,0 +1,265 @@
+package asr
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/report"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train"
+)
+
+// Recipe is the ASR recipe on the command line: torchfit asr
+// data|train|eval|transcribe|memory-table.
+type Recipe struct{}
+
+// Name is the command's name.
+func (Recipe) Name() string { return "asr" }
+
+// Usage says what it trains.
+func (Recipe) Usage() string {
+	return "Konkani speech recognition: a conformer with CTC and attention decoder"
+}
+
+// Commands are the recipe's verbs.
+func (Recipe) Commands() []*cli.Command {
+	return []*cli.Command{dataCommand(), trainCommand(), evalCommand(), transcribeCommand(), memoryTableCommand()}
+}
+
+func dataCommand() *cli.Command {
+	def := DefaultGenerateConfig()
+	return &cli.Command{
+		Name:  "data",
+		Usage: "synthesise a Konkani corpus with espeak-ng (Marathi voices) and sox",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Value: def.OutDir, Usage: "corpus directory"},
+			&cli.IntFlag{Name: "utterances", Value: def.Utterances, Usage: "utterances over all splits"},
+			&cli.Uint64Flag{Name: "seed", Value: def.Seed},
+			&cli.IntFlag{Name: "workers", Value: 0, Usage: "parallel synthesis workers (0: all CPUs)"},
+			&cli.Float64Flag{Name: "noise", Value: def.NoiseFraction, Usage: "fraction of utterances with added noise"},
+		},
+		Action: func(c *cli.Context) error {
+			cfg := def
+			cfg.OutDir, cfg.Utterances, cfg.Seed = c.String("out"), c.Int("utterances"), c.Uint64("seed")
+			cfg.Workers, cfg.NoiseFraction = c.Int("workers"), c.Float64("noise")
+			st, err := Generate(c.Context, cfg)
+			if err != nil {
+				return recipes.Usagef("%v", err)
+			}
+			fmt.Printf("corpus in %s: %d synthesised, %d already there, %.1f min of audio in %s (train %d, valid %d, test %d)\n",
+				cfg.OutDir, st.Synthesised, st.Skipped, st.Seconds/60, st.Elapsed.Round(time.Millisecond),
+				st.Counts[Train], st.Counts[Valid], st.Counts[Test])
+			return nil
+		},
+	}
+}
+
+// Defaults are the KonkaniVani guide's: micro-batch 2 × accumulation 4,
+// clipping at 5, the CUDA cache emptied every 50 steps.
+var Defaults = recipes.Defaults{
+	Data: "data/asr", BatchSize: 2, GradAccum: 4, Precision: "no", Epochs: 20, LR: 1e-3, Warmup: 100, ClipNorm: 5,
+	EmptyCacheEvery: 50, CheckpointDir: "checkpoints", CheckpointEvery: 100, Workers: 2, Prefetch: 2, MemoryEvery: 25,
+}
+
+func trainFlags() []cli.Flag {
+	return append(recipes.Flags(Defaults),
+		&cli.StringFlag{Name: "preset", Aliases: []string{"model_size", "model-size"}, Value: "optimized", Usage: "model size: original, optimized, minimal, tiny"},
+		&cli.Int64Flag{Name: "d-model", Usage: "override the preset's d_model"},
+		&cli.IntFlag{Name: "encoder-layers", Usage: "override the preset's encoder layers"},
+		&cli.IntFlag{Name: "decoder-layers", Usage: "override the preset's decoder layers"},
+		&cli.BoolFlag{Name: "spec-augment", Usage: "SpecAugment masks on training features"},
+		&cli.IntFlag{Name: "valid-limit", Usage: "validation utterances scored per epoch (0: all)"},
+		&cli.IntFlag{Name: "pad-multiple", Value: FrameMultiple, Usage: "pad each batch's frames to a multiple of this (1: to the longest utterance only)"},
+	)
+}
+
+// TrainConfigFrom builds the training configuration of a run from the
+// shared settings and the recipe's own flags (its --vram table applied to
+// what the command line left unset).
+func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
+	cm := run.Common
+	preset := c.String("preset")
+	if cm.Resume != "" && !c.IsSet("preset") {
+		preset = "" // the checkpoint's
+	}
+	if cm.VRAM != "" {
+		p, batch, accum, mixed, ckpt, err := VRAMPreset(cm.VRAM)
+		if err != nil {
+			return TrainConfig{}, err
+		}
+		if !c.IsSet("preset") && cm.Resume == "" {
+			preset = p
+		}
+		recipes.ApplyPreset(c, &cm, recipes.Preset{BatchSize: batch, GradAccum: accum, Mixed: mixed, Checkpointing: ckpt})
+	}
+	cfg := TrainConfig{
+		Data: cm.Data, Preset: preset, DModel: c.Int64("d-model"),
+		EncoderLayers: c.Int("encoder-layers"), DecoderLayers: c.Int("decoder-layers"),
+		BatchSize: cm.BatchSize, GradAccum: cm.GradAccum, Precision: cm.Precision,
+		Device: cm.Device, Epochs: cm.Epochs, MaxSteps: cm.MaxSteps, LR: cm.LR, Warmup: cm.Warmup,
+		ClipNorm: cm.ClipNorm, EmptyCacheEvery: cm.EmptyCacheEvery, GradCheckpointing: cm.GradCheckpointing,
+		AutoBatch: cm.AutoBatch, DryRun: cm.DryRun, CheckpointDir: cm.CheckpointDir,
+		CheckpointEvery: cm.CheckpointEvery, Overwrite: cm.Overwrite, Resume: cm.Resume,
+		Workers: cm.Workers, SpecAugment: c.Bool("spec-augment"), Seed: cm.Seed,
+		ValidLimit: c.Int("valid-limit"), MemoryEvery: cm.MemoryEvery, PadMultiple: c.Int("pad-multiple"),
+		MaxNonFinite: cm.MaxNonFinite, Events: run.Events,
+	}
+	return cfg, recipes.Reword(cfg.Validate(), run.FromFile)
+}
+
+func trainCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "train",
+		Usage: "train (or resume) a conformer",
+		Flags: trainFlags(),
+		Action: func(c *cli.Context) error {
+			run, err := recipes.Prepare(c, nil)
+			if err != nil {
+				return err
+			}
+			defer run.Close()
+			cfg, err := TrainConfigFrom(c, run)
+			if err != nil {
+				return err
+			}
+			res, err := TrainConformer(run.Ctx, cfg)
+			if cerr := run.Close(); err == nil {
+				err = cerr
+			}
+			if errors.Is(err, train.ErrNonFinite) {
+				return fmt.Errorf("%w; try a lower --lr or a --clip-norm", err)
+			}
+			var conflict *train.ConflictError
+			if errors.As(err, &conflict) {
+				return recipes.Usagef("%v: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite", err)
+			}
+			if err != nil {
+				return err
+			}
+			if cfg.DryRun {
+				res.FoundBatches.Table(os.Stdout)
+				return nil
+			}
+			start := "resumed"
+			if !math.IsNaN(res.CERStart) {
+				start = fmt.Sprintf("start %.3f", res.CERStart)
+			}
+			fmt.Printf("trained %d steps (micro-batch %d × %d); validation CER %.3f (%s), loss %.3f; peak memory %s; checkpoint %s\n",
+				res.Steps, res.MicroBatch, res.Accum, res.CER, start, res.ValidLoss, torch.FormatBytes(res.PeakMemory), res.Checkpoint)
+			return nil
+		},
+	}
+}
+
+func evalCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "eval",
+		Usage: "CER and WER of a checkpoint on a split",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "checkpoint", Usage: "the checkpoint (required)"},
+			&cli.StringFlag{Name: "data", Value: "data/asr"},
+			&cli.StringFlag{Name: "split", Value: "test", Usage: "train, valid or test"},
+			&cli.StringFlag{Name: "device", Value: "auto"},
+		},
+		Action: func(c *cli.Context) error {
+			dev, err := torch.ParseDevice(c.String("device"))
+			if err != nil {
+				return recipes.Usagef("%v", err)
+			}
+			if c.String("checkpoint") == "" {
+				return recipes.Usagef("--checkpoint is required")
+			}
+			if _, err := os.Stat(c.String("checkpoint")); err != nil {
+				return recipes.Usagef("--checkpoint: %v", err)
+			}
+			r, err := Evaluate(c.String("checkpoint"), c.String("data"), c.String("split"), dev)
+			if err != nil {
+				return err
+			}
+			if len(r.NonFinite) > 0 {
+				fmt.Fprintf(os.Stderr, "torchfit: warning: %s holds NaN or infinite values in %d weight tensor(s) (%s): the scores below mean nothing; evaluate a checkpoint from before the run diverged\n",
+					c.String("checkpoint"), len(r.NonFinite), names(r.NonFinite, 4))
+			}
+			fmt.Printf("%s split (%d utterances): CER %.3f, WER %.3f\n", c.String("split"), r.N, r.CER, r.WER)
+			return nil
+		},
+	}
+}
+
+// names lists up to max names, then how many more.
+func names(xs []string, max int) string {
+	if len(xs) <= max {
+		return strings.Join(xs, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(xs[:max], ", "), len(xs)-max)
+}
+
+func transcribeCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "transcribe",
+		Usage:     "transcribe WAV files (greedy CTC): PCM 8-32 bit or float, any rate and channels; long files in 30 s windows",
+		ArgsUsage: "file.wav...",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "checkpoint", Usage: "the checkpoint (required)"},
+			&cli.StringFlag{Name: "device", Value: "auto"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return recipes.Usagef("transcribe: give one or more WAV files")
+			}
+			dev, err := torch.ParseDevice(c.String("device"))
+			if err != nil {
+				return recipes.Usagef("%v", err)
+			}
+			if c.String("checkpoint") == "" {
+				return recipes.Usagef("--checkpoint is required")
+			}
+			if _, err := os.Stat(c.String("checkpoint")); err != nil {
+				return recipes.Usagef("--checkpoint: %v", err)
+			}
+			texts, err := TranscribeFiles(c.String("checkpoint"), c.Args().Slice(), dev)
+			var audio *AudioError
+			if errors.As(err, &audio) {
+				return recipes.Usage(err)
+			}
+			if err != nil {
+				return err
+			}
+			for k, t := range texts {
+				fmt.Printf("%s\t%s\n", c.Args().Get(k), t)
+			}
+			return nil
+		},
+	}
+}
+
+func memoryTableCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "memory-table",
+		Usage: "measure parameters and peak step memory per preset with and without the levers (the guide's Model Size Comparison)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "data", Value: "data/asr"},
+			&cli.StringFlag{Name: "device", Value: "auto"},
+			&cli.StringSliceFlag{Name: "preset", Value: cli.NewStringSlice("original", "optimized", "minimal", "tiny")},
+		},
+		Action: func(c *cli.Context) error {
+			dev, err := torch.ParseDevice(c.String("device"))
+			if err != nil {
+				return recipes.Usagef("%v", err)
+			}
+			table, err := MemoryTable(c.String("data"), dev, c.StringSlice("preset"), report.NewLogger(os.Stderr).Printf)
+			if err != nil {
+				return err
+			}
+			fmt.Print(table)
+			return nil
+		},
+	}
+}

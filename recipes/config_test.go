@@ -1,0 +1,86 @@
+package recipes
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
+)
+
+// runWith parses args for a train-like command with the shared flags plus
+// d-model, applying the config file with keys, and returns what it read.
+func runWith(t *testing.T, keys map[string]string, args ...string) (Common, *cli.Context, error) {
+	t.Helper()
+	cmd := &cli.Command{Name: "train", Flags: append(Flags(Defaults{BatchSize: 4, GradAccum: 1, Epochs: 1, LR: 1e-3}),
+		&cli.IntFlag{Name: "d-model"}, &cli.IntFlag{Name: "text-encoder-dim"}, &cli.IntFlag{Name: "loader-batch"})}
+	var cm Common
+	var ctx *cli.Context
+	var runErr error
+	cmd.Action = func(c *cli.Context) error {
+		ctx = c
+		from, err := ApplyConfig(c, keys)
+		if err != nil {
+			runErr = err
+			return nil
+		}
+		cm, err = ReadCommon(c)
+		runErr = Reword(err, from)
+		return nil
+	}
+	Underscores([]*cli.Command{cmd})
+	app := &cli.App{Commands: []*cli.Command{cmd}, ExitErrHandler: func(*cli.Context, error) {}}
+	require.NoError(t, app.Run(append([]string{"x", "train"}, args...)))
+	return cm, ctx, runErr
+}
+
+func writeFile(t *testing.T, name, text string) string {
+	p := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
+	return p
+}
+
+func TestConfigSections(t *testing.T) {
+	// The Mamba seed's layout: model / vram / training sections.
+	mamba := writeFile(t, "c.json", `{
+	  "model": {"d_model": 768},
+	  "vram": {"batch_size": 2, "gradient_accumulation_steps": 8, "use_fp16": true},
+	  "training": {"learning_rate": 3e-4, "max_grad_norm": 1.0, "max_steps": 1000, "warmup_steps": 100}
+	}`)
+	cm, c, err := runWith(t, map[string]string{"vram.use_fp16": "mixed_precision"}, "--config", mamba, "--batch-size", "3")
+	require.NoError(t, err)
+	require.Equal(t, 768, c.Int("d-model"))
+	require.Equal(t, 3, cm.BatchSize, "the flag overrides the file")
+	require.Equal(t, 8, cm.GradAccum)
+	require.Equal(t, "auto", cm.Precision)
+	require.Equal(t, 3e-4, cm.LR)
+	require.Equal(t, 1.0, cm.ClipNorm)
+	require.Equal(t, 1000, cm.MaxSteps)
+	require.Equal(t, 100, cm.Warmup)
+
+	// The TTS seed's config.yaml: two batch sizes, told apart by the recipe's keys.
+	tts := writeFile(t, "config.yaml", "training:\n  batch_size: 4\n  gradient_accumulation_steps: 8\n  max_memory_fraction: 0.9\ndata:\n  batch_size: 32\n  prefetch_buffer_size: 2\nmodel:\n  text_encoder_dim: 256\n")
+	cm, c, err = runWith(t, map[string]string{"training.batch_size": "batch-size", "data.batch_size": "loader-batch",
+		"training.max_memory_fraction": "memory-fraction"}, "--config", tts)
+	require.NoError(t, err)
+	require.Equal(t, 4, cm.BatchSize)
+	require.Equal(t, 8, cm.GradAccum)
+	require.Equal(t, 0.9, cm.MemoryFraction)
+	require.Equal(t, 2, cm.Prefetch)
+	require.Equal(t, 32, c.Int("loader-batch"))
+	require.Equal(t, 256, c.Int("text-encoder-dim"))
+
+	for _, tc := range []struct{ name, text, want string }{
+		{"unknown.json", `{"vram": {"batch_sise": 2}}`, `unknown setting "vram.batch_sise"`},
+		{"twice.yaml", "training:\n  batch_size: 4\ndata:\n  batch_size: 32\n", `"training.batch_size" and "data.batch_size" set the same flag --batch-size`},
+		{"zero.json", `{"vram": {"batch_size": 0}}`, "batch-size"},
+		{"frac.json", `{"vram": {"batch_size": 1.5}}`, "must be an integer"},
+		{"type.yaml", "training:\n  learning_rate: fast\n", "training.learning_rate"},
+	} {
+		_, _, err := runWith(t, nil, "--config", writeFile(t, tc.name, tc.text))
+		require.Error(t, err, tc.name)
+		require.Contains(t, err.Error(), tc.want, tc.name)
+		require.True(t, IsUserError(err), tc.name)
+	}
+}

@@ -1,0 +1,308 @@
+package recipes
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/torchfit/torchfit/torch"
+)
+
+// Defaults are a recipe's defaults for the shared training flags: its
+// seed's.
+type Defaults struct {
+	Data            string
+	BatchSize       int
+	GradAccum       int
+	Precision       string // "no", "auto", "bf16", "fp16"
+	Epochs          int
+	LR              float64
+	Warmup          int
+	ClipNorm        float64
+	EmptyCacheEvery int
+	MemoryFraction  float64 // 0: none
+	CheckpointDir   string
+	CheckpointEvery int
+	Workers         int
+	Prefetch        int
+	MemoryEvery     int
+}
+
+// Common are the settings of every recipe's train command, read from the
+// shared flags (and the --config file under them).
+type Common struct {
+	Data              string
+	Config            string
+	BatchSize         int // micro-batch
+	GradAccum         int // micro-batches per optimizer step
+	Precision         string
+	Device            torch.Device
+	MemoryLimit       string // bytes with a unit, or a fraction of the device
+	MemoryFraction    float64
+	VRAM              string
+	AutoBatch, DryRun bool
+	GradCheckpointing bool
+	ClipNorm          float64
+	EmptyCacheEvery   int
+	CheckpointDir     string
+	CheckpointEvery   int
+	Resume            string
+	Overwrite         bool
+	Metrics           string
+	Workers, Prefetch int
+	Seed              uint64
+	Threads           int
+	Epochs, MaxSteps  int
+	LR                float64
+	Warmup            int
+	MemoryEvery       int
+	MaxNonFinite      int
+}
+
+// EffectiveBatch is BatchSize × GradAccum.
+func (c Common) EffectiveBatch() int { return c.BatchSize * c.GradAccum }
+
+// MaxNonFiniteDefault is --max-nonfinite-steps' default.
+const MaxNonFiniteDefault = 5
+
+// Flags returns the shared training flags with d's defaults. Each answers
+// to its name, its underscore spelling (batch_size) and the seeds' other
+// spellings (gradient_accumulation_steps, data_dir, ...).
+func Flags(d Defaults) []cli.Flag {
+	if d.Precision == "" {
+		d.Precision = "no"
+	}
+	fs := []cli.Flag{
+		&cli.StringFlag{Name: "data", Aliases: []string{"data_dir", "data-dir"}, Value: d.Data, Usage: "data directory"},
+		&cli.StringFlag{Name: "config", Usage: "JSON or YAML file with any of these settings (the flags override it)"},
+		&cli.IntFlag{Name: "batch-size", Value: d.BatchSize, Usage: "micro-batch"},
+		&cli.IntFlag{Name: "grad-accum", Aliases: []string{"gradient_accumulation_steps", "gradient-accumulation-steps", "gradient_accumulation", "gradient-accumulation"},
+			Value: d.GradAccum, Usage: "gradient accumulation steps (effective batch = batch-size × grad-accum)"},
+		&cli.StringFlag{Name: "mixed-precision", Value: d.Precision, Usage: "no, auto (fp16 on CUDA, bf16 where the CPU computes it natively, else fp32), bf16 or fp16"},
+		&cli.GenericFlag{Name: "mixed_precision", Value: &switchValue{}, Usage: "the seeds' switch: --mixed_precision alone is --mixed-precision auto"},
+		&cli.StringFlag{Name: "device", Value: "auto", Usage: "cpu, cuda, cuda:N or auto"},
+		&cli.StringFlag{Name: "memory-limit", Usage: "cap device memory: a size with a unit (6GiB, 512MB) or a fraction (0.9)"},
+		&cli.Float64Flag{Name: "memory-fraction", Value: d.MemoryFraction, Usage: "cap device memory at this fraction (0: none)"},
+		&cli.StringFlag{Name: "vram", Usage: "the guide's settings for a GPU of this size: 8gb, 12gb, 16gb or 24gb"},
+		&cli.BoolFlag{Name: "auto-batch", Usage: "find the largest micro-batch that fits; keep the effective batch with accumulation"},
+		&cli.BoolFlag{Name: "dry-run", Usage: "only measure (batch sizes, memory) and exit"},
+		&cli.BoolFlag{Name: "grad-checkpointing", Aliases: []string{"gradient_checkpointing", "gradient-checkpointing", "use_gradient_checkpointing"},
+			Usage: "recompute blocks in backward instead of keeping their activations"},
+		&cli.Float64Flag{Name: "clip-norm", Aliases: []string{"max_grad_norm", "max-grad-norm", "clip_grad_norm"}, Value: d.ClipNorm, Usage: "clip the gradients' total norm (0: off)"},
+		&cli.IntFlag{Name: "empty-cache-every", Aliases: []string{"empty_cache_frequency"}, Value: d.EmptyCacheEvery, Usage: "empty the CUDA cache every N steps (0: never)"},
+		&cli.StringFlag{Name: "checkpoint-dir", Aliases: []string{"output_dir"}, Value: d.CheckpointDir},
+		&cli.IntFlag{Name: "checkpoint-every", Aliases: []string{"save_interval", "save-interval"}, Value: d.CheckpointEvery, Usage: "steps between checkpoints (0: epoch ends and the end)"},
+		&cli.StringFlag{Name: "resume", Aliases: []string{"resume_from_checkpoint"}, Usage: "checkpoint to resume from"},
+		&cli.BoolFlag{Name: "overwrite", Usage: "let this run replace checkpoints of another run in --checkpoint-dir"},
+		&cli.StringFlag{Name: "metrics", Usage: "append per-step metrics (JSONL) here"},
+		&cli.IntFlag{Name: "workers", Aliases: []string{"num_workers", "num-workers"}, Value: d.Workers, Usage: "data loader workers"},
+		&cli.IntFlag{Name: "prefetch", Aliases: []string{"prefetch_factor", "prefetch-factor", "prefetch_buffer_size"}, Value: d.Prefetch, Usage: "batches each worker builds ahead"},
+		&cli.Uint64Flag{Name: "seed", Value: 1},
+		&cli.IntFlag{Name: "threads", Usage: "libtorch CPU threads (0: default)"},
+		&cli.IntFlag{Name: "epochs", Aliases: []string{"num_epochs", "num-epochs"}, Value: d.Epochs},
+		&cli.IntFlag{Name: "max-steps", Usage: "stop after this many optimizer steps"},
+		&cli.Float64Flag{Name: "lr", Aliases: []string{"learning_rate", "learning-rate"}, Value: d.LR},
+		&cli.IntFlag{Name: "warmup", Aliases: []string{"warmup_steps", "warmup-steps"}, Value: d.Warmup, Usage: "warmup steps"},
+		&cli.IntFlag{Name: "memory-every", Value: d.MemoryEvery, Usage: "log a memory line every N steps"},
+		&cli.IntFlag{Name: "max-nonfinite-steps", Value: MaxNonFiniteDefault, Usage: "stop when the loss has been NaN or infinite for this many steps in a row (-1: never)"},
+	}
+	return fs
+}
+
+// switchValue is a flag that works as a bare switch (--mixed_precision
+// means auto) and also takes a value (--mixed_precision=bf16).
+type switchValue struct {
+	set   bool
+	value string
+}
+
+func (s *switchValue) String() string   { return s.value }
+func (s *switchValue) IsBoolFlag() bool { return true }
+func (s *switchValue) Set(v string) error {
+	s.set = true
+	switch strings.ToLower(v) {
+	case "true":
+		s.value = "auto"
+	case "false":
+		s.value = "no"
+	default:
+		s.value = v
+	}
+	return nil
+}
+
+// Underscores gives every flag of cmds (and their subcommands) its
+// underscore spelling as an alias (batch-size: batch_size), the spelling
+// of the seeds' Python scripts.
+func Underscores(cmds []*cli.Command) {
+	for _, cmd := range cmds {
+		taken := map[string]bool{}
+		for _, f := range cmd.Flags {
+			for _, n := range f.Names() {
+				taken[n] = true
+			}
+		}
+		for _, f := range cmd.Flags {
+			addUnderscoreAlias(f, taken)
+		}
+		Underscores(cmd.Subcommands)
+	}
+}
+
+// addUnderscoreAlias adds f's underscore spelling unless a flag of the
+// command already answers to it (--mixed_precision is the seeds' switch).
+func addUnderscoreAlias(f cli.Flag, taken map[string]bool) {
+	name := f.Names()[0]
+	alt := strings.ReplaceAll(name, "-", "_")
+	if alt == name || taken[alt] {
+		return
+	}
+	taken[alt] = true
+	switch f := f.(type) {
+	case *cli.StringFlag:
+		f.Aliases = append(f.Aliases, alt)
+	case *cli.IntFlag:
+		f.Aliases = append(f.Aliases, alt)
+	case *cli.Int64Flag:
+		f.Aliases = append(f.Aliases, alt)
+	case *cli.Uint64Flag:
+		f.Aliases = append(f.Aliases, alt)
+	case *cli.Float64Flag:
+		f.Aliases = append(f.Aliases, alt)
+	case *cli.BoolFlag:
+		f.Aliases = append(f.Aliases, alt)
+	case *cli.StringSliceFlag:
+		f.Aliases = append(f.Aliases, alt)
+	}
+}
+
+// ReadCommon reads the shared flags of c (after ApplyConfig).
+func ReadCommon(c *cli.Context) (Common, error) {
+	if err := FiniteFloats(c); err != nil {
+		return Common{}, err
+	}
+	dev, err := torch.ParseDevice(c.String("device"))
+	if err != nil {
+		return Common{}, &ConfigError{Field: "device", Value: c.String("device"), Err: err}
+	}
+	if dev.IsCUDA() && !torch.CUDAAvailable() {
+		return Common{}, &ConfigError{Field: "device", Value: c.String("device"), Reason: "CUDA is not available in this build or machine"}
+	}
+	precision := c.String("mixed-precision")
+	if sv, ok := c.Generic("mixed_precision").(*switchValue); ok && sv.set && !c.IsSet("mixed-precision") {
+		precision = sv.value
+	}
+	cm := Common{
+		Data: c.String("data"), Config: c.String("config"), BatchSize: c.Int("batch-size"), GradAccum: c.Int("grad-accum"),
+		Precision: precision, Device: dev, MemoryLimit: c.String("memory-limit"), MemoryFraction: c.Float64("memory-fraction"),
+		VRAM: c.String("vram"), AutoBatch: c.Bool("auto-batch") || c.Bool("dry-run"), DryRun: c.Bool("dry-run"),
+		GradCheckpointing: c.Bool("grad-checkpointing"), ClipNorm: c.Float64("clip-norm"), EmptyCacheEvery: c.Int("empty-cache-every"),
+		CheckpointDir: c.String("checkpoint-dir"), CheckpointEvery: c.Int("checkpoint-every"), Resume: c.String("resume"),
+		Overwrite: c.Bool("overwrite"), Metrics: c.String("metrics"), Workers: c.Int("workers"), Prefetch: c.Int("prefetch"),
+		Seed: c.Uint64("seed"), Threads: c.Int("threads"), Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"),
+		LR: c.Float64("lr"), Warmup: c.Int("warmup"), MemoryEvery: c.Int("memory-every"), MaxNonFinite: c.Int("max-nonfinite-steps"),
+	}
+	if err := cm.Validate(); err != nil {
+		return cm, err
+	}
+	if !dev.IsCUDA() {
+		cm.EmptyCacheEvery = 0 // no cache on the CPU
+	}
+	return cm, nil
+}
+
+// Validate checks the shared settings' ranges.
+func (c Common) Validate() error {
+	for _, f := range []struct {
+		name     string
+		v        int64
+		min, max int64
+	}{
+		{"batch-size", int64(c.BatchSize), 1, MaxBatch},
+		{"grad-accum", int64(c.GradAccum), 1, MaxBatch},
+		{"epochs", int64(c.Epochs), 1, 1 << 20},
+		{"max-steps", int64(c.MaxSteps), 0, math.MaxInt64},
+		{"warmup", int64(c.Warmup), 0, math.MaxInt64},
+		{"empty-cache-every", int64(c.EmptyCacheEvery), 0, math.MaxInt64},
+		{"checkpoint-every", int64(c.CheckpointEvery), 0, math.MaxInt64},
+		{"memory-every", int64(c.MemoryEvery), 0, math.MaxInt64},
+		{"workers", int64(c.Workers), 0, 1024},
+		{"prefetch", int64(c.Prefetch), 0, 1024},
+		{"threads", int64(c.Threads), 0, 1024},
+		{"max-nonfinite-steps", int64(c.MaxNonFinite), -1, math.MaxInt64},
+	} {
+		switch {
+		case f.v < f.min:
+			return &ConfigError{Field: f.name, Value: f.v, Reason: fmt.Sprintf("must be at least %d", f.min)}
+		case f.v > f.max:
+			return &ConfigError{Field: f.name, Value: f.v, Reason: fmt.Sprintf("must be at most %d", f.max)}
+		}
+	}
+	if n := int64(c.BatchSize) * int64(c.GradAccum); n > MaxBatch {
+		return &ConfigError{Field: "grad-accum", Value: c.GradAccum, Reason: fmt.Sprintf("the effective batch %d × %d = %d is more than %d", c.BatchSize, c.GradAccum, n, MaxBatch)}
+	}
+	if !(c.LR > 0) || math.IsInf(c.LR, 0) {
+		return &ConfigError{Field: "lr", Value: c.LR, Reason: "must be a finite number > 0"}
+	}
+	if !(c.ClipNorm >= 0) || math.IsInf(c.ClipNorm, 0) {
+		return &ConfigError{Field: "clip-norm", Value: c.ClipNorm, Reason: "must be a finite number >= 0 (0: no clipping)"}
+	}
+	if !(c.MemoryFraction >= 0 && c.MemoryFraction <= 1) {
+		return &ConfigError{Field: "memory-fraction", Value: c.MemoryFraction, Reason: "must be in [0, 1] (0: none)"}
+	}
+	if c.MemoryLimit != "" {
+		if _, _, err := torch.ParseMemory(c.MemoryLimit); err != nil {
+			return &ConfigError{Field: "memory-limit", Value: c.MemoryLimit, Err: err}
+		}
+	}
+	if c.MemoryLimit != "" && c.MemoryFraction > 0 {
+		return &ConfigError{Field: "memory-fraction", Value: c.MemoryFraction, Reason: "give --memory-limit or --memory-fraction, not both"}
+	}
+	return nil
+}
+
+// MaxBatch bounds batch sizes and accumulation (2^24).
+const MaxBatch = 1 << 24
+
+// FiniteFloats returns a *ConfigError for the first float flag of c's
+// command whose value is NaN or infinite.
+func FiniteFloats(c *cli.Context) error {
+	if c.Command == nil {
+		return nil
+	}
+	for _, f := range c.Command.Flags {
+		if ff, ok := f.(*cli.Float64Flag); ok {
+			if v := c.Float64(ff.Name); math.IsNaN(v) || math.IsInf(v, 0) {
+				return &ConfigError{Field: ff.Name, Value: v, Reason: "must be a finite number"}
+			}
+		}
+	}
+	return nil
+}
+
+// Preset is what a --vram setting chooses; zero fields leave the flag as
+// it is.
+type Preset struct {
+	BatchSize, GradAccum int
+	Mixed                bool // mixed precision (auto)
+	Checkpointing        bool
+}
+
+// ApplyPreset sets the fields of cm that the command line did not set
+// explicitly from p.
+func ApplyPreset(c *cli.Context, cm *Common, p Preset) {
+	if p.BatchSize > 0 && !c.IsSet("batch-size") {
+		cm.BatchSize = p.BatchSize
+	}
+	if p.GradAccum > 0 && !c.IsSet("grad-accum") {
+		cm.GradAccum = p.GradAccum
+	}
+	if p.Mixed && !c.IsSet("mixed-precision") && !c.IsSet("mixed_precision") {
+		cm.Precision = "auto"
+	}
+	if !c.IsSet("grad-checkpointing") {
+		cm.GradCheckpointing = p.Checkpointing
+	}
+}

@@ -1,0 +1,170 @@
+package recipes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/torchfit/torchfit/report"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train"
+)
+
+// Recipe is one training recipe: its data, model, loss, metrics and
+// presets. The harness supplies the rest: the shared flags and config
+// files (Flags, ApplyConfig, ReadCommon), the run's set-up (Prepare:
+// threads, memory cap, events, signals). A recipe's command is
+// `torchfit NAME VERB`: data, train, eval, and its own verbs.
+type Recipe interface {
+	Name() string
+	Usage() string
+	// Commands are the recipe's verbs. Train commands build their flags
+	// with Flags (the recipe's defaults) plus their own.
+	Commands() []*cli.Command
+}
+
+// Command turns a recipe into the command line's `torchfit NAME ...`,
+// every flag answering to its underscore spelling too.
+func Command(r Recipe) *cli.Command {
+	cmds := r.Commands()
+	Underscores(cmds)
+	return &cli.Command{Name: r.Name(), Usage: r.Usage(), Subcommands: cmds}
+}
+
+// Run is a train command's run, set up by Prepare.
+type Run struct {
+	Common
+	Ctx    context.Context // cancelled by SIGINT/SIGTERM: training saves and stops
+	Log    *report.Logger
+	Events train.Sink // log lines and progress bar on stderr, the metrics file when asked
+	// FromFile names the settings the --config file gave (flag name →
+	// file), for messages.
+	FromFile map[string]string
+	cleanup  []func() error
+}
+
+// Logf writes a log line.
+func (r *Run) Logf(format string, args ...any) { r.Log.Printf(format, args...) }
+
+// Close undoes Prepare: the memory cap, the signal handler, the metrics
+// file and the progress bar. It returns the metrics file's write error.
+func (r *Run) Close() error {
+	var first error
+	for i := len(r.cleanup) - 1; i >= 0; i-- {
+		if err := r.cleanup[i](); err != nil && first == nil {
+			first = err
+		}
+	}
+	r.cleanup = nil
+	return first
+}
+
+// Prepare reads a train command's config file and shared flags (keys maps
+// the recipe's config-file keys to flag names; see ApplyConfig), sets
+// libtorch's threads and the device's memory cap, and opens the run's
+// front end: log lines and a progress bar on stderr, the metrics file.
+// Close the Run when the command ends.
+func Prepare(c *cli.Context, keys map[string]string) (*Run, error) {
+	fromFile, err := ApplyConfig(c, keys)
+	if err != nil {
+		return nil, err
+	}
+	cm, err := ReadCommon(c)
+	if err != nil {
+		return nil, Reword(err, fromFile)
+	}
+	r := &Run{Common: cm, FromFile: fromFile, Log: report.NewLogger(os.Stderr)}
+	if cm.Threads > 0 {
+		torch.SetNumThreads(cm.Threads)
+	}
+	if cm.Resume != "" {
+		if _, err := os.Stat(cm.Resume); err != nil {
+			return nil, Usagef("--resume: %v", err)
+		}
+	}
+	if err := r.capMemory(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	events, done, err := FrontEnd(r.Log, cm.Metrics)
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	r.Events = events
+	r.cleanup = append(r.cleanup, done)
+	ctx, stop := report.SignalContext(c.Context)
+	r.Ctx = ctx
+	r.cleanup = append(r.cleanup, func() error { stop(); return nil })
+	return r, nil
+}
+
+// capMemory applies --memory-limit or --memory-fraction.
+func (r *Run) capMemory() error {
+	dev := r.Device
+	switch {
+	case r.MemoryLimit != "":
+		bytes, frac, err := torch.ParseMemory(r.MemoryLimit)
+		if err != nil {
+			return &ConfigError{Field: "memory-limit", Value: r.MemoryLimit, Err: err}
+		}
+		if frac > 0 {
+			err = torch.SetMemoryFraction(dev, frac)
+		} else {
+			err = torch.SetMemoryLimit(dev, bytes)
+		}
+		if err != nil {
+			return Usagef("--memory-limit %s: %v", r.MemoryLimit, err)
+		}
+		r.Logf("memory limit on %v: %s", dev, r.MemoryLimit)
+	case r.MemoryFraction > 0:
+		if err := torch.SetMemoryFraction(dev, r.MemoryFraction); err != nil {
+			return Usagef("--memory-fraction %v: %v", r.MemoryFraction, err)
+		}
+		r.Logf("memory limit on %v: %.2f of the device", dev, r.MemoryFraction)
+	default:
+		return nil
+	}
+	r.cleanup = append(r.cleanup, func() error { torch.SetMemoryLimit(dev, 0); return nil })
+	return nil
+}
+
+// Reword turns a *ConfigError whose value came from the --config file into
+// one naming the file and key; other errors pass through.
+func Reword(err error, fromFile map[string]string) error {
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	path, ok := fromFile[ce.Field]
+	if !ok {
+		return err
+	}
+	return Usagef("--config %s: %s", path, ce.Error()[len("--"):])
+}
+
+// FrontEnd renders a run's events: log lines on log, a progress bar on
+// stderr when it is a terminal, and the metrics file when metricsPath is
+// set (appended to). done finishes the bar and closes the file.
+func FrontEnd(log *report.Logger, metricsPath string) (events train.Sink, done func() error, err error) {
+	bar := report.NewProgress(os.Stderr)
+	var metrics *report.Metrics
+	var ms train.Sink
+	if metricsPath != "" {
+		if metrics, err = report.OpenMetrics(metricsPath); err != nil {
+			return nil, nil, Usagef("--metrics: %v", err)
+		}
+		ms = metrics.Sink
+	}
+	done = func() error {
+		bar.Finish()
+		if err := metrics.Close(); err != nil {
+			return fmt.Errorf("--metrics: %w", err)
+		}
+		return nil
+	}
+	return report.Tee(log.Sink, ms, bar.Sink), done, nil
+}
