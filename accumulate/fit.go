@@ -20,6 +20,7 @@ import (
 
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // FitConfig configures Fit.
@@ -54,7 +55,7 @@ type FitConfig struct {
 	// Eval runs after each epoch; its values are logged and recorded.
 	Eval func(epoch int) (map[string]float64, error)
 	// Meta is stored in every checkpoint.
-	Meta *torch.Dict
+	Meta *ptfile.Dict
 	// Signals: SIGINT/SIGTERM finish the current optimizer step, save a
 	// checkpoint and make Fit return ErrInterrupted.
 	Signals bool
