@@ -6,7 +6,7 @@ import (
 	"io/fs"
 	"strconv"
 
-	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // UserError is implemented by the error types a user causes — a bad flag, a
@@ -71,5 +71,5 @@ func (*ConfigError) UserError() {}
 // torch.save file.
 func IsUserError(err error) bool {
 	var ue UserError
-	return errors.As(err, &ue) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, torch.ErrBadFile)
+	return errors.As(err, &ue) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, ptfile.ErrBadFile)
 }

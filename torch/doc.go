@@ -1,6 +1,8 @@
 // Package torch is torchfit's layer over libtorch, PyTorch's C++ core:
 // tensors, operators, autograd, memory accounting and caps, mixed-precision
-// regions, activation checkpointing, and PyTorch-format save/load.
+// regions and activation checkpointing. Files in PyTorch's format
+// (torch.save, torch.load) are torch/ptfile's; RawBytes and FromReader are
+// the raw element access such a codec needs.
 //
 // # Errors
 //

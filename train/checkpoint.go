@@ -17,6 +17,7 @@ import (
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // CheckpointError is a checkpoint that cannot be resumed from: unreadable,
@@ -55,7 +56,7 @@ type Checkpoint struct {
 	Step, Epoch       int
 	MicroBatch, Accum int
 	Loader            data.State
-	Meta              *torch.Dict
+	Meta              *ptfile.Dict
 	// RunID is the run that wrote the file ("" for files written by
 	// SaveCheckpoint or by torchfit before run ids); a Fit resuming from the
 	// file continues that run.
@@ -65,8 +66,8 @@ type Checkpoint struct {
 	RunFiles []string
 }
 
-func namedDict(ns []nn.Named, ordered bool) *torch.Dict {
-	d := &torch.Dict{Ordered: ordered}
+func namedDict(ns []nn.Named, ordered bool) *ptfile.Dict {
+	d := &ptfile.Dict{Ordered: ordered}
 	for _, n := range ns {
 		d.Set(n.Name, n.T)
 	}
@@ -75,19 +76,19 @@ func namedDict(ns []nn.Named, ordered bool) *torch.Dict {
 
 // SaveCheckpoint writes the trainer's complete state to path atomically.
 // It belongs to no run: Fit writes its own with the run's id.
-func (t *Trainer) SaveCheckpoint(path string, loader data.State, epoch int, meta *torch.Dict) error {
+func (t *Trainer) SaveCheckpoint(path string, loader data.State, epoch int, meta *ptfile.Dict) error {
 	return t.saveCheckpoint(path, loader, epoch, meta, "", nil)
 }
 
-func (t *Trainer) saveCheckpoint(path string, loader data.State, epoch int, meta *torch.Dict, runID string, runFiles []string) error {
+func (t *Trainer) saveCheckpoint(path string, loader data.State, epoch int, meta *ptfile.Dict, runID string, runFiles []string) error {
 	return torch.TidyErr(func() error {
-		ck := torch.NewDict()
+		ck := ptfile.NewDict()
 		ck.Set("model", namedDict(nn.StateDict(t.Model), true))
 		ck.Set("optimizer", namedDict(t.Opt.State(), false))
 		if t.Sched != nil {
 			ck.Set("scheduler", namedDict(t.Sched.State(), false))
 		}
-		sc := torch.NewDict()
+		sc := ptfile.NewDict()
 		st := t.Scaler.State()
 		keys := make([]string, 0, len(st))
 		for k := range st {
@@ -99,14 +100,14 @@ func (t *Trainer) saveCheckpoint(path string, loader data.State, epoch int, meta
 		}
 		ck.Set("scaler", sc)
 		ck.Set("rng_state", torch.RNGState())
-		ck.Set("loader", torch.NewDict("epoch", int64(loader.Epoch), "batch", int64(loader.Batch), "seed", int64(loader.Seed)))
+		ck.Set("loader", ptfile.NewDict("epoch", int64(loader.Epoch), "batch", int64(loader.Batch), "seed", int64(loader.Seed)))
 		ck.Set("step", int64(t.step))
 		ck.Set("epoch", int64(epoch))
 		ck.Set("micro_batch", int64(t.engine.MicroBatch()))
 		ck.Set("accum", int64(t.cfg.Accum))
 		ck.Set("effective_batch", int64(t.cfg.EffectiveBatch()))
 		if meta == nil {
-			meta = torch.NewDict()
+			meta = ptfile.NewDict()
 		}
 		ck.Set("meta", meta)
 		if runID != "" {
@@ -120,7 +121,7 @@ func (t *Trainer) saveCheckpoint(path string, loader data.State, epoch int, meta
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}
-		return torch.Save(path, ck)
+		return ptfile.Save(path, ck)
 	})
 }
 
@@ -130,12 +131,12 @@ func (t *Trainer) saveCheckpoint(path string, loader data.State, epoch int, meta
 // belongs to another model (missing keys, other shapes): the error names
 // the problem, and the file is only read.
 func (t *Trainer) LoadCheckpoint(path string) (Checkpoint, error) {
-	v, err := torch.Load(path)
+	v, err := ptfile.Load(path)
 	if err != nil {
 		return Checkpoint{}, &CheckpointError{Path: path, Err: err}
 	}
-	defer torch.FreeAll(v)
-	ck, ok := v.(*torch.Dict)
+	defer ptfile.FreeAll(v)
+	ck, ok := v.(*ptfile.Dict)
 	if !ok {
 		return Checkpoint{}, &CheckpointError{Path: path, Err: fmt.Errorf("not a torchfit checkpoint (a %T, not a dict)", v)}
 	}
@@ -147,7 +148,7 @@ func (t *Trainer) LoadCheckpoint(path string) (Checkpoint, error) {
 		if !ok {
 			return nil, fmt.Errorf("no %q entry", key)
 		}
-		d, ok := x.(*torch.Dict)
+		d, ok := x.(*ptfile.Dict)
 		if !ok {
 			return nil, fmt.Errorf("%q is a %T, not a dict", key, x)
 		}
@@ -211,7 +212,7 @@ func (t *Trainer) LoadCheckpoint(path string) (Checkpoint, error) {
 	var loaderState map[string]int64
 	{
 		x, _ := ck.Get("loader")
-		d, ok := x.(*torch.Dict)
+		d, ok := x.(*ptfile.Dict)
 		if !ok {
 			return fail("no loader position")
 		}
@@ -253,7 +254,7 @@ func (t *Trainer) LoadCheckpoint(path string) (Checkpoint, error) {
 		}
 	}
 	if m, ok := ck.Get("meta"); ok {
-		if d, ok := m.(*torch.Dict); ok {
+		if d, ok := m.(*ptfile.Dict); ok {
 			c.Meta = d
 		}
 	}
@@ -271,7 +272,7 @@ func (t *Trainer) LoadCheckpoint(path string) (Checkpoint, error) {
 		}
 	}
 	if x, ok := ck.Get("scaler"); ok {
-		if d, ok := x.(*torch.Dict); ok {
+		if d, ok := x.(*ptfile.Dict); ok {
 			st := map[string]float64{}
 			for _, e := range d.Entries {
 				k, _ := e.Key.(string)
@@ -311,12 +312,12 @@ func head(xs []string) []string {
 }
 
 // copyPlain copies a dict dropping tensors (they are freed with the file's values).
-func copyPlain(d *torch.Dict) *torch.Dict {
-	out := &torch.Dict{Ordered: d.Ordered}
+func copyPlain(d *ptfile.Dict) *ptfile.Dict {
+	out := &ptfile.Dict{Ordered: d.Ordered}
 	for _, e := range d.Entries {
 		switch v := e.Value.(type) {
 		case *torch.Tensor:
-		case *torch.Dict:
+		case *ptfile.Dict:
 			out.Set(e.Key, copyPlain(v))
 		default:
 			out.Set(e.Key, v)
@@ -369,7 +370,7 @@ func stepCheckpoints(dir string) ([]int, error) {
 
 var (
 	epochName = regexp.MustCompile(`^checkpoint_epoch_(\d+)\.pt$`)
-	// tempName matches the temporary file torch.Save writes a checkpoint
+	// tempName matches the temporary file ptfile.Save writes a checkpoint
 	// into before renaming it: .checkpoint_step_N.pt.tmp-PID-RANDOM (or,
 	// from torchfit before PIDs were added, .checkpoint_step_N.pt.tmp-RANDOM).
 	tempName = regexp.MustCompile(`^\.checkpoint_(?:step|epoch)_\d+\.pt\.tmp-(?:(\d+)-)?\d+$`)
@@ -560,12 +561,12 @@ func (r *run) claim(names []string) (others []string) {
 // runIDOf returns the run id stored in a checkpoint ("" when there is
 // none or the file does not load).
 func runIDOf(path string) string {
-	v, err := torch.Load(path)
+	v, err := ptfile.Load(path)
 	if err != nil {
 		return ""
 	}
-	defer torch.FreeAll(v)
-	if d, ok := v.(*torch.Dict); ok {
+	defer ptfile.FreeAll(v)
+	if d, ok := v.(*ptfile.Dict); ok {
 		if id, ok := d.Get("run_id"); ok {
 			s, _ := id.(string)
 			return s
@@ -576,7 +577,7 @@ func runIDOf(path string) string {
 
 // removeOrphanTemps deletes the temporary files of checkpoint writes that
 // a kill (or a crash) interrupted in dir: the hidden .checkpoint_*.pt.tmp-*
-// files of torch.Save, and only those whose writer is gone — the writer
+// files of ptfile.Save, and only those whose writer is gone — the writer
 // holds a flock on its file while it writes, and the PID in the name
 // (when there is one) must be dead or this process's own (a process that
 // is not writing there now: a previous life under the same PID).

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // FitConfig configures Fit.
@@ -41,7 +41,7 @@ type FitConfig struct {
 	// Eval runs after each epoch; its values are reported (EvalEvent).
 	Eval func(epoch int) (map[string]float64, error)
 	// Meta is stored in every checkpoint.
-	Meta *torch.Dict
+	Meta *ptfile.Dict
 	// Events receives Fit's events (EpochEvent, StepEvent, EvalEvent,
 	// CheckpointEvent, messages) besides the trainer's own; nil: the
 	// trainer's Config.Events. A front end renders them (package report:

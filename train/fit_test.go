@@ -20,6 +20,7 @@ import (
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/train"
 )
 
@@ -155,7 +156,7 @@ func TestCheckpointFromAnotherModelIsRefused(t *testing.T) {
 	require.NoError(t, os.WriteFile(corrupt, before[:len(before)/2], 0o644))
 	_, err = tr.LoadCheckpoint(corrupt)
 	require.Error(t, err)
-	require.True(t, errors.Is(err, torch.ErrBadFile), "a truncated file is reported as such: %v", err)
+	require.True(t, errors.Is(err, ptfile.ErrBadFile), "a truncated file is reported as such: %v", err)
 	after, err := os.ReadFile(ckpt)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "loading never writes the checkpoint")

@@ -13,6 +13,7 @@ import (
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/train"
 )
 
@@ -63,14 +64,14 @@ func checkpointSteps(t *testing.T, dir string) []int {
 			continue
 		}
 		steps = append(steps, s)
-		v, err := torch.Load(p)
+		v, err := ptfile.Load(p)
 		require.NoError(t, err)
-		md, _ := v.(*torch.Dict).Get("model")
-		for _, e := range md.(*torch.Dict).Entries {
+		md, _ := v.(*ptfile.Dict).Get("model")
+		for _, e := range md.(*ptfile.Dict).Entries {
 			w := e.Value.(*torch.Tensor)
 			require.Equal(t, 1.0, w.IsFinite().All().Item(), "checkpoint %s: %v is not finite", p, e.Key)
 		}
-		torch.FreeAll(v)
+		ptfile.FreeAll(v)
 	}
 	epochs, _ := filepath.Glob(filepath.Join(dir, "checkpoint_epoch_*.pt"))
 	require.Empty(t, epochs)

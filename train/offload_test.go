@@ -11,6 +11,7 @@ import (
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/train"
 )
 
@@ -68,19 +69,19 @@ func TestOffloadEqualsPlainOptimizer(t *testing.T) {
 	master := offloadRun(t, true, true, 6, "")
 	require.Equal(t, plain, off, "offloaded AdamW = AdamW, bitwise")
 	require.Equal(t, plain, master, "with fp32 master weights too")
-	a, err := torch.Load(filepath.Join(dir, "plain.pt"))
+	a, err := ptfile.Load(filepath.Join(dir, "plain.pt"))
 	require.NoError(t, err)
-	defer torch.FreeAll(a)
-	b, err := torch.Load(filepath.Join(dir, "off.pt"))
+	defer ptfile.FreeAll(a)
+	b, err := ptfile.Load(filepath.Join(dir, "off.pt"))
 	require.NoError(t, err)
-	defer torch.FreeAll(b)
-	ka, _ := a.(*torch.Dict).Get("optimizer")
-	kb, _ := b.(*torch.Dict).Get("optimizer")
+	defer ptfile.FreeAll(b)
+	ka, _ := a.(*ptfile.Dict).Get("optimizer")
+	kb, _ := b.(*ptfile.Dict).Get("optimizer")
 	var na, nb []string
-	for _, e := range ka.(*torch.Dict).Entries {
+	for _, e := range ka.(*ptfile.Dict).Entries {
 		na = append(na, e.Key.(string))
 	}
-	for _, e := range kb.(*torch.Dict).Entries {
+	for _, e := range kb.(*ptfile.Dict).Entries {
 		nb = append(nb, e.Key.(string))
 	}
 	require.Equal(t, na, nb, "the same optimizer state keys")

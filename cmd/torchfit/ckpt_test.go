@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // toneCorpus writes a corpus of sine tones (sox) with short texts: enough
@@ -66,13 +67,13 @@ func lastLine(s string) string {
 }
 
 // editCheckpoint rewrites a checkpoint with edit applied to its top dict.
-func editCheckpoint(t *testing.T, src, dst string, edit func(*torch.Dict)) {
+func editCheckpoint(t *testing.T, src, dst string, edit func(*ptfile.Dict)) {
 	torch.Tidy(func() {
-		v, err := torch.Load(src)
+		v, err := ptfile.Load(src)
 		require.NoError(t, err)
-		d := v.(*torch.Dict)
+		d := v.(*ptfile.Dict)
 		edit(d)
-		require.NoError(t, torch.Save(dst, d))
+		require.NoError(t, ptfile.Save(dst, d))
 	})
 }
 
@@ -115,11 +116,11 @@ func TestCheckpointsOfRunsAndBadCheckpoints(t *testing.T) {
 		require.NotContains(t, r.stderr, "warning")
 
 		nan := filepath.Join(t.TempDir(), "nan.pt")
-		editCheckpoint(t, step2, nan, func(d *torch.Dict) {
+		editCheckpoint(t, step2, nan, func(d *ptfile.Dict) {
 			x, _ := d.Get("model")
 			torch.NoGrad(func() {
-				x.(*torch.Dict).Tensor("ctc_head.weight").FillIn(math.NaN())
-				x.(*torch.Dict).Tensor("decoder.norm.bias").FillIn(math.Inf(1))
+				x.(*ptfile.Dict).Tensor("ctc_head.weight").FillIn(math.NaN())
+				x.(*ptfile.Dict).Tensor("decoder.norm.bias").FillIn(math.Inf(1))
 			})
 		})
 		r = runCLI(t, bin, "asr", "eval", "--checkpoint", nan, "--data", data, "--device", "cpu")
@@ -130,9 +131,9 @@ func TestCheckpointsOfRunsAndBadCheckpoints(t *testing.T) {
 
 	t.Run("absurd model description", func(t *testing.T) {
 		bad := filepath.Join(t.TempDir(), "bad.pt")
-		editCheckpoint(t, step2, bad, func(d *torch.Dict) {
+		editCheckpoint(t, step2, bad, func(d *ptfile.Dict) {
 			x, _ := d.Get("meta")
-			meta := x.(*torch.Dict)
+			meta := x.(*ptfile.Dict)
 			s, _ := meta.Get("model")
 			var m map[string]any
 			require.NoError(t, json.Unmarshal([]byte(s.(string)), &m))

@@ -14,6 +14,7 @@ import (
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // binary builds the command once per test run.
@@ -33,7 +34,7 @@ func TestUserErrorsExitTwoWithOneLine(t *testing.T) {
 	unknownKey := filepath.Join(dir, "unknown.json")
 	require.NoError(t, os.WriteFile(unknownKey, []byte(`{"batch_sise": 2}`), 0o644))
 	notASR := filepath.Join(dir, "other.pt")
-	require.NoError(t, torch.Save(notASR, torch.NewDict("step", int64(3))))
+	require.NoError(t, ptfile.Save(notASR, ptfile.NewDict("step", int64(3))))
 	wav22 := filepath.Join(dir, "x.wav")
 	require.NoError(t, exec.Command("sox", "-n", "-r", "22050", "-c", "1", "-b", "16", wav22, "synth", "0.2", "sine", "440").Run())
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // craftCheckpoint saves the weights of a small conformer with a model
@@ -31,12 +32,12 @@ func craftCheckpoint(t *testing.T, edit func(*modelMeta)) string {
 	}
 	b, err := json.Marshal(meta)
 	require.NoError(t, err)
-	var sd []torch.NamedTensor
+	var sd []ptfile.NamedTensor
 	for _, p := range nn.StateDict(m) {
-		sd = append(sd, torch.NamedTensor{Name: p.Name, T: p.T})
+		sd = append(sd, ptfile.NamedTensor{Name: p.Name, T: p.T})
 	}
 	path := filepath.Join(t.TempDir(), "crafted.pt")
-	require.NoError(t, torch.Save(path, torch.NewDict("model", sd, "meta", torch.NewDict("recipe", "asr", "model", string(b)))))
+	require.NoError(t, ptfile.Save(path, ptfile.NewDict("model", sd, "meta", ptfile.NewDict("recipe", "asr", "model", string(b)))))
 	return path
 }
 
@@ -98,9 +99,9 @@ func TestAbsurdModelDescriptionIsRefusedBeforeBuilding(t *testing.T) {
 func TestCheckpointErrorsAreTyped(t *testing.T) {
 	dir := t.TempDir()
 	notDict := filepath.Join(dir, "list.pt")
-	require.NoError(t, torch.Save(notDict, []any{int64(1)}))
+	require.NoError(t, ptfile.Save(notDict, []any{int64(1)}))
 	noMeta := filepath.Join(dir, "nometa.pt")
-	require.NoError(t, torch.Save(noMeta, torch.NewDict("step", int64(3))))
+	require.NoError(t, ptfile.Save(noMeta, ptfile.NewDict("step", int64(3))))
 	for _, path := range []string{notDict, noMeta, filepath.Join(dir, "missing.pt")} {
 		_, err := LoadModel(path, torch.CPU)
 		var bad *CheckpointError

@@ -18,6 +18,7 @@ import (
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/train"
 )
 
@@ -182,10 +183,10 @@ type modelMeta struct {
 	Vocab  []string    `json:"vocab"`
 }
 
-func metaDict(preset string, cfg ModelConfig, v *Vocab) *torch.Dict {
+func metaDict(preset string, cfg ModelConfig, v *Vocab) *ptfile.Dict {
 	cfg.GradCheckpointing = false
 	b, _ := json.Marshal(modelMeta{Preset: preset, Config: cfg, Vocab: v.Tokens()})
-	return torch.NewDict("recipe", "asr", "model", string(b))
+	return ptfile.NewDict("recipe", "asr", "model", string(b))
 }
 
 // TrainConformer trains (or resumes) a conformer on the corpus in cfg.Data.
@@ -502,7 +503,7 @@ const (
 // description and weights, checked against each other. free releases the
 // weights.
 func readCheckpoint(path string) (meta modelMeta, weights map[string]*torch.Tensor, free func(), err error) {
-	v, err := torch.Load(path)
+	v, err := ptfile.Load(path)
 	if err != nil {
 		if errors.Is(err, torch.ErrOutOfMemory) {
 			return meta, nil, nil, fmt.Errorf("asr: checkpoint %s: %w", path, err)
@@ -510,15 +511,15 @@ func readCheckpoint(path string) (meta modelMeta, weights map[string]*torch.Tens
 		return meta, nil, nil, &CheckpointError{path, err}
 	}
 	bad := func(format string, args ...any) (modelMeta, map[string]*torch.Tensor, func(), error) {
-		torch.FreeAll(v)
+		ptfile.FreeAll(v)
 		return meta, nil, nil, &CheckpointError{path, fmt.Errorf(format, args...)}
 	}
-	d, ok := v.(*torch.Dict)
+	d, ok := v.(*ptfile.Dict)
 	if !ok {
 		return bad("not a torchfit checkpoint (a %T, not a dict)", v)
 	}
 	mv, _ := d.Get("meta")
-	md, ok := mv.(*torch.Dict)
+	md, ok := mv.(*ptfile.Dict)
 	if !ok {
 		return bad("not an ASR checkpoint (no model description)")
 	}
@@ -530,7 +531,7 @@ func readCheckpoint(path string) (meta modelMeta, weights map[string]*torch.Tens
 		return bad("bad model description: %v", err)
 	}
 	wv, _ := d.Get("model")
-	sd, ok := wv.(*torch.Dict)
+	sd, ok := wv.(*ptfile.Dict)
 	if !ok {
 		return bad("no model weights")
 	}
@@ -546,7 +547,7 @@ func readCheckpoint(path string) (meta modelMeta, weights map[string]*torch.Tens
 	if err := checkMeta(meta, weights); err != nil {
 		return bad("%v", err)
 	}
-	return meta, weights, func() { torch.FreeAll(v) }, nil
+	return meta, weights, func() { ptfile.FreeAll(v) }, nil
 }
 
 // checkMeta checks a model description against sane bounds and against

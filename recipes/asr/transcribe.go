@@ -8,6 +8,7 @@ import (
 
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // Long audio is transcribed in windows of TranscribeWindow samples (30 s)
@@ -183,10 +184,10 @@ func SaveModel(path string, m *Conformer, preset string) error {
 		return errors.New("asr: save model: no vocabulary")
 	}
 	return torch.TidyErr(func() error {
-		sd := &torch.Dict{Ordered: true}
+		sd := &ptfile.Dict{Ordered: true}
 		for _, n := range nn.StateDict(m) {
 			sd.Set(n.Name, n.T)
 		}
-		return torch.Save(path, torch.NewDict("model", sd, "meta", metaDict(preset, m.Cfg, m.Vocab)))
+		return ptfile.Save(path, ptfile.NewDict("model", sd, "meta", metaDict(preset, m.Cfg, m.Vocab)))
 	})
 }

@@ -1,4 +1,4 @@
-package torch
+package ptfile
 
 import (
 	"archive/zip"
@@ -10,9 +10,8 @@ import (
 	"math"
 	"strings"
 	"unicode/utf8"
-	"unsafe"
 
-	"github.com/torchfit/torchfit/torch/internal/capi"
+	"github.com/torchfit/torchfit/torch"
 )
 
 // maxDepth bounds container nesting (reading and writing).
@@ -28,8 +27,8 @@ func badf(format string, args ...any) error {
 // pyGlobal is an allow-listed Python global.
 type pyGlobal struct {
 	module, name string
-	dtype        DType // storage classes and dtypes
-	isDType      bool  // torch.float32 etc. (a value, not a class)
+	dtype        torch.DType // storage classes and dtypes
+	isDType      bool        // torch.float32 etc. (a value, not a class)
 }
 
 func (g pyGlobal) String() string { return g.module + "." + g.name }
@@ -37,7 +36,7 @@ func (g pyGlobal) String() string { return g.module + "." + g.name }
 // storageRef is a BINPERSID storage: ('storage', class, key, location, numel).
 type storageRef struct {
 	key   string
-	dtype DType
+	dtype torch.DType
 	numel int64
 }
 
@@ -46,8 +45,8 @@ type pyList struct{ items []any }
 
 type pyMark struct{}
 
-var storageDTypes = func() map[string]DType {
-	m := map[string]DType{}
+var storageDTypes = func() map[string]torch.DType {
+	m := map[string]torch.DType{}
 	for dt, name := range storageNames {
 		m[name] = dt
 	}
@@ -67,7 +66,7 @@ func allowGlobal(module, name string) (pyGlobal, error) {
 			g.dtype = dt
 			return g, nil
 		}
-		if dt, err := ParseDType(name); err == nil && name == dt.String() {
+		if dt, err := torch.ParseDType(name); err == nil && name == dt.String() {
 			g.dtype, g.isDType = dt, true
 			return g, nil
 		}
@@ -599,12 +598,12 @@ func (u *unpickler) reduce(fn, args any) (any, error) {
 		if len(a) < 2 {
 			return nil, badf("%v takes at least 2 arguments", g)
 		}
-		t, ok := a[0].(*Tensor)
+		t, ok := a[0].(*torch.Tensor)
 		if !ok {
 			return nil, badf("%v of %s", g, typeName(a[0]))
 		}
 		if grad, _ := a[1].(bool); grad && t.DType().IsFloat() {
-			if e := Try(func() { t.SetRequiresGrad(true) }); e != nil {
+			if e := torch.Try(func() { t.SetRequiresGrad(true) }); e != nil {
 				return nil, badf("%v: %v", g, e)
 			}
 		}
@@ -624,7 +623,7 @@ func (u *unpickler) reduce(fn, args any) (any, error) {
 			}
 			s = fmt.Sprintf("%s:%d", s, i)
 		}
-		d, err := ParseDevice(s)
+		d, err := torch.ParseDevice(s)
 		if err != nil {
 			return nil, badf("%v", err)
 		}
@@ -698,11 +697,11 @@ type storageLoader struct {
 	files    map[string]*zip.File
 	prefix   string
 	size     int64 // the file's size (records can't be larger)
-	storages map[string]*Tensor
-	created  []*Tensor // results (freed on error)
+	storages map[string]*torch.Tensor
+	created  []*torch.Tensor // results (freed on error)
 }
 
-func (l *storageLoader) storage(s *storageRef) (*Tensor, error) {
+func (l *storageLoader) storage(s *storageRef) (*torch.Tensor, error) {
 	if t, ok := l.storages[s.key]; ok {
 		if t.DType() != s.dtype {
 			return nil, badf("storage %q is used with two dtypes", s.key)
@@ -728,28 +727,21 @@ func (l *storageLoader) storage(s *storageRef) (*Tensor, error) {
 	if f.Method != zip.Store || f.CompressedSize64 != f.UncompressedSize64 || int64(f.CompressedSize64) > l.size {
 		return nil, badf("storage record %q is compressed or larger than the file", name)
 	}
-	var t *Tensor
-	if e := Try(func() { t = Empty([]int64{s.numel}, s.dtype) }); e != nil {
-		return nil, fmt.Errorf("storage %q: %w", s.key, e)
-	}
-	l.storages[s.key] = t
-	if n == 0 {
-		return t, nil
-	}
-	ptr, err := capi.DataPtr(t.handle("Load"))
-	if err != nil {
-		return nil, wrapErr("Load", err)
-	}
-	// ptr is libtorch (C) memory that t owns.
-	dst := unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&ptr))), n)
 	rc, err := f.Open()
 	if err != nil {
 		return nil, badf("storage record %q: %v", name, err)
 	}
 	defer rc.Close()
-	if _, err := io.ReadFull(rc, dst); err != nil {
+	// The elements go from the file straight into the tensor's memory.
+	t, err := torch.FromReader(rc, []int64{s.numel}, s.dtype)
+	var terr *torch.Error
+	if errors.As(err, &terr) { // allocating it failed: not the file's fault
+		return nil, fmt.Errorf("storage %q: %w", s.key, err)
+	}
+	if err != nil {
 		return nil, badf("storage record %q: %v", name, err)
 	}
+	l.storages[s.key] = t
 	var one [1]byte
 	if _, err := rc.Read(one[:]); !errors.Is(err, io.EOF) { // EOF verifies the CRC
 		return nil, badf("storage record %q: checksum: %v", name, err)
@@ -757,15 +749,13 @@ func (l *storageLoader) storage(s *storageRef) (*Tensor, error) {
 	return t, nil
 }
 
-var opAsStrided = defOp("aten::as_strided", "")
-
 func tupleInts(v any, what string) ([]int64, error) {
 	t, ok := v.(Tuple)
 	if !ok {
 		return nil, badf("tensor %s is %s, not a tuple", what, typeName(v))
 	}
-	if len(t) > capi.MaxDims {
-		return nil, badf("tensor has %d dimensions; torchfit supports %d", len(t), capi.MaxDims)
+	if len(t) > torch.MaxDims {
+		return nil, badf("tensor has %d dimensions; torchfit supports %d", len(t), torch.MaxDims)
 	}
 	out := make([]int64, len(t))
 	for k, x := range t {
@@ -824,13 +814,13 @@ func (l *storageLoader) tensor(storage, offset, size, stride any, grad bool) (an
 	if err != nil {
 		return nil, err
 	}
-	var t *Tensor
-	if e := Try(func() {
+	var t *torch.Tensor
+	if e := torch.Try(func() {
 		if numel == 0 {
-			t = Empty(shape, s.dtype)
+			t = torch.Empty(shape, s.dtype)
 		} else {
-			var c call
-			t = c.t(st).ints(shape...).ints(strides...).i(off).out1(opAsStrided)
+			// A view of the storage, as Python's _rebuild_tensor_v2 makes.
+			t = torch.CallOp("aten::as_strided", "", st, shape, strides, off)[0].(*torch.Tensor)
 		}
 		if grad && s.dtype.IsFloat() {
 			t.SetRequiresGrad(true)
@@ -889,7 +879,7 @@ func decode(r io.ReaderAt, size int64) (result any, err error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &storageLoader{files: files, prefix: prefix, size: size, storages: map[string]*Tensor{}}
+	l := &storageLoader{files: files, prefix: prefix, size: size, storages: map[string]*torch.Tensor{}}
 	defer func() {
 		for _, t := range l.storages {
 			t.Free() // views keep what they use alive

@@ -1,4 +1,4 @@
-package torch_test
+package ptfile_test
 
 import (
 	"archive/zip"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // fuzzZip wraps pkl as data.pkl next to four 64-byte storage records, so
@@ -55,18 +56,18 @@ func dataPkl(file []byte) []byte {
 func FuzzLoad(f *testing.F) {
 	seeds := []any{
 		torch.FromSlice([]float32{1, 2, 3, 4}, []int64{2, 2}),
-		torch.NewDict("w", torch.FromSlice([]int64{1, 2}, nil), "step", 3, "lr", 0.5, "name", "x",
-			"l", []any{true, nil, torch.Tuple{1, -70000}}, "k", torch.NewDict(0, int64(1)<<40)),
-		[]torch.NamedTensor{{"a", torch.FromSlice([]float32{1, 2}, nil, torch.BFloat16)}, {"b", torch.FromSlice([]bool{true}, []int64{})}},
+		ptfile.NewDict("w", torch.FromSlice([]int64{1, 2}, nil), "step", 3, "lr", 0.5, "name", "x",
+			"l", []any{true, nil, ptfile.Tuple{1, -70000}}, "k", ptfile.NewDict(0, int64(1)<<40)),
+		[]ptfile.NamedTensor{{"a", torch.FromSlice([]float32{1, 2}, nil, torch.BFloat16)}, {"b", torch.FromSlice([]bool{true}, []int64{})}},
 	}
 	for _, s := range seeds {
-		b, err := torch.SaveBytes(s)
+		b, err := ptfile.SaveBytes(s)
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(b)
 		f.Add(dataPkl(b))
-		torch.FreeAll(s)
+		ptfile.FreeAll(s)
 	}
 	// Pickles using the fuzz storages (FloatStorage key "0" holds 16 floats).
 	f.Add([]byte("\x80\x02ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x10tQK\x01K\x03K\x02\x86K\x04K\x02\x86\x89}tR."))
@@ -75,20 +76,20 @@ func FuzzLoad(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		before := torch.LiveTensors()
 		for _, in := range [][]byte{data, fuzzZip(data)} {
-			v, err := torch.LoadBytes(in)
+			v, err := ptfile.LoadBytes(in)
 			if err != nil {
 				continue
 			}
 			// Stride-0 views (expand) can describe huge tensors over a
 			// small storage; saving materializes them, so skip those.
 			if elems(v) > 1<<20 {
-				torch.FreeAll(v)
+				ptfile.FreeAll(v)
 				continue
 			}
-			if _, err := torch.SaveBytes(v); err != nil && !strings.Contains(err.Error(), "cannot save") {
+			if _, err := ptfile.SaveBytes(v); err != nil && !strings.Contains(err.Error(), "cannot save") {
 				t.Fatalf("loaded value does not save: %v", err)
 			}
-			torch.FreeAll(v)
+			ptfile.FreeAll(v)
 		}
 		if after := torch.LiveTensors(); after > before {
 			t.Fatalf("leaked %d tensors", after-before)
@@ -102,7 +103,7 @@ func elems(v any) int64 {
 	switch x := v.(type) {
 	case *torch.Tensor:
 		n = x.Numel()
-	case *torch.Dict:
+	case *ptfile.Dict:
 		if x == nil {
 			return 0
 		}
@@ -114,7 +115,7 @@ func elems(v any) int64 {
 		for _, e := range x {
 			n += elems(e)
 		}
-	case torch.Tuple:
+	case ptfile.Tuple:
 		for _, e := range x {
 			n += elems(e)
 		}

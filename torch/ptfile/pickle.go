@@ -1,4 +1,4 @@
-package torch
+package ptfile
 
 import (
 	"archive/zip"
@@ -9,12 +9,11 @@ import (
 	"io"
 	"math"
 	"reflect"
-	"runtime"
 	"sort"
 	"strconv"
 	"unsafe"
 
-	"github.com/torchfit/torchfit/torch/internal/capi"
+	"github.com/torchfit/torchfit/torch"
 )
 
 // Pickle opcodes (protocol 2, plus what protocol 4 files use).
@@ -70,15 +69,15 @@ const (
 const batchSize = 1000
 
 // storageNames maps dtypes to the torch.*Storage class torch.save names.
-var storageNames = map[DType]string{
-	Float32: "FloatStorage", Float64: "DoubleStorage", Float16: "HalfStorage",
-	BFloat16: "BFloat16Storage", Int64: "LongStorage", Int32: "IntStorage",
-	Int16: "ShortStorage", Int8: "CharStorage", Uint8: "ByteStorage", Bool: "BoolStorage",
+var storageNames = map[torch.DType]string{
+	torch.Float32: "FloatStorage", torch.Float64: "DoubleStorage", torch.Float16: "HalfStorage",
+	torch.BFloat16: "BFloat16Storage", torch.Int64: "LongStorage", torch.Int32: "IntStorage",
+	torch.Int16: "ShortStorage", torch.Int8: "CharStorage", torch.Uint8: "ByteStorage", torch.Bool: "BoolStorage",
 }
 
 type storageOut struct {
 	key string
-	t   *Tensor
+	t   *torch.Tensor
 	n   int64 // bytes
 }
 
@@ -89,7 +88,7 @@ type pickler struct {
 	nmemo    int
 	strs     map[string]int
 	globals  map[string]int
-	tensors  map[*Tensor]int
+	tensors  map[*torch.Tensor]int
 	seen     map[uintptr]bool // containers being written (cycle check)
 	storages []storageOut
 	detach   bool // write requires_grad=False (state dicts)
@@ -97,7 +96,7 @@ type pickler struct {
 }
 
 func newPickler(detach bool) *pickler {
-	return &pickler{strs: map[string]int{}, globals: map[string]int{}, tensors: map[*Tensor]int{},
+	return &pickler{strs: map[string]int{}, globals: map[string]int{}, tensors: map[*torch.Tensor]int{},
 		seen: map[uintptr]bool{}, detach: detach}
 }
 
@@ -278,7 +277,7 @@ func (p *pickler) dict(d *Dict) error {
 		switch key.(type) {
 		case string, int64, float64, bool, nil:
 		default:
-			if _, ok := key.(DType); !ok {
+			if _, ok := key.(torch.DType); !ok {
 				return fmt.Errorf("dict key %v: keys must be strings, integers, floats, bools or nil, not %T", key, key)
 			}
 		}
@@ -318,7 +317,7 @@ func contiguousStrides(shape []int64) []int64 {
 	return st
 }
 
-func (p *pickler) tensor(t *Tensor) error {
+func (p *pickler) tensor(t *torch.Tensor) error {
 	if i, ok := p.tensors[t]; ok {
 		p.get(i)
 		return nil
@@ -326,18 +325,17 @@ func (p *pickler) tensor(t *Tensor) error {
 	if t.Freed() {
 		return fmt.Errorf("tensor was released (Free) before Save")
 	}
-	info, shapeArr := t.info("Save")
-	if int(info.NDim) > capi.MaxDims {
-		return fmt.Errorf("tensor has %d dimensions; torchfit supports %d", info.NDim, capi.MaxDims)
+	if d := t.Dim(); d > torch.MaxDims {
+		return fmt.Errorf("tensor has %d dimensions; torchfit supports %d", d, torch.MaxDims)
 	}
-	dt := DType(info.DType)
+	dt := t.DType()
 	cls, ok := storageNames[dt]
 	if !ok {
 		return fmt.Errorf("cannot save a %v tensor", dt)
 	}
-	shape := append([]int64(nil), shapeArr[:info.NDim]...)
+	shape, numel := t.Shape(), t.Numel()
 	key := strconv.Itoa(len(p.storages))
-	p.storages = append(p.storages, storageOut{key: key, t: t, n: info.NBytes})
+	p.storages = append(p.storages, storageOut{key: key, t: t, n: t.NBytes()})
 
 	p.global("torch._utils", "_rebuild_tensor_v2")
 	p.op(opMark)
@@ -347,14 +345,14 @@ func (p *pickler) tensor(t *Tensor) error {
 	p.global("torch", cls)
 	p.str(key)
 	p.str("cpu")
-	p.int(info.Numel)
+	p.int(numel)
 	p.op(opTuple)
 	p.put()
 	p.op(opBinPersID)
 	p.int(0)
 	p.ints(shape)
 	p.ints(contiguousStrides(shape))
-	p.bool(info.RequiresGrad != 0 && !p.detach)
+	p.bool(t.RequiresGrad() && !p.detach)
 	p.emptyOrderedDict()
 	p.op(opTuple)
 	p.put()
@@ -387,7 +385,7 @@ func (p *pickler) value(v any) error {
 	switch x := v.(type) {
 	case nil:
 		p.op(opNone)
-	case *Tensor:
+	case *torch.Tensor:
 		if x == nil {
 			p.op(opNone)
 			return nil
@@ -427,8 +425,8 @@ func (p *pickler) value(v any) error {
 		p.float(x)
 	case string:
 		p.str(x)
-	case DType:
-		if _, ok := dtypeNames[x]; !ok {
+	case torch.DType:
+		if dt, err := torch.ParseDType(x.String()); err != nil || dt != x {
 			return fmt.Errorf("unknown dtype %v", x)
 		}
 		p.global("torch", x.String())
@@ -530,7 +528,7 @@ func encode(w io.Writer, archive string, v any, stateDict bool) (err error) {
 	}
 	p := newPickler(stateDict)
 	var perr error
-	if e := Try(func() {
+	if e := torch.Try(func() {
 		p.b.WriteByte(opProto)
 		p.b.WriteByte(2)
 		perr = p.value(v)
@@ -602,44 +600,20 @@ func writeRecord(zw *zip.Writer, cw *countWriter, name string, data []byte) erro
 
 // writeStorage writes a tensor's elements: straight from libtorch's memory
 // for contiguous CPU tensors, through a contiguous CPU copy otherwise.
-func writeStorage(zw *zip.Writer, cw *countWriter, name string, s storageOut) (err error) {
-	data, keep, err := tensorBytes(s.t, s.n)
-	if err != nil {
-		return fmt.Errorf("storage of %s: %w", name, err)
-	}
-	defer runtime.KeepAlive(keep)
-	rw, err := createAligned(zw, cw, name, s.n, crc32.ChecksumIEEE(data))
-	if err != nil {
+func writeStorage(zw *zip.Writer, cw *countWriter, name string, s storageOut) error {
+	err := s.t.RawBytes(func(data []byte) error {
+		if int64(len(data)) != s.n {
+			return fmt.Errorf("tensor changed while being saved")
+		}
+		rw, err := createAligned(zw, cw, name, s.n, crc32.ChecksumIEEE(data))
+		if err != nil {
+			return err
+		}
+		_, err = rw.Write(data)
 		return err
+	})
+	if err != nil {
+		return fmt.Errorf("storage %s: %w", name, err)
 	}
-	_, err = rw.Write(data)
-	return err
-}
-
-// tensorBytes returns t's elements in C order. The slice may alias
-// libtorch memory owned by the returned tensor: keep it alive while using it.
-func tensorBytes(t *Tensor, n int64) (data []byte, keep *Tensor, err error) {
-	if n == 0 {
-		return nil, nil, nil
-	}
-	if e := Try(func() {
-		info, _ := t.info("Save")
-		if info.NBytes != n {
-			throwf("Save", "tensor changed while being saved")
-		}
-		if info.DeviceType == int32(DeviceCPU) && info.IsContiguous != 0 {
-			ptr, perr := capi.DataPtr(t.handle("Save"))
-			check("Save", perr)
-			// ptr is libtorch (C) memory, not Go memory; t keeps it alive.
-			data = unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&ptr))), n)
-			keep = t
-			return
-		}
-		data = make([]byte, n)
-		check("Save", capi.CopyTo(t.handle("Save"), unsafe.Pointer(&data[0]), int(n)))
-		runtime.KeepAlive(t)
-	}); e != nil {
-		return nil, nil, e
-	}
-	return data, keep, nil
+	return nil
 }

@@ -1,4 +1,4 @@
-package torch_test
+package ptfile_test
 
 import (
 	"math/rand"
@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 const killDirEnv = "TORCHFIT_SAVE_KILL_DIR"
@@ -41,11 +42,11 @@ func TestSaveKillHelper(t *testing.T) {
 	for iter := 1; ; iter++ {
 		torch.Tidy(func() {
 			v := float64(iter)
-			sd := []torch.NamedTensor{
+			sd := []ptfile.NamedTensor{
 				{"a", torch.Full([]int64{n}, v)},
 				{"b", torch.Full([]int64{n / 1024, 1024}, -v)},
 			}
-			if err := torch.Save(path, torch.NewDict("iter", iter, "model", sd)); err != nil {
+			if err := ptfile.Save(path, ptfile.NewDict("iter", iter, "model", sd)); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -96,12 +97,12 @@ func TestSaveAtomicUnderKill(t *testing.T) {
 		}
 		sawFile = true
 		torch.Tidy(func() {
-			v, err := torch.Load(path)
+			v, err := ptfile.Load(path)
 			require.NoError(t, err, "round %d: the final file must load", round)
-			d := v.(*torch.Dict)
+			d := v.(*ptfile.Dict)
 			iter, _ := d.Get("iter")
 			m, _ := d.Get("model")
-			sd := m.(*torch.Dict)
+			sd := m.(*ptfile.Dict)
 			want := float64(iter.(int64))
 			a, b := sd.Tensor("a"), sd.Tensor("b")
 			n := killTensorElems()

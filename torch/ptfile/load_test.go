@@ -1,4 +1,4 @@
-package torch_test
+package ptfile_test
 
 import (
 	"path/filepath"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/torchfit/torchfit/internal/pyref"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // pySave writes the Python-side fixtures into dir: a raw state_dict()
@@ -53,41 +54,41 @@ func TestLoadPythonFiles(t *testing.T) {
 	pyref.Run(t, pySave, dir, &want)
 	for _, name := range []string{"sd.pt", "views.pt", "ckpt.pt", "dtypes.pt", "param.pt", "tensor.bin"} {
 		t.Run(name, func(t *testing.T) {
-			got, err := torch.Load(filepath.Join(dir, name))
+			got, err := ptfile.Load(filepath.Join(dir, name))
 			require.NoError(t, err)
-			defer torch.FreeAll(got)
+			defer ptfile.FreeAll(got)
 			require.Equal(t, want[name], canon(t, describe(t, got)))
 		})
 	}
 
 	t.Run("state dict metadata", func(t *testing.T) {
-		v, err := torch.Load(filepath.Join(dir, "sd.pt"))
+		v, err := ptfile.Load(filepath.Join(dir, "sd.pt"))
 		require.NoError(t, err)
-		defer torch.FreeAll(v)
-		sd := v.(*torch.Dict)
+		defer ptfile.FreeAll(v)
+		sd := v.(*ptfile.Dict)
 		require.True(t, sd.Ordered)
 		meta, ok := sd.Attrs.Get("_metadata")
 		require.True(t, ok)
-		bn, ok := meta.(*torch.Dict).Get("1")
+		bn, ok := meta.(*ptfile.Dict).Get("1")
 		require.True(t, ok)
-		ver, _ := bn.(*torch.Dict).Get("version")
+		ver, _ := bn.(*ptfile.Dict).Get("version")
 		require.Equal(t, int64(2), ver)
 		nbt := sd.Tensor("1.num_batches_tracked")
 		require.Equal(t, torch.Int64, nbt.DType())
 		require.Empty(t, nbt.Shape())
 
-		names, m, err := torch.LoadTensors(filepath.Join(dir, "sd.pt"))
+		names, m, err := ptfile.LoadTensors(filepath.Join(dir, "sd.pt"))
 		require.NoError(t, err)
-		defer torch.FreeAll(m)
+		defer ptfile.FreeAll(m)
 		require.Equal(t, []string{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var", "1.num_batches_tracked"}, names)
 		require.Len(t, m, 7)
 	})
 
 	t.Run("views share storage", func(t *testing.T) {
-		v, err := torch.Load(filepath.Join(dir, "views.pt"))
+		v, err := ptfile.Load(filepath.Join(dir, "views.pt"))
 		require.NoError(t, err)
-		defer torch.FreeAll(v)
-		d := v.(*torch.Dict)
+		defer ptfile.FreeAll(v)
+		d := v.(*ptfile.Dict)
 		strides := want["strides"].(map[string]any)
 		for _, e := range d.Entries {
 			k := e.Key.(string)
@@ -104,9 +105,9 @@ func TestLoadPythonFiles(t *testing.T) {
 	})
 
 	t.Run("parameter requires grad", func(t *testing.T) {
-		v, err := torch.Load(filepath.Join(dir, "param.pt"))
+		v, err := ptfile.Load(filepath.Join(dir, "param.pt"))
 		require.NoError(t, err)
-		defer torch.FreeAll(v)
+		defer ptfile.FreeAll(v)
 		require.True(t, v.(*torch.Tensor).RequiresGrad())
 	})
 
@@ -116,11 +117,11 @@ func TestLoadPythonFiles(t *testing.T) {
 		out := t.TempDir()
 		var paths [][2]string
 		for _, name := range []string{"sd.pt", "ckpt.pt", "dtypes.pt", "views.pt"} {
-			v, err := torch.Load(filepath.Join(dir, name))
+			v, err := ptfile.Load(filepath.Join(dir, name))
 			require.NoError(t, err)
 			p := filepath.Join(out, name)
-			require.NoError(t, torch.Save(p, v))
-			torch.FreeAll(v)
+			require.NoError(t, ptfile.Save(p, v))
+			ptfile.FreeAll(v)
 			paths = append(paths, [2]string{filepath.Join(dir, name), p})
 		}
 		var diffs []string

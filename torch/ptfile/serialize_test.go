@@ -1,4 +1,4 @@
-package torch_test
+package ptfile_test
 
 import (
 	"archive/zip"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/torchfit/torchfit/internal/pyref"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // pyDescribe is a Python function describing a loaded object as JSON the
@@ -49,7 +50,7 @@ func describe(t *testing.T, v any) any {
 			shape = []int64{}
 		}
 		return map[string]any{"tensor": x.DType().String(), "shape": shape, "values": x.Float64s(), "grad": x.RequiresGrad()}
-	case *torch.Dict:
+	case *ptfile.Dict:
 		kind := "dict"
 		if x.Ordered {
 			kind = "OrderedDict"
@@ -65,7 +66,7 @@ func describe(t *testing.T, v any) any {
 			out = append(out, describe(t, e))
 		}
 		return map[string]any{"list": out}
-	case torch.Tuple:
+	case ptfile.Tuple:
 		out := []any{}
 		for _, e := range x {
 			out = append(out, describe(t, e))
@@ -95,9 +96,9 @@ func canon(t *testing.T, v any) any {
 
 // sampleState builds a state dict covering the dtypes and shapes Save must
 // handle, and a nested checkpoint around it.
-func sampleState(t *testing.T) (*torch.Dict, []torch.NamedTensor) {
+func sampleState(t *testing.T) (*ptfile.Dict, []ptfile.NamedTensor) {
 	base := torch.FromSlice([]float32{1, 2, 3, 4, 5, 6}, []int64{2, 3})
-	named := []torch.NamedTensor{
+	named := []ptfile.NamedTensor{
 		{"w.f32", torch.FromSlice([]float32{1.5, -2, 3.25}, []int64{3, 1})},
 		{"w.f64", torch.FromSlice([]float64{1e-300, 2, -3}, nil)},
 		{"w.bf16", torch.FromSlice([]float32{1, 0.5, -7.25, 3}, []int64{2, 2}, torch.BFloat16)},
@@ -112,11 +113,11 @@ func sampleState(t *testing.T) (*torch.Dict, []torch.NamedTensor) {
 		{"u8", torch.FromSlice([]uint8{0, 255}, nil)},
 		{"i32", torch.FromSlice([]int32{-1, 1 << 30}, nil)},
 	}
-	sd := &torch.Dict{Ordered: true}
+	sd := &ptfile.Dict{Ordered: true}
 	for _, n := range named {
 		sd.Set(n.Name, n.T)
 	}
-	ckpt := torch.NewDict(
+	ckpt := ptfile.NewDict(
 		"model", sd,
 		"step", 3,
 		"lr", 0.1,
@@ -124,9 +125,9 @@ func sampleState(t *testing.T) (*torch.Dict, []torch.NamedTensor) {
 		"ok", true,
 		"none", nil,
 		"big", int64(-1)<<40,
-		"hist", []any{1, 2.5, "three", torch.Tuple{4, 5}},
-		"opt", torch.NewDict("state", torch.NewDict(0, torch.NewDict("step", 7, "buf", named[0].T), 1, torch.NewDict()),
-			"param_groups", []any{torch.NewDict("lr", 0.01, "betas", torch.Tuple{0.9, 0.999}, "params", []any{0, 1})}),
+		"hist", []any{1, 2.5, "three", ptfile.Tuple{4, 5}},
+		"opt", ptfile.NewDict("state", ptfile.NewDict(0, ptfile.NewDict("step", 7, "buf", named[0].T), 1, ptfile.NewDict()),
+			"param_groups", []any{ptfile.NewDict("lr", 0.01, "betas", ptfile.Tuple{0.9, 0.999}, "params", []any{0, 1})}),
 	)
 	return ckpt, named
 }
@@ -142,12 +143,12 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		{"tensor", named[0].T, nil},
 		{"checkpoint", ckpt, nil},
 		{"scalars", []any{int64(1), 2.5, "s", true, nil}, nil},
-		{"tuple", torch.Tuple{int64(1), torch.Tuple{}, []any{}}, nil},
+		{"tuple", ptfile.Tuple{int64(1), ptfile.Tuple{}, []any{}}, nil},
 		{"go map sorted", map[string]*torch.Tensor{"b": named[1].T, "a": named[0].T},
-			torch.NewDict("a", named[0].T, "b", named[1].T)},
+			ptfile.NewDict("a", named[0].T, "b", named[1].T)},
 		{"go any map", map[string]any{"z": 1, "y": []int64{2, 3}},
-			torch.NewDict("y", []any{int64(2), int64(3)}, "z", int64(1))},
-		{"int keys", map[int]any{2: "b", 1: "a"}, torch.NewDict(1, "a", 2, "b")},
+			ptfile.NewDict("y", []any{int64(2), int64(3)}, "z", int64(1))},
+		{"int keys", map[int]any{2: "b", 1: "a"}, ptfile.NewDict(1, "a", 2, "b")},
 		{"large list", make([]any, 2500), nil},
 		{"int edges", []any{int64(255), int64(256), int64(65535), int64(65536), int64(-1), int64(-129),
 			int64(1<<31 - 1), int64(1 << 31), int64(-1 << 31), int64(-1<<31 - 1), int64(1<<63 - 1), int64(-1 << 63)}, nil},
@@ -155,21 +156,21 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(dir, c.name+".pt")
-			require.NoError(t, torch.Save(path, c.v))
-			got, err := torch.Load(path)
+			require.NoError(t, ptfile.Save(path, c.v))
+			got, err := ptfile.Load(path)
 			require.NoError(t, err)
-			defer torch.FreeAll(got)
+			defer ptfile.FreeAll(got)
 			want := c.want
 			if want == nil {
 				want = c.v
 			}
 			require.Equal(t, canon(t, describe(t, want)), canon(t, describe(t, got)))
 			// LoadBytes of the same bytes agrees.
-			b, err := torch.SaveBytes(c.v)
+			b, err := ptfile.SaveBytes(c.v)
 			require.NoError(t, err)
-			got2, err := torch.LoadBytes(b)
+			got2, err := ptfile.LoadBytes(b)
 			require.NoError(t, err)
-			defer torch.FreeAll(got2)
+			defer ptfile.FreeAll(got2)
 			require.Equal(t, canon(t, describe(t, want)), canon(t, describe(t, got2)))
 		})
 	}
@@ -178,8 +179,8 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 func TestSaveTensorsLoadTensors(t *testing.T) {
 	_, named := sampleState(t)
 	path := filepath.Join(t.TempDir(), "sd.pt")
-	require.NoError(t, torch.SaveTensors(path, named))
-	names, m, err := torch.LoadTensors(path)
+	require.NoError(t, ptfile.SaveTensors(path, named))
+	names, m, err := ptfile.LoadTensors(path)
 	require.NoError(t, err)
 	want := make([]string, len(named))
 	for k, n := range named {
@@ -191,22 +192,22 @@ func TestSaveTensorsLoadTensors(t *testing.T) {
 	require.Equal(t, want, names)
 
 	ckpt, _ := sampleState(t)
-	require.NoError(t, torch.Save(path, ckpt))
-	_, _, err = torch.LoadTensors(path)
+	require.NoError(t, ptfile.Save(path, ckpt))
+	_, _, err = ptfile.LoadTensors(path)
 	require.ErrorContains(t, err, "not a tensor")
 }
 
 func TestSaveLoadInTidy(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.pt")
-	require.NoError(t, torch.Save(path, torch.NewDict("a", torch.Ones([]int64{2}))))
+	require.NoError(t, ptfile.Save(path, ptfile.NewDict("a", torch.Ones([]int64{2}))))
 	torch.CollectGarbage()
 	before := torch.LiveTensors()
 	var kept *torch.Tensor
 	torch.Tidy(func() {
-		v, err := torch.Load(path)
+		v, err := ptfile.Load(path)
 		require.NoError(t, err)
-		kept = v.(*torch.Dict).Tensor("a").Keep()
-		v2, err := torch.Load(path)
+		kept = v.(*ptfile.Dict).Tensor("a").Keep()
+		v2, err := ptfile.Load(path)
 		require.NoError(t, err)
 		_ = v2
 	})
@@ -218,10 +219,12 @@ func TestSaveLoadInTidy(t *testing.T) {
 func TestSaveRejects(t *testing.T) {
 	self := []any{nil}
 	self[0] = self
-	d := torch.NewDict()
+	d := ptfile.NewDict()
 	d.Set("me", d)
 	freed := torch.Ones([]int64{1})
 	freed.Free()
+	deep := torch.Zeros(make([]int64, torch.MaxDims+1))
+	defer deep.Free()
 	cases := []struct {
 		name string
 		v    any
@@ -231,13 +234,15 @@ func TestSaveRejects(t *testing.T) {
 		{"cycle list", self, "itself"},
 		{"cycle dict", d, "itself"},
 		{"freed", freed, "released"},
-		{"bad key", torch.NewDict(torch.Tuple{1}, 1), "keys must be"},
+		{"bad key", ptfile.NewDict(ptfile.Tuple{1}, 1), "keys must be"},
 		{"uint64", uint64(1 << 63), "does not fit"},
+		{"unknown dtype", torch.DType(99), "unknown dtype"},
+		{"too many dimensions", deep, "17 dimensions"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "x.pt")
-			err := torch.Save(path, c.v)
+			err := ptfile.Save(path, c.v)
 			require.ErrorContains(t, err, c.msg)
 			require.NoFileExists(t, path)
 			matches, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "*"))
@@ -255,9 +260,9 @@ func TestSavePythonReads(t *testing.T) {
 	// PyTorch 1.13's weights_only unpickler lacks BINFLOAT and LONG1, so
 	// floats and big ints fail there even in files Python writes itself;
 	// intCkpt has neither, and must load with weights_only=True.
-	intCkpt := torch.NewDict("model", model, "step", 3, "name", "x", "ok", false, "none", nil,
-		"opt", torch.NewDict("state", torch.NewDict(0, torch.NewDict("step", 7), 5, []any{torch.Tuple{1, "a"}})))
-	wantSD := &torch.Dict{Ordered: true}
+	intCkpt := ptfile.NewDict("model", model, "step", 3, "name", "x", "ok", false, "none", nil,
+		"opt", ptfile.NewDict("state", ptfile.NewDict(0, ptfile.NewDict("step", 7), 5, []any{ptfile.Tuple{1, "a"}})))
+	wantSD := &ptfile.Dict{Ordered: true}
 	for _, n := range named {
 		wantSD.Set(n.Name, n.T)
 	}
@@ -267,10 +272,10 @@ func TestSavePythonReads(t *testing.T) {
 		want        any
 		weightsOnly bool // weights_only=True must load it in 1.13
 	}{
-		{"sd.pt", func(p string) error { return torch.SaveTensors(p, named) }, wantSD, true},
-		{"int_ckpt.pt", func(p string) error { return torch.Save(p, intCkpt) }, intCkpt, true},
-		{"ckpt.pth", func(p string) error { return torch.Save(p, ckpt) }, ckpt, false},
-		{"tensor.pt", func(p string) error { return torch.Save(p, named[2].T) }, named[2].T, true},
+		{"sd.pt", func(p string) error { return ptfile.SaveTensors(p, named) }, wantSD, true},
+		{"int_ckpt.pt", func(p string) error { return ptfile.Save(p, intCkpt) }, intCkpt, true},
+		{"ckpt.pth", func(p string) error { return ptfile.Save(p, ckpt) }, ckpt, false},
+		{"tensor.pt", func(p string) error { return ptfile.Save(p, named[2].T) }, named[2].T, true},
 	}
 	var paths []string
 	for _, c := range cases {
@@ -334,7 +339,7 @@ func TestSaveMatchesPython(t *testing.T) {
 	goPath := filepath.Join(dir, "go", "model.pt")
 	pyPath := filepath.Join(dir, "py", "model.pt")
 	require.NoError(t, os.MkdirAll(filepath.Dir(goPath), 0o755))
-	require.NoError(t, torch.SaveTensors(goPath, named))
+	require.NoError(t, ptfile.SaveTensors(goPath, named))
 	pyref.Run(t, `
 import os
 os.makedirs(os.path.dirname(inp[1]), exist_ok=True)

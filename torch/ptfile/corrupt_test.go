@@ -1,4 +1,4 @@
-package torch_test
+package ptfile_test
 
 import (
 	"archive/zip"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/torchfit/torchfit/internal/pyref"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 type record struct {
@@ -66,7 +67,7 @@ func withPickle(t testing.TB, pkl []byte, storage []byte) []byte {
 }
 
 func TestLoadCorrupt(t *testing.T) {
-	valid, err := torch.SaveBytes(torch.NewDict("w", torch.Arange(0, 64, 1, torch.Float32), "n", 3))
+	valid, err := ptfile.SaveBytes(ptfile.NewDict("w", torch.Arange(0, 64, 1, torch.Float32), "n", 3))
 	require.NoError(t, err)
 	twelve := make([]byte, 12)
 	crcBad := append([]byte(nil), valid...)
@@ -123,15 +124,15 @@ func TestLoadCorrupt(t *testing.T) {
 	before := torch.LiveTensors()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v, err := torch.LoadBytes(c.data)
+			v, err := ptfile.LoadBytes(c.data)
 			require.Error(t, err, "loaded %v", v)
-			require.ErrorIs(t, err, torch.ErrBadFile)
+			require.ErrorIs(t, err, ptfile.ErrBadFile)
 			require.ErrorContains(t, err, c.msg)
 		})
 	}
 	// Every truncation of a valid file is an error.
 	for n := 0; n < len(valid); n += 3 {
-		_, err := torch.LoadBytes(valid[:n])
+		_, err := ptfile.LoadBytes(valid[:n])
 		require.Error(t, err, "truncated to %d bytes", n)
 	}
 	require.Equal(t, before, torch.LiveTensors(), "failed loads release what they created")
@@ -146,8 +147,8 @@ torch.save({"a": torch.ones(2)}, buf, _use_new_zipfile_serialization=False)
 emit(base64.b64encode(buf.getvalue()).decode())
 `, nil, &b64)
 	data := decodeB64(t, b64)
-	_, err := torch.LoadBytes(data)
-	require.ErrorIs(t, err, torch.ErrLegacyFormat)
+	_, err := ptfile.LoadBytes(data)
+	require.ErrorIs(t, err, ptfile.ErrLegacyFormat)
 	require.ErrorContains(t, err, "re-save")
-	require.True(t, errors.Is(err, torch.ErrLegacyFormat))
+	require.True(t, errors.Is(err, ptfile.ErrLegacyFormat))
 }

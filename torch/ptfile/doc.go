@@ -1,0 +1,69 @@
+// Package ptfile reads and writes PyTorch's torch.save files (PyTorch 1.6
+// and later): a zip archive holding a pickle, data.pkl, and one record per
+// tensor storage. It is named after the files' usual extension (.pt, .pth),
+// as archive/zip and image/png are named after theirs.
+//
+//	err := ptfile.Save("model.pt", ptfile.NewDict("model", stateDict, "step", 100))
+//	v, err := ptfile.Load("model.pt") // *ptfile.Dict; ptfile.FreeAll(v) releases its tensors
+//
+// # Values
+//
+// Python's values map to Go ones: a tensor to *torch.Tensor, dict and
+// collections.OrderedDict to *Dict (ordered, with Ordered set for an
+// OrderedDict, and an OrderedDict's attributes, such as a state dict's
+// _metadata, kept in Attrs), tuple to Tuple, list to []any, int to int64,
+// float to float64, str to string, bool, None to nil, a dtype to
+// torch.DType and a device to torch.Device. Save also takes Go maps, slices,
+// any integer type and []NamedTensor (a state dict).
+//
+// # Writing
+//
+// Save writes what Python's torch.load reads back as the same structure,
+// also with weights_only=True. The pickle is protocol 2 with the opcodes
+// and memo numbering of Python's pickle.Pickler and the storage records
+// are 64-byte aligned as PyTorch's writer aligns them, so for a state dict
+// every record is byte-identical to the one Python's torch.save writes.
+// A contiguous CPU tensor is written from libtorch's memory, without a Go
+// copy; any other one (a view, a CUDA tensor) through a contiguous CPU copy.
+//
+// Writing a path is atomic: the data goes to a hidden temporary file in
+// the same directory, .NAME.tmp-PID-RANDOM, which the writer holds under an
+// exclusive flock while it writes; the file is synced, renamed over the
+// path, and the directory synced. A crash or kill -9 leaves the old file or
+// the new one, never a partial one — and at most a temporary file whose
+// lock is free and whose writer's PID is gone, which the training loop's
+// checkpoint writer removes. The temporary name and the lock are this
+// package's contract with it.
+//
+// # Reading
+//
+// Load is safe on untrusted files. The pickle runs on a small VM that never
+// executes code: globals come from an allow list (the tensor rebuild
+// functions, OrderedDict, torch.device, dtypes and storage classes), as
+// with torch.load(weights_only=True). Every storage size, tensor size,
+// stride and offset is checked against the storage and the file before
+// anything is allocated; record checksums are verified; container nesting
+// is bounded. Storage bytes are read from the file straight into the
+// tensors' memory. Tensors that share a storage in the file (views) are
+// rebuilt over one storage with as_strided and share it after loading, as
+// in Python. Errors for bad input wrap ErrBadFile (ErrLegacyFormat for the
+// pre-1.6 format), and a failed Load leaves no tensor allocated. FuzzLoad
+// (make fuzz) feeds it arbitrary bytes.
+//
+// # What it needs from torch
+//
+// ptfile imports torch and uses only its exported API: tensor metadata
+// (Shape, DType, Numel, NBytes, RequiresGrad), Empty, Try, ParseDType,
+// ParseDevice and CallOp("aten::as_strided", ...) for views, plus three
+// names torch keeps for codecs like this one:
+//
+//   - (*torch.Tensor).RawBytes: a tensor's elements as bytes, aliasing
+//     libtorch's memory for a contiguous CPU tensor (saving without a copy);
+//   - torch.FromReader: a new CPU tensor filled from an io.Reader straight
+//     into its memory (loading without a copy);
+//   - torch.MaxDims: the most dimensions a torchfit tensor may have.
+//
+// torch does not import ptfile, so there is no torch.Save or torch.Load:
+// wrappers or type aliases in torch would need an import cycle. Callers
+// use ptfile.Save and ptfile.Load.
+package ptfile

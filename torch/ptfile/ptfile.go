@@ -1,0 +1,228 @@
+package ptfile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/torchfit/torchfit/torch"
+)
+
+// This file is the package's public face: Save and Load and their
+// variants, and the atomic write. pickle.go writes PyTorch's pickle and the
+// zip container, unpickle.go reads them, value.go holds the Go values.
+
+// ErrBadFile is wrapped by every error Load returns for input that is not a
+// readable torch.save file (corrupt, truncated, or using a feature torchfit
+// does not load).
+var ErrBadFile = errors.New("not a readable torch.save file")
+
+// ErrLegacyFormat is wrapped by the error for files in PyTorch's pre-1.6
+// (non-zip) format.
+var ErrLegacyFormat = errors.New("legacy (pre-1.6, non-zip) torch.save format: re-save it in Python with a newer torch.save (the default zip format, _use_new_zipfile_serialization=True)")
+
+// Save writes v to path in PyTorch's torch.save format (zip, pickle
+// protocol 2), so that Python's torch.load(path) — with weights_only=True
+// too — returns the same structure.
+//
+// v may be a *torch.Tensor, *Dict (ordered), []NamedTensor (written as a
+// state dict), map[string]*torch.Tensor, map[string]any (Go maps are
+// written with sorted keys), []any, Tuple, []*torch.Tensor, or a scalar:
+// any Go integer, float32/float64, string, bool, nil, torch.DType.
+// Containers nest. Tensors are written as contiguous CPU copies (views and
+// CUDA tensors included).
+//
+// The write is atomic: the data goes to a temporary file in the same
+// directory, which is synced and renamed over path; a crash leaves either
+// the old file or the new one, never a partial one.
+func Save(path string, v any) error {
+	return saveFile(path, v, false)
+}
+
+// SaveTensors writes an ordered state dict, as Python's
+// torch.save(model.state_dict(), path): an OrderedDict of tensors that do
+// not require grad.
+func SaveTensors(path string, ts []NamedTensor) error {
+	return saveFile(path, ts, true)
+}
+
+// WriteTo writes v in torch.save format to w (see Save). archive is the
+// folder name inside the zip ("archive" when empty).
+func WriteTo(w io.Writer, archive string, v any) error {
+	return encode(w, archive, v, false)
+}
+
+// SaveBytes returns what Save would write.
+func SaveBytes(v any) ([]byte, error) {
+	var b bytes.Buffer
+	if err := encode(&b, "archive", v, false); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func saveFile(path string, v any, stateDict bool) (err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("ptfile.Save %s: %w", path, err)
+		}
+	}()
+	return atomicWrite(path, func(w io.Writer) error {
+		return encode(w, archiveName(path), v, stateDict)
+	})
+}
+
+// archiveName is the folder name inside the zip: Python uses the file
+// name up to its first dot.
+func archiveName(path string) string {
+	base := filepath.Base(path)
+	if i := strings.IndexByte(base, '.'); i >= 0 {
+		base = base[:i]
+	}
+	if base == "" || strings.ContainsAny(base, `/\`) {
+		return "archive"
+	}
+	return base
+}
+
+// atomicWrite writes a temporary file next to path with write, syncs it,
+// renames it over path and syncs the directory.
+//
+// The temporary file is named .BASE.tmp-PID-RANDOM and the writer holds an
+// exclusive flock on it until it is closed, so a process that finds one
+// left by a writer killed with SIGKILL can tell it from a write in
+// progress: the lock is free and the PID is gone (the training loop's
+// checkpoint writer removes such files). The name and the lock are part of
+// this package's contract with it: keep them.
+func atomicWrite(path string, write func(io.Writer) error) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, fmt.Sprintf(".%s.tmp-%d-*", base, os.Getpid()))
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	// Best effort: where the file system has no flock, a cleaner cannot
+	// take the lock either and leaves the file alone.
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err = write(f); err != nil {
+		return err
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		err = d.Sync()
+		d.Close()
+	}
+	return err
+}
+
+// Load reads a file written by Python's torch.save (or Save). It returns
+// *torch.Tensor, *Dict (dict and OrderedDict, in file order), []any
+// (list), Tuple, int64, float64, string, bool, nil, []byte, torch.DType or
+// torch.Device values, nested as in the file. Tensors are loaded on the
+// CPU; views sharing a storage in the file share it after loading. They
+// follow the usual ownership rules: a torch.Tidy scope adopts them, and
+// FreeAll releases them all.
+//
+// Only the pickle subset torch.save produces is accepted: any other global
+// (arbitrary Python code) is refused with an error, as with
+// torch.load(weights_only=True).
+func Load(path string) (v any, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("ptfile.Load: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("ptfile.Load: %w", err)
+	}
+	v, err = decode(f, st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("ptfile.Load %s: %w", path, err)
+	}
+	return v, nil
+}
+
+// LoadBytes is Load reading from memory.
+func LoadBytes(data []byte) (any, error) {
+	v, err := decode(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return nil, fmt.Errorf("ptfile.LoadBytes: %w", err)
+	}
+	return v, nil
+}
+
+// ReadFrom is Load reading from r, whose size is size.
+func ReadFrom(r io.ReaderAt, size int64) (any, error) {
+	v, err := decode(r, size)
+	if err != nil {
+		return nil, fmt.Errorf("ptfile.ReadFrom: %w", err)
+	}
+	return v, nil
+}
+
+// LoadTensors reads a state dict (a dict of tensors, as written by
+// torch.save(model.state_dict()) or SaveTensors): the names in file order
+// and the tensors by name. A non-tensor value or a non-string key is an
+// error (and nothing stays allocated).
+func LoadTensors(path string) (names []string, tensors map[string]*torch.Tensor, err error) {
+	v, err := Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	names, tensors, err = tensorsOf(v)
+	if err != nil {
+		FreeAll(v)
+		return nil, nil, fmt.Errorf("ptfile.LoadTensors %s: %w", path, err)
+	}
+	return names, tensors, nil
+}
+
+func tensorsOf(v any) ([]string, map[string]*torch.Tensor, error) {
+	d, ok := v.(*Dict)
+	if !ok {
+		return nil, nil, fmt.Errorf("the file holds %s, not a dict of tensors", typeName(v))
+	}
+	names := make([]string, 0, d.Len())
+	m := make(map[string]*torch.Tensor, d.Len())
+	for _, e := range d.Entries {
+		k, ok := e.Key.(string)
+		if !ok {
+			return nil, nil, fmt.Errorf("key %v is %s, not a string", e.Key, typeName(e.Key))
+		}
+		t, ok := e.Value.(*torch.Tensor)
+		if !ok {
+			return nil, nil, fmt.Errorf("%q is %s, not a tensor", k, typeName(e.Value))
+		}
+		if _, dup := m[k]; !dup {
+			names = append(names, k)
+		}
+		m[k] = t
+	}
+	return names, m, nil
+}
