@@ -165,7 +165,8 @@ const NoWarmup = -1
 // highest allocation of any window, warm-up included, above Held; Micro
 // the fastest mean micro-batch time of a measured window and Update its
 // fastest update. An error (errors.Is(err, torch.ErrOutOfMemory) when the
-// step ran out of memory) comes back wrapped, with the snapshot restored.
+// step ran out of memory) comes back wrapped, with the snapshot restored;
+// memory still allocated once everything is restored is ErrLeak.
 func (d DryRun) Run(accum int, micro, update func() error) (m Measurement, err error) {
 	torch.Main().Do(func() { m, err = d.run(accum, micro, update) })
 	return m, err
@@ -202,6 +203,10 @@ func (d DryRun) run(accum int, micro, update func() error) (Measurement, error) 
 	var local int64 // the snapshot's bytes on the measured device
 	if dev == torch.CPU {
 		local = snap.Bytes
+	}
+	start, err := torch.MemoryStats(dev)
+	if err != nil {
+		return m, err
 	}
 	if err := torch.ResetPeakMemory(dev); err != nil {
 		return m, err
@@ -259,6 +264,16 @@ func (d DryRun) run(accum int, micro, update func() error) (Measurement, error) 
 	err = measure()
 	if rerr := snap.Restore(); rerr != nil && err == nil {
 		err = rerr
+	}
+	if err == nil {
+		st, serr := torch.MemoryStats(dev)
+		switch {
+		case serr != nil:
+			err = serr
+		case st.Allocated > start.Allocated:
+			err = fmt.Errorf("memplan: dry run: %w: %s (micro and update must release what they create; Keep nothing)",
+				ErrLeak, torch.FormatBytes(st.Allocated-start.Allocated))
+		}
 	}
 	if _, eerr := torch.EmptyCache(); eerr != nil && err == nil {
 		err = eerr

@@ -155,6 +155,17 @@ func TestDryRunErrors(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	f.requireRestored(t)
 
+	var kept *torch.Tensor
+	_, err = memplan.DryRun{Model: f.m, Optimizers: []nn.Optimizer{f.opt}}.Run(1, func() error {
+		if kept == nil {
+			kept = torch.Zeros([]int64{1000}).Keep()
+		}
+		return f.m.micro(4, 4, amp.FP32)
+	}, func() error { f.opt.Step(); f.opt.ZeroGrad(); return nil })
+	require.ErrorIs(t, err, memplan.ErrLeak)
+	kept.Free()
+	f.requireRestored(t)
+
 	var oe *memplan.OptionError
 	_, err = memplan.DryRun{}.Run(0, func() error { return nil }, func() error { return nil })
 	require.ErrorAs(t, err, &oe)

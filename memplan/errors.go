@@ -25,6 +25,7 @@ func optErr(fn, field, format string, args ...any) error {
 // budget; the Result still holds the table of what was measured.
 var ErrNoPlan = errors.New("memplan: no configuration fits the budget")
 
-// ErrLeak is returned (wrapped) when a dry run's function leaves memory
-// allocated after it returns.
-var ErrLeak = errors.New("memplan: the dry run left memory allocated")
+// ErrLeak is returned (wrapped) when the functions a dry run runs leave
+// memory allocated after they return (a tensor kept with Keep, say): the
+// measurement would be wrong.
+var ErrLeak = errors.New("memory left allocated")

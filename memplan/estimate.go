@@ -351,7 +351,7 @@ func estimateMemory(m nn.Module, o EstimateOptions) (Estimate, error) {
 		return est, err
 	}
 	if leak := end.Allocated - start.Allocated; leak > 0 {
-		return est, fmt.Errorf("memplan: EstimateMemory: %w: the dry runs left %s allocated (Step must release what it creates; Keep nothing)",
+		return est, fmt.Errorf("memplan: EstimateMemory: %w: the dry runs left %s (Step must release what it creates; Keep nothing)",
 			ErrLeak, torch.FormatBytes(leak))
 	}
 
