@@ -1,7 +1,7 @@
 // Package nn is the layer torchfit's recipes are written in: modules with
 // PyTorch's parameter naming, layers, losses, optimizers, learning-rate
-// schedules, gradient clipping, state dicts, activation checkpointing and a
-// memory estimate.
+// schedules, gradient clipping, state dicts and activation checkpointing
+// (memory estimates are package memplan's).
 //
 // A module is a struct that embeds Base and registers its parameters,
 // buffers and child modules under the names PyTorch uses, so its StateDict

@@ -12,23 +12,6 @@ import (
 	"github.com/torchfit/torchfit/train"
 )
 
-func TestFindBatchSizeSearch(t *testing.T) {
-	var tried []int
-	res, err := train.FindBatchSize(torch.CPU, 1000, func(n int) error {
-		tried = append(tried, n)
-		if n > 37 {
-			return &torch.Error{Op: "test", Msg: "out of memory", OOM: true}
-		}
-		return nil
-	})
-	require.NoError(t, err)
-	require.Equal(t, 37, res.MicroBatch)
-	require.Equal(t, []int{1, 2, 4, 8, 16, 32, 64, 48, 40, 36, 38, 37}[:len(tried)], tried, "doubling, then bisection")
-	res, err = train.FindBatchSize(torch.CPU, 24, func(int) error { return nil })
-	require.NoError(t, err)
-	require.Equal(t, 24, res.MicroBatch, "stops at the limit")
-}
-
 func TestTrainerFindBatchSizeUnderCap(t *testing.T) {
 	ds := regressionData(128)
 	defer ds.Free()

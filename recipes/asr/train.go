@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
@@ -97,7 +98,7 @@ type TrainResult struct {
 	OOMEvents    int
 	EpochsDone   int
 	Interrupted  bool
-	FoundBatches *train.FindResult
+	FoundBatches *memplan.FindResult
 	Precision    amp.Choice // the precision trained in, and why
 }
 
@@ -405,7 +406,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 }
 
 // autoBatch finds the largest micro-batch on the longest utterances.
-func autoBatch(tr *train.Trainer, c *Corpus, effective int, logf func(string, ...any)) (train.FindResult, error) {
+func autoBatch(tr *train.Trainer, c *Corpus, effective int, logf func(string, ...any)) (memplan.FindResult, error) {
 	order := make([]int, c.Len())
 	for i := range order {
 		order[i] = i
