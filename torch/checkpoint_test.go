@@ -103,3 +103,31 @@ func TestCheckpointErrorInsideRegion(t *testing.T) {
 	require.Contains(t, err.Error(), "cannot be multiplied")
 	require.LessOrEqual(t, torch.CheckpointsLive(), live, "a failed region releases its function")
 }
+
+// Under bf16 autocast, backward recomputes a checkpointed region with
+// autocast on; the low-precision weight copies it caches are dropped when
+// the recomputation ends, as torch.utils.checkpoint's autocast region does:
+// nothing stays allocated after the step.
+func TestCheckpointBackwardLeavesNoAutocastCache(t *testing.T) {
+	torch.CollectGarbage()
+	torch.ManualSeed(1)
+	w := torch.Randn([]int64{256, 256}).SetRequiresGrad(true).Keep()
+	defer w.Free()
+	x := torch.Randn([]int64{8, 256}).Keep()
+	defer x.Free()
+	step := func() {
+		torch.Tidy(func() {
+			var y *torch.Tensor
+			torch.Autocast(torch.CPU, torch.BFloat16, func() {
+				y = torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
+					return []*torch.Tensor{in[0].Matmul(w).Relu()}
+				}, x)[0]
+			})
+			y.ToDType(torch.Float32).Sum().Backward() // recomputes under autocast, outside any region
+		})
+		w.SetGrad(nil)
+	}
+	before := torch.MustMemoryStats(torch.CPU).Allocated
+	step()
+	require.Equal(t, before, torch.MustMemoryStats(torch.CPU).Allocated, "no cast weights left in autocast's cache")
+}

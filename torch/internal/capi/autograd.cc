@@ -203,6 +203,18 @@ struct Checkpoint : public torch::autograd::Function<Checkpoint> {
       } restore{rng_now, ac_now};
       st->rng.apply();
       st->autocast.apply();
+      // A region, as torch.utils.checkpoint's recomputation runs inside
+      // torch.autocast(...): the low-precision weight copies it caches are
+      // dropped when it ends (otherwise they outlive the backward).
+      at::autocast::increment_nesting();
+      struct Region {
+        ~Region() {
+          try {
+            if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+          } catch (...) {
+          }
+        }
+      } region;
       c10::AutoGradMode grad(true);
       outs = run_go(st->fn, variable_list(detached.begin(), detached.begin() + st->n_real));
     }
