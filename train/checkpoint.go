@@ -14,27 +14,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/train/ckpt"
 )
-
-// CheckpointError is a checkpoint that cannot be resumed from: unreadable,
-// not a torchfit checkpoint, or saved from another model. Nothing was
-// changed.
-type CheckpointError struct {
-	Path string
-	Err  error
-}
-
-func (e *CheckpointError) Error() string {
-	return fmt.Sprintf("train: checkpoint %s: %v", e.Path, e.Err)
-}
-func (e *CheckpointError) Unwrap() error { return e.Err }
-
-// UserError marks it as the user's input (a command line exits 2).
-func (*CheckpointError) UserError() {}
 
 // Checkpoint is what a training checkpoint holds besides the tensors:
 // where the run is. The file is a torch.save dict (Python can read it with
@@ -66,306 +50,88 @@ type Checkpoint struct {
 	RunFiles []string
 }
 
-func namedDict(ns []nn.Named, ordered bool) *ptfile.Dict {
-	d := &ptfile.Dict{Ordered: ordered}
-	for _, n := range ns {
-		d.Set(n.Name, n.T)
-	}
-	return d
-}
-
-// SaveCheckpoint writes the trainer's complete state to path atomically.
-// It belongs to no run: Fit writes its own with the run's id.
+// SaveCheckpoint writes the trainer's complete state to path atomically
+// (package ckpt's format). It belongs to no run: Fit writes its own with
+// the run's id.
 func (t *Trainer) SaveCheckpoint(path string, loader data.State, epoch int, meta *ptfile.Dict) error {
 	return t.saveCheckpoint(path, loader, epoch, meta, "", nil)
 }
 
 func (t *Trainer) saveCheckpoint(path string, loader data.State, epoch int, meta *ptfile.Dict, runID string, runFiles []string) error {
-	return torch.TidyErr(func() error {
-		ck := ptfile.NewDict()
-		ck.Set("model", namedDict(nn.StateDict(t.Model), true))
-		ck.Set("optimizer", namedDict(t.Opt.State(), false))
-		if t.Sched != nil {
-			ck.Set("scheduler", namedDict(t.Sched.State(), false))
-		}
-		sc := ptfile.NewDict()
-		st := t.Scaler.State()
-		keys := make([]string, 0, len(st))
-		for k := range st {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			sc.Set(k, st[k])
-		}
-		ck.Set("scaler", sc)
-		ck.Set("rng_state", torch.RNGState())
-		ck.Set("loader", ptfile.NewDict("epoch", int64(loader.Epoch), "batch", int64(loader.Batch), "seed", int64(loader.Seed)))
-		ck.Set("step", int64(t.step))
-		ck.Set("epoch", int64(epoch))
-		ck.Set("micro_batch", int64(t.engine.MicroBatch()))
-		ck.Set("accum", int64(t.cfg.Accum))
-		ck.Set("effective_batch", int64(t.cfg.EffectiveBatch()))
-		if meta == nil {
-			meta = ptfile.NewDict()
-		}
-		ck.Set("meta", meta)
-		if runID != "" {
-			ck.Set("run_id", runID)
-			files := make([]any, len(runFiles))
-			for k, f := range runFiles {
-				files[k] = f
-			}
-			ck.Set("run_checkpoints", files)
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
-		}
-		return ptfile.Save(path, ck)
+	return t.Thread().DoErr(func() error {
+		return torch.TidyErr(func() error {
+			w := ckpt.NewWriter()
+			w.Module("model", t.Model)
+			w.Optimizer("optimizer", t.Opt)
+			w.Schedule("scheduler", t.Sched)
+			w.Scaler("scaler", t.Scaler)
+			w.RNG()
+			w.Loader(loader)
+			w.Int("step", t.step)
+			w.Int("epoch", epoch)
+			w.Int("micro_batch", t.engine.MicroBatch())
+			w.Int("accum", t.cfg.Accum)
+			w.Int("effective_batch", t.cfg.EffectiveBatch())
+			w.Meta(meta)
+			w.Run(runID, runFiles)
+			return w.Save(path)
+		})
 	})
 }
 
 // LoadCheckpoint restores a checkpoint written by SaveCheckpoint into the
 // trainer (model, optimizer, schedule, scaler, RNG, step, micro-batch) and
 // returns where the run was. Nothing changes when the file is corrupt or
-// belongs to another model (missing keys, other shapes): the error names
-// the problem, and the file is only read.
-func (t *Trainer) LoadCheckpoint(path string) (Checkpoint, error) {
-	v, err := ptfile.Load(path)
+// belongs to another model (missing keys, other shapes): the error (a
+// *ckpt.Error) names the problem, and the file is only read.
+func (t *Trainer) LoadCheckpoint(path string) (c Checkpoint, err error) {
+	t.Thread().Do(func() { c, err = t.loadCheckpoint(path) })
+	return c, err
+}
+
+func (t *Trainer) loadCheckpoint(path string) (Checkpoint, error) {
+	f, err := ckpt.Read(path)
 	if err != nil {
-		return Checkpoint{}, &CheckpointError{Path: path, Err: err}
+		return Checkpoint{}, err
 	}
-	defer ptfile.FreeAll(v)
-	ck, ok := v.(*ptfile.Dict)
-	if !ok {
-		return Checkpoint{}, &CheckpointError{Path: path, Err: fmt.Errorf("not a torchfit checkpoint (a %T, not a dict)", v)}
+	defer f.Free()
+	// Check everything before changing anything.
+	if err := f.CheckModule("model", t.Model); err != nil {
+		return Checkpoint{}, err
 	}
-	fail := func(format string, args ...any) (Checkpoint, error) {
-		return Checkpoint{}, &CheckpointError{Path: path, Err: fmt.Errorf(format, args...)}
-	}
-	tensors := func(key string) (map[string]*torch.Tensor, error) {
-		x, ok := ck.Get(key)
-		if !ok {
-			return nil, fmt.Errorf("no %q entry", key)
-		}
-		d, ok := x.(*ptfile.Dict)
-		if !ok {
-			return nil, fmt.Errorf("%q is a %T, not a dict", key, x)
-		}
-		out := map[string]*torch.Tensor{}
-		for _, e := range d.Entries {
-			name, _ := e.Key.(string)
-			tv, ok := e.Value.(*torch.Tensor)
-			if !ok {
-				return nil, fmt.Errorf("%q[%v] is not a tensor", key, e.Key)
-			}
-			out[name] = tv
-		}
-		return out, nil
-	}
-	num := func(key string) (int64, error) {
-		x, ok := ck.Get(key)
-		if !ok {
-			return 0, fmt.Errorf("no %q entry", key)
-		}
-		switch n := x.(type) {
-		case int64:
-			return n, nil
-		case float64:
-			return int64(n), nil
-		}
-		return 0, fmt.Errorf("%q is a %T, not a number", key, x)
-	}
-	model, err := tensors("model")
-	if err != nil {
-		return fail("%v", err)
-	}
-	optState, err := tensors("optimizer")
-	if err != nil {
-		return fail("%v", err)
-	}
-	// Check the model before changing anything: strict names and shapes.
-	own := nn.StateDict(t.Model)
-	var missing, unexpected []string
-	have := map[string]bool{}
-	for _, p := range own {
-		have[p.Name] = true
-		src, ok := model[p.Name]
-		if !ok {
-			missing = append(missing, p.Name)
-			continue
-		}
-		if fmt.Sprint(src.Shape()) != fmt.Sprint(p.T.Shape()) {
-			return fail("it was saved from another model: %s has shape %v in the checkpoint, %v in this model", p.Name, src.Shape(), p.T.Shape())
-		}
-	}
-	for k := range model {
-		if !have[k] {
-			unexpected = append(unexpected, k)
-		}
-	}
-	if len(missing) > 0 || len(unexpected) > 0 {
-		sort.Strings(unexpected)
-		return fail("it was saved from another model: missing keys %v, unexpected keys %v", head(missing), head(unexpected))
+	if _, err := f.Tensors("optimizer"); err != nil {
+		return Checkpoint{}, err
 	}
 	var c Checkpoint
-	var loaderState map[string]int64
-	{
-		x, _ := ck.Get("loader")
-		d, ok := x.(*ptfile.Dict)
-		if !ok {
-			return fail("no loader position")
-		}
-		loaderState = map[string]int64{}
-		for _, e := range d.Entries {
-			k, _ := e.Key.(string)
-			if n, ok := e.Value.(int64); ok {
-				loaderState[k] = n
-			}
-		}
+	if c.Loader, err = f.Loader(); err != nil {
+		return Checkpoint{}, err
 	}
-	for _, f := range []struct {
+	for _, p := range []struct {
 		key string
 		dst *int
 	}{{"step", &c.Step}, {"epoch", &c.Epoch}, {"micro_batch", &c.MicroBatch}, {"accum", &c.Accum}} {
-		n, err := num(f.key)
-		if err != nil {
-			return fail("%v", err)
-		}
-		*f.dst = int(n)
-	}
-	c.Loader = data.State{Epoch: int(loaderState["epoch"]), Batch: int(loaderState["batch"]), Seed: uint64(loaderState["seed"])}
-	if id, ok := ck.Get("run_id"); ok {
-		if c.RunID, ok = id.(string); !ok {
-			return fail("run_id is a %T, not a string", id)
-		}
-		if x, ok := ck.Get("run_checkpoints"); ok {
-			files, ok := x.([]any)
-			if !ok {
-				return fail("run_checkpoints is a %T, not a list", x)
-			}
-			for _, f := range files {
-				name, ok := f.(string)
-				if !ok || !ckptName.MatchString(name) {
-					return fail("run_checkpoints holds %v, not a step checkpoint's name", f)
-				}
-				c.RunFiles = append(c.RunFiles, name)
-			}
+		if *p.dst, err = f.Int(p.key); err != nil {
+			return Checkpoint{}, err
 		}
 	}
-	if m, ok := ck.Get("meta"); ok {
-		if d, ok := m.(*ptfile.Dict); ok {
-			c.Meta = d
-		}
+	if c.RunID, c.RunFiles, err = f.Run(); err != nil {
+		return Checkpoint{}, err
 	}
-	if _, err := nn.LoadStateDict(t.Model, model, true); err != nil {
-		return fail("%v", err)
-	}
-	if err := t.Opt.LoadState(optState); err != nil {
-		return fail("optimizer: %v", err)
-	}
-	if t.Sched != nil {
-		if st, err := tensors("scheduler"); err == nil {
-			if err := t.Sched.LoadState(st); err != nil {
-				return fail("scheduler: %v", err)
-			}
-		}
-	}
-	if x, ok := ck.Get("scaler"); ok {
-		if d, ok := x.(*ptfile.Dict); ok {
-			st := map[string]float64{}
-			for _, e := range d.Entries {
-				k, _ := e.Key.(string)
-				switch n := e.Value.(type) {
-				case float64:
-					st[k] = n
-				case int64:
-					st[k] = float64(n)
-				}
-			}
-			if st["enabled"] == 1 {
-				if err := t.Scaler.LoadState(st); err != nil {
-					return fail("scaler: %v", err)
-				}
-			}
-		}
-	}
-	if rng := ck.Tensor("rng_state"); rng != nil {
-		if err := torch.Try(func() { torch.SetRNGState(rng) }); err != nil {
-			return fail("rng_state: %v", err)
+	c.Meta = f.Meta()
+	for _, load := range []func() error{
+		func() error { return f.Module("model", t.Model) },
+		func() error { return f.Optimizer("optimizer", t.Opt) },
+		func() error { return f.Schedule("scheduler", t.Sched) },
+		func() error { return f.Scaler("scaler", t.Scaler) },
+		f.RNG,
+	} {
+		if err := load(); err != nil {
+			return Checkpoint{}, err
 		}
 	}
 	t.step = c.Step
 	t.SetMicroBatch(c.MicroBatch)
-	// The meta dict outlives the deferred FreeAll only when it holds no tensors.
-	if c.Meta != nil {
-		c.Meta = copyPlain(c.Meta)
-	}
 	return c, nil
-}
-
-func head(xs []string) []string {
-	if len(xs) > 8 {
-		return append(xs[:8:8], fmt.Sprintf("... %d more", len(xs)-8))
-	}
-	return xs
-}
-
-// copyPlain copies a dict dropping tensors (they are freed with the file's values).
-func copyPlain(d *ptfile.Dict) *ptfile.Dict {
-	out := &ptfile.Dict{Ordered: d.Ordered}
-	for _, e := range d.Entries {
-		switch v := e.Value.(type) {
-		case *torch.Tensor:
-		case *ptfile.Dict:
-			out.Set(e.Key, copyPlain(v))
-		default:
-			out.Set(e.Key, v)
-		}
-	}
-	return out
-}
-
-var ckptName = regexp.MustCompile(`^checkpoint_step_(\d+)\.pt$`)
-
-// StepCheckpointPath names the checkpoint of a step in dir.
-func StepCheckpointPath(dir string, step int) string {
-	return filepath.Join(dir, fmt.Sprintf("checkpoint_step_%06d.pt", step))
-}
-
-// EpochCheckpointPath names the end-of-epoch checkpoint (as the seed's
-// checkpoints/checkpoint_epoch_15.pt).
-func EpochCheckpointPath(dir string, epoch int) string {
-	return filepath.Join(dir, fmt.Sprintf("checkpoint_epoch_%d.pt", epoch))
-}
-
-// LatestCheckpoint returns the newest step checkpoint in dir, whichever
-// run wrote it (FitResult.Checkpoint is the last one a run wrote).
-func LatestCheckpoint(dir string) (string, error) {
-	steps, err := stepCheckpoints(dir)
-	if err != nil {
-		return "", err
-	}
-	if len(steps) == 0 {
-		return "", fmt.Errorf("train: no checkpoint_step_*.pt in %s", dir)
-	}
-	return StepCheckpointPath(dir, steps[len(steps)-1]), nil
-}
-
-func stepCheckpoints(dir string) ([]int, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var steps []int
-	for _, e := range entries {
-		if m := ckptName.FindStringSubmatch(e.Name()); m != nil {
-			n, _ := strconv.Atoi(m[1])
-			steps = append(steps, n)
-		}
-	}
-	sort.Ints(steps)
-	return steps, nil
 }
 
 var (
@@ -466,8 +232,7 @@ func sameDir(a, b string) (bool, error) {
 // own records a file of dir as the run's.
 func (r *run) own(name string) {
 	r.owned[name] = true
-	if m := ckptName.FindStringSubmatch(name); m != nil {
-		n, _ := strconv.Atoi(m[1])
+	if n, ok := ckpt.ParseStep(name); ok {
 		if i := sort.SearchInts(r.steps, n); i == len(r.steps) || r.steps[i] != n {
 			r.steps = slices.Insert(r.steps, i, n)
 		}
@@ -485,7 +250,7 @@ func (r *run) stepFiles(n int) []string {
 	}
 	names := make([]string, len(steps))
 	for k, s := range steps {
-		names[k] = filepath.Base(StepCheckpointPath("", s))
+		names[k] = filepath.Base(ckpt.StepPath("", s))
 	}
 	return names
 }
@@ -498,7 +263,7 @@ func (r *run) prune() error {
 	}
 	var errs []error
 	for len(r.steps) > r.keep {
-		path := StepCheckpointPath(r.dir, r.steps[0])
+		path := ckpt.StepPath(r.dir, r.steps[0])
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
@@ -525,8 +290,7 @@ func (r *run) conflicts(first, last, firstEpoch, lastEpoch int) (clash []string,
 		if r.owned[name] {
 			continue
 		}
-		if m := ckptName.FindStringSubmatch(name); m != nil {
-			n, _ := strconv.Atoi(m[1])
+		if n, ok := ckpt.ParseStep(name); ok {
 			if n >= first && n <= last {
 				clash = append(clash, name)
 			} else {

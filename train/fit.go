@@ -11,6 +11,7 @@ import (
 
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/train/ckpt"
 )
 
 // FitConfig configures Fit.
@@ -221,7 +222,7 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 				if fc.CheckpointDir == "" {
 					return res, ErrInterrupted
 				}
-				if err := save(StepCheckpointPath(fc.CheckpointDir, t.step), epoch, true); err != nil {
+				if err := save(ckpt.StepPath(fc.CheckpointDir, t.step), epoch, true); err != nil {
 					return res, err
 				}
 				logf("interrupted at step %d: saved %s", t.step, res.Checkpoint)
@@ -247,7 +248,7 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 			}
 			emit(events, StepEvent{StepInfo: info, Epoch: epoch})
 			if fc.CheckpointEvery > 0 && t.step%fc.CheckpointEvery == 0 {
-				if err := save(StepCheckpointPath(fc.CheckpointDir, t.step), epoch, true); err != nil {
+				if err := save(ckpt.StepPath(fc.CheckpointDir, t.step), epoch, true); err != nil {
 					return res, err
 				}
 			}
@@ -263,13 +264,13 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 			emit(events, EvalEvent{Step: t.step, Epoch: epoch + 1, Values: vals})
 		}
 		if fc.CheckpointDir != "" {
-			if err := save(EpochCheckpointPath(fc.CheckpointDir, epoch+1), epoch+1, false); err != nil {
+			if err := save(ckpt.EpochPath(fc.CheckpointDir, epoch+1), epoch+1, false); err != nil {
 				return res, err
 			}
 		}
 	}
 	if fc.CheckpointDir != "" {
-		if err := save(StepCheckpointPath(fc.CheckpointDir, t.step), epoch, true); err != nil {
+		if err := save(ckpt.StepPath(fc.CheckpointDir, t.step), epoch, true); err != nil {
 			return res, err
 		}
 	}

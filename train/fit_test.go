@@ -22,6 +22,7 @@ import (
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/train"
+	"github.com/torchfit/torchfit/train/ckpt"
 )
 
 // fitRun trains the regression model with dropout and Adam for up to
@@ -111,7 +112,7 @@ func TestResumeAfterKillIsBitExact(t *testing.T) {
 	require.NoError(t, cmd.Process.Kill()) // SIGKILL: no chance to clean up
 	cmd.Wait()
 
-	ckpt := train.StepCheckpointPath(dir, 10)
+	ckpt := ckpt.StepPath(dir, 10)
 	require.FileExists(t, ckpt)
 	resumed := fitRun(t, t.TempDir(), 20, ckpt, nil)
 	require.Equal(t, straight, resumed, "10 steps + kill -9 + 10 resumed steps == 20 straight steps, bit for bit")
@@ -124,16 +125,16 @@ func TestSIGTERMFinishesTheStepAndSaves(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "the process exits 0 after a SIGTERM:\n%s", out)
 	require.Contains(t, string(out), "CHILD DONE")
-	require.FileExists(t, train.StepCheckpointPath(dir, 3), "the step in flight finished and was saved")
-	require.NoFileExists(t, train.StepCheckpointPath(dir, 5), "training stopped")
+	require.FileExists(t, ckpt.StepPath(dir, 3), "the step in flight finished and was saved")
+	require.NoFileExists(t, ckpt.StepPath(dir, 5), "training stopped")
 	// The saved step resumes.
-	fitRun(t, t.TempDir(), 5, train.StepCheckpointPath(dir, 3), nil)
+	fitRun(t, t.TempDir(), 5, ckpt.StepPath(dir, 3), nil)
 }
 
 func TestCheckpointFromAnotherModelIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	fitRun(t, dir, 2, "", nil)
-	ckpt := train.StepCheckpointPath(dir, 2)
+	ckpt := ckpt.StepPath(dir, 2)
 	before, err := os.ReadFile(ckpt)
 	require.NoError(t, err)
 
@@ -177,7 +178,7 @@ func TestCheckpointLoadsInPython(t *testing.T) {
 		sd = ck["model"]
 		emit({"keys": list(sd.keys()), "first": sd["l1.weight"].flatten()[:5].tolist(), "step": ck["step"],
 		      "loader": [ck["loader"]["epoch"], ck["loader"]["batch"]], "opt": len(ck["optimizer"])})
-	`, map[string]any{"path": train.StepCheckpointPath(dir, 3)}, &got)
+	`, map[string]any{"path": ckpt.StepPath(dir, 3)}, &got)
 	require.Equal(t, []string{"l1.weight", "l1.bias", "l2.weight", "l2.bias", "l3.weight", "l3.bias"}, got.Keys)
 	require.InDeltaSlice(t, params[:5], got.First, 0)
 	require.Equal(t, 3, got.Step)

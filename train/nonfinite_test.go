@@ -15,6 +15,7 @@ import (
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/train"
+	"github.com/torchfit/torchfit/train/ckpt"
 )
 
 // divergeRun trains the regression model for up to 12 steps, checkpointing
@@ -59,7 +60,7 @@ func checkpointSteps(t *testing.T, dir string) []int {
 	t.Helper()
 	var steps []int
 	for s := 0; s <= 12; s++ {
-		p := train.StepCheckpointPath(dir, s)
+		p := ckpt.StepPath(dir, s)
 		if _, err := os.Stat(p); err != nil {
 			continue
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/train"
+	"github.com/torchfit/torchfit/train/ckpt"
 )
 
 // fitter is the regression model with AdamW, hidden units wide, ready for
@@ -78,7 +79,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 	return out
 }
 
-func stepName(n int) string { return filepath.Base(train.StepCheckpointPath("", n)) }
+func stepName(n int) string { return filepath.Base(ckpt.StepPath("", n)) }
 
 func stepNames(ns ...int) []string {
 	out := make([]string, len(ns))
@@ -95,9 +96,9 @@ func otherRun(t *testing.T, dir string, steps ...int) map[string]string {
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	for k, n := range steps {
-		b, err := os.ReadFile(train.StepCheckpointPath(src, 3-k%3))
+		b, err := os.ReadFile(ckpt.StepPath(src, 3-k%3))
 		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(train.StepCheckpointPath(dir, n), b, 0o644))
+		require.NoError(t, os.WriteFile(ckpt.StepPath(dir, n), b, 0o644))
 	}
 	return snapshot(t, dir)
 }
@@ -125,10 +126,10 @@ func TestFitPrunesAndReportsOnlyItsOwnCheckpoints(t *testing.T) {
 			var log []string
 			res, err := fit(t, dir, c.steps, "", nil)
 			require.NoError(t, err, log)
-			require.Equal(t, train.StepCheckpointPath(dir, c.steps), res.Checkpoint, "the run reports its own last checkpoint")
+			require.Equal(t, ckpt.StepPath(dir, c.steps), res.Checkpoint, "the run reports its own last checkpoint")
 			var want []string
 			for _, n := range c.keep {
-				want = append(want, train.StepCheckpointPath(dir, n))
+				want = append(want, ckpt.StepPath(dir, n))
 			}
 			require.Equal(t, want, res.Checkpoints)
 			after := snapshot(t, dir)
@@ -137,7 +138,7 @@ func TestFitPrunesAndReportsOnlyItsOwnCheckpoints(t *testing.T) {
 			}
 			require.Len(t, after, len(before)+len(c.keep), "the other run's 3 files and this run's kept ones")
 			for _, n := range c.keep {
-				id, files := runIDOf(t, train.StepCheckpointPath(dir, n))
+				id, files := runIDOf(t, ckpt.StepPath(dir, n))
 				require.Equal(t, res.RunID, id)
 				require.Contains(t, files, stepName(n))
 			}
@@ -160,7 +161,7 @@ func TestFitRefusesToOverwriteAnotherRun(t *testing.T) {
 	// An epoch checkpoint is in the way too.
 	edir := filepath.Join(t.TempDir(), "ck")
 	otherRun(t, edir, 500)
-	require.NoError(t, os.Rename(train.StepCheckpointPath(edir, 500), train.EpochCheckpointPath(edir, 1)))
+	require.NoError(t, os.Rename(ckpt.StepPath(edir, 500), ckpt.EpochPath(edir, 1)))
 	_, err = fit(t, edir, 0, "", func(fc *train.FitConfig) { fc.Epochs = 1 })
 	require.ErrorAs(t, err, &conflict)
 	require.Equal(t, []string{"checkpoint_epoch_1.pt"}, conflict.Files)
@@ -172,7 +173,7 @@ func TestFitRefusesToOverwriteAnotherRun(t *testing.T) {
 	require.Equal(t, before[stepName(3)], after[stepName(3)])
 	require.Len(t, after, 3)
 	for _, n := range []int{1, 2} {
-		id, _ := runIDOf(t, train.StepCheckpointPath(dir, n))
+		id, _ := runIDOf(t, ckpt.StepPath(dir, n))
 		require.Equal(t, res.RunID, id, "step %d is the new run's", n)
 	}
 }
@@ -182,21 +183,21 @@ func TestResumedRunPrunesItsOwnEarlierCheckpoints(t *testing.T) {
 	before := otherRun(t, dir, 138, 139, 140)
 	first, err := fit(t, dir, 4, "", nil)
 	require.NoError(t, err)
-	require.Equal(t, []string{train.StepCheckpointPath(dir, 2), train.StepCheckpointPath(dir, 3), train.StepCheckpointPath(dir, 4)}, first.Checkpoints)
+	require.Equal(t, []string{ckpt.StepPath(dir, 2), ckpt.StepPath(dir, 3), ckpt.StepPath(dir, 4)}, first.Checkpoints)
 
 	res, err := fit(t, dir, 6, first.Checkpoint, nil)
 	require.NoError(t, err)
 	require.Equal(t, first.RunID, res.RunID, "a resumed run is the same run")
-	require.Equal(t, train.StepCheckpointPath(dir, 6), res.Checkpoint)
+	require.Equal(t, ckpt.StepPath(dir, 6), res.Checkpoint)
 	after := snapshot(t, dir)
 	for name, content := range before {
 		require.Equal(t, content, after[name], "the other run's %s is untouched", name)
 	}
 	for _, n := range []int{2, 3} {
-		require.NoFileExists(t, train.StepCheckpointPath(dir, n), "the run's own step %d was pruned as one run", n)
+		require.NoFileExists(t, ckpt.StepPath(dir, n), "the run's own step %d was pruned as one run", n)
 	}
 	for _, n := range []int{4, 5, 6} {
-		require.FileExists(t, train.StepCheckpointPath(dir, n))
+		require.FileExists(t, ckpt.StepPath(dir, n))
 	}
 	require.Len(t, after, 6)
 	_, files := runIDOf(t, res.Checkpoint)
@@ -205,14 +206,14 @@ func TestResumedRunPrunesItsOwnEarlierCheckpoints(t *testing.T) {
 	// Resuming from an earlier checkpoint of the run redoes its later
 	// steps over its own files; a file of another run in the way is
 	// refused.
-	redo, err := fit(t, dir, 6, train.StepCheckpointPath(dir, 4), nil)
+	redo, err := fit(t, dir, 6, ckpt.StepPath(dir, 4), nil)
 	require.NoError(t, err)
 	require.Equal(t, first.RunID, redo.RunID)
-	require.Equal(t, []string{train.StepCheckpointPath(dir, 5), train.StepCheckpointPath(dir, 6)}, redo.Checkpoints)
+	require.Equal(t, []string{ckpt.StepPath(dir, 5), ckpt.StepPath(dir, 6)}, redo.Checkpoints)
 	after = snapshot(t, dir)
 	require.Len(t, after, 6)
-	require.NoError(t, os.WriteFile(train.StepCheckpointPath(dir, 6), []byte(before[stepName(140)]), 0o644))
-	_, err = fit(t, dir, 6, train.StepCheckpointPath(dir, 4), nil)
+	require.NoError(t, os.WriteFile(ckpt.StepPath(dir, 6), []byte(before[stepName(140)]), 0o644))
+	_, err = fit(t, dir, 6, ckpt.StepPath(dir, 4), nil)
 	var conflict *train.ConflictError
 	require.ErrorAs(t, err, &conflict)
 	require.Equal(t, stepNames(6), conflict.Files)
@@ -221,11 +222,11 @@ func TestResumedRunPrunesItsOwnEarlierCheckpoints(t *testing.T) {
 	// Resuming into another directory carries the run id and leaves the
 	// first directory alone.
 	other := filepath.Join(t.TempDir(), "ck2")
-	moved, err := fit(t, other, 7, train.StepCheckpointPath(dir, 5), nil)
+	moved, err := fit(t, other, 7, ckpt.StepPath(dir, 5), nil)
 	require.NoError(t, err)
 	require.Equal(t, first.RunID, moved.RunID)
 	require.Equal(t, after, snapshot(t, dir))
-	require.Equal(t, []string{train.StepCheckpointPath(other, 6), train.StepCheckpointPath(other, 7)}, moved.Checkpoints)
+	require.Equal(t, []string{ckpt.StepPath(other, 6), ckpt.StepPath(other, 7)}, moved.Checkpoints)
 }
 
 // deadPID returns the PID of a process that has exited.
@@ -351,7 +352,7 @@ func TestKillDuringCheckpointWrites(t *testing.T) {
 	midWrite, prev := 0, map[string]temp{}
 	for round := 0; round < kills; round++ {
 		resume, start := "", 0
-		if latest, err := train.LatestCheckpoint(dir); err == nil {
+		if latest, err := ckpt.Latest(dir); err == nil {
 			resume = latest
 			fmt.Sscanf(filepath.Base(latest), "checkpoint_step_%d.pt", &start)
 		}
@@ -392,7 +393,7 @@ func TestKillDuringCheckpointWrites(t *testing.T) {
 		require.Zero(t, bad)
 	}
 	left := len(temps(t, dir))
-	latest, err := train.LatestCheckpoint(dir)
+	latest, err := ckpt.Latest(dir)
 	require.NoError(t, err)
 	var names []string
 	for name := range snapshot(t, dir) {
@@ -408,7 +409,7 @@ func TestKillDuringCheckpointWrites(t *testing.T) {
 	res, err := train.Fit(context.Background(), f2.tr, f2.newLoader, train.FitConfig{
 		Epochs: 1000, MaxSteps: c.Step + 1, CheckpointDir: dir, CheckpointEvery: 1, KeepLast: 3, Resume: latest})
 	require.NoError(t, err)
-	require.Equal(t, train.StepCheckpointPath(dir, c.Step+1), res.Checkpoint, "the run resumed at step %d", c.Step+1)
+	require.Equal(t, ckpt.StepPath(dir, c.Step+1), res.Checkpoint, "the run resumed at step %d", c.Step+1)
 	files, bad := corrupt(t, dir)
 	t.Logf("%d kills, %d in the middle of a write; temporary files before the last start %d, after it %d; %d step checkpoints, %d corrupt; resumed at step %d (dir before: %v)",
 		kills, midWrite, left, len(temps(t, dir)), files, bad, c.Step+1, names)

@@ -13,6 +13,7 @@ import (
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/train"
+	"github.com/torchfit/torchfit/train/ckpt"
 )
 
 func TestTrainReportsAndPrunesOnlyItsOwnCheckpoints(t *testing.T) {
@@ -22,7 +23,7 @@ func TestTrainReportsAndPrunesOnlyItsOwnCheckpoints(t *testing.T) {
 	require.NoError(t, os.MkdirAll(cfg.CheckpointDir, 0o755))
 	other := map[string]string{}
 	for n := 138; n <= 140; n++ {
-		path := train.StepCheckpointPath(cfg.CheckpointDir, n)
+		path := ckpt.StepPath(cfg.CheckpointDir, n)
 		other[path] = fmt.Sprintf("another run's step %d", n)
 		require.NoError(t, os.WriteFile(path, []byte(other[path]), 0o644))
 	}
@@ -36,8 +37,8 @@ func TestTrainReportsAndPrunesOnlyItsOwnCheckpoints(t *testing.T) {
 
 	res, err := asr.TrainConformer(context.Background(), cfg)
 	require.NoError(t, err)
-	require.Equal(t, train.StepCheckpointPath(cfg.CheckpointDir, 2), res.Checkpoint, "the summary names this run's checkpoint")
-	require.FileExists(t, train.StepCheckpointPath(cfg.CheckpointDir, 1))
+	require.Equal(t, ckpt.StepPath(cfg.CheckpointDir, 2), res.Checkpoint, "the summary names this run's checkpoint")
+	require.FileExists(t, ckpt.StepPath(cfg.CheckpointDir, 1))
 	unchanged()
 
 	// The same command again would write over steps 1 and 2: refused
@@ -60,6 +61,6 @@ func TestTrainReportsAndPrunesOnlyItsOwnCheckpoints(t *testing.T) {
 	cfg.Overwrite = true
 	res, err = asr.TrainConformer(context.Background(), cfg)
 	require.NoError(t, err)
-	require.Equal(t, train.StepCheckpointPath(cfg.CheckpointDir, 2), res.Checkpoint)
+	require.Equal(t, ckpt.StepPath(cfg.CheckpointDir, 2), res.Checkpoint)
 	unchanged()
 }

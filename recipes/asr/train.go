@@ -21,6 +21,7 @@ import (
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/train"
+	"github.com/torchfit/torchfit/train/ckpt"
 )
 
 // TrainConfig is `torchfit asr train`: the KonkaniVani guide's knobs.
@@ -504,24 +505,20 @@ const (
 // description and weights, checked against each other. free releases the
 // weights.
 func readCheckpoint(path string) (meta modelMeta, weights map[string]*torch.Tensor, free func(), err error) {
-	v, err := ptfile.Load(path)
+	f, err := ckpt.Read(path)
 	if err != nil {
-		if errors.Is(err, torch.ErrOutOfMemory) {
+		var ce *ckpt.Error
+		if errors.Is(err, torch.ErrOutOfMemory) || !errors.As(err, &ce) {
 			return meta, nil, nil, fmt.Errorf("asr: checkpoint %s: %w", path, err)
 		}
-		return meta, nil, nil, &CheckpointError{path, err}
+		return meta, nil, nil, &CheckpointError{path, ce.Err}
 	}
 	bad := func(format string, args ...any) (modelMeta, map[string]*torch.Tensor, func(), error) {
-		ptfile.FreeAll(v)
+		f.Free()
 		return meta, nil, nil, &CheckpointError{path, fmt.Errorf(format, args...)}
 	}
-	d, ok := v.(*ptfile.Dict)
-	if !ok {
-		return bad("not a torchfit checkpoint (a %T, not a dict)", v)
-	}
-	mv, _ := d.Get("meta")
-	md, ok := mv.(*ptfile.Dict)
-	if !ok {
+	md := f.Meta()
+	if md == nil {
 		return bad("not an ASR checkpoint (no model description)")
 	}
 	str, ok := func() (string, bool) { x, _ := md.Get("model"); s, ok := x.(string); return s, ok }()
@@ -531,24 +528,17 @@ func readCheckpoint(path string) (meta modelMeta, weights map[string]*torch.Tens
 	if err := json.Unmarshal([]byte(str), &meta); err != nil {
 		return bad("bad model description: %v", err)
 	}
-	wv, _ := d.Get("model")
-	sd, ok := wv.(*ptfile.Dict)
-	if !ok {
-		return bad("no model weights")
-	}
-	weights = make(map[string]*torch.Tensor, sd.Len())
-	for _, e := range sd.Entries {
-		k, ok := e.Key.(string)
-		t, isT := e.Value.(*torch.Tensor)
-		if !ok || !isT {
-			return bad("model weights: entry %v is not a named tensor", e.Key)
+	if weights, err = f.Tensors("model"); err != nil {
+		var ce *ckpt.Error
+		if errors.As(err, &ce) {
+			return bad("model weights: %v", ce.Err)
 		}
-		weights[k] = t
+		return bad("model weights: %v", err)
 	}
 	if err := checkMeta(meta, weights); err != nil {
 		return bad("%v", err)
 	}
-	return meta, weights, func() { ptfile.FreeAll(v) }, nil
+	return meta, weights, f.Free, nil
 }
 
 // checkMeta checks a model description against sane bounds and against
