@@ -48,51 +48,10 @@ func (o options) finish(t *Tensor) *Tensor {
 }
 
 var (
-	opZeros     = defOp("aten::zeros", "")
-	opOnes      = defOp("aten::ones", "")
-	opFull      = defOp("aten::full", "")
-	opEmpty     = defOp("aten::empty", "memory_format")
-	opArange    = defOp("aten::arange", "start_step")
-	opLinspace  = defOp("aten::linspace", "")
-	opEye       = defOp("aten::eye", "m")
-	opRand      = defOp("aten::rand", "")
-	opRandn     = defOp("aten::randn", "")
-	opRandint   = defOp("aten::randint", "low")
-	opRandperm  = defOp("aten::randperm", "")
-	opZerosLike = defOp("aten::zeros_like", "")
-	opOnesLike  = defOp("aten::ones_like", "")
-	opRandnLike = defOp("aten::randn_like", "")
-	opFullLike  = defOp("aten::full_like", "")
-	opEmptyLike = defOp("aten::empty_like", "")
+	opArange   = defOp("aten::arange", "start_step")
+	opRandint  = defOp("aten::randint", "low")
+	opRandperm = defOp("aten::randperm", "")
 )
-
-// Zeros returns a tensor of zeros (float32 on the CPU unless opts say otherwise).
-func Zeros(shape []int64, opts ...Opt) *Tensor {
-	o := makeOptions(opts)
-	var c call
-	return o.finish(c.ints(shape...).tensorOpts(o).out1(opZeros))
-}
-
-// Ones returns a tensor of ones.
-func Ones(shape []int64, opts ...Opt) *Tensor {
-	o := makeOptions(opts)
-	var c call
-	return o.finish(c.ints(shape...).tensorOpts(o).out1(opOnes))
-}
-
-// Full returns a tensor filled with v.
-func Full(shape []int64, v float64, opts ...Opt) *Tensor {
-	o := makeOptions(opts)
-	var c call
-	return o.finish(c.ints(shape...).scalar(v).tensorOpts(o).out1(opFull))
-}
-
-// Empty returns an uninitialised tensor.
-func Empty(shape []int64, opts ...Opt) *Tensor {
-	o := makeOptions(opts)
-	var c call
-	return o.finish(c.ints(shape...).tensorOpts(o).out1(opEmpty))
-}
 
 // Arange returns start, start+step, ... below end. Without a DType option the
 // result is int64 when all three are integral (as PyTorch), else float32.
@@ -103,34 +62,6 @@ func Arange(start, end, step float64, opts ...Opt) *Tensor {
 	}
 	var c call
 	return o.finish(c.scalar(start).scalar(end).scalar(step).tensorOpts(o).out1(opArange))
-}
-
-// Linspace returns n evenly spaced values from start to end inclusive.
-func Linspace(start, end float64, n int64, opts ...Opt) *Tensor {
-	o := makeOptions(opts)
-	var c call
-	return o.finish(c.f(start).f(end).i(n).tensorOpts(o).out1(opLinspace))
-}
-
-// Eye returns an n×m identity matrix.
-func Eye(n, m int64, opts ...Opt) *Tensor {
-	o := makeOptions(opts)
-	var c call
-	return o.finish(c.i(n).i(m).tensorOpts(o).out1(opEye))
-}
-
-// Rand returns uniform samples in [0, 1).
-func Rand(shape []int64, opts ...Opt) *Tensor {
-	o := makeOptions(opts)
-	var c call
-	return o.finish(c.ints(shape...).tensorOpts(o).out1(opRand))
-}
-
-// Randn returns standard normal samples.
-func Randn(shape []int64, opts ...Opt) *Tensor {
-	o := makeOptions(opts)
-	var c call
-	return o.finish(c.ints(shape...).tensorOpts(o).out1(opRandn))
 }
 
 // Randint returns integers uniform in [low, high) (int64 unless opts say otherwise).
@@ -153,14 +84,19 @@ func Randperm(n int64, opts ...Opt) *Tensor {
 	return o.finish(c.i(n).tensorOpts(o).out1(opRandperm))
 }
 
-// likeOpts passes dtype/layout/device/pin_memory as "same as input" unless set.
-func (c *call) likeOpts(opts []Opt) *call {
-	var o options
-	o.dtype = -1
-	o.device = Device{Type: -1}
+// likeOptions collects opts for a *_like factory: what they do not set
+// stays the input's.
+func likeOptions(opts []Opt) options {
+	o := options{dtype: -1, device: Device{Type: -1}}
 	for _, op := range opts {
 		op.apply(&o)
 	}
+	return o
+}
+
+// likeOpts appends a *_like factory's (dtype, layout, device, pin_memory),
+// None ("as the input") where o does not set them.
+func (c *call) likeOpts(o options) *call {
 	if o.hasDType {
 		c.dtype(o.dtype)
 	} else {
@@ -173,36 +109,6 @@ func (c *call) likeOpts(opts []Opt) *call {
 		c.none()
 	}
 	return c.none()
-}
-
-// ZerosLike returns zeros with t's shape, dtype and device (opts override).
-func ZerosLike(t *Tensor, opts ...Opt) *Tensor {
-	var c call
-	return c.t(t).likeOpts(opts).out1(opZerosLike)
-}
-
-// OnesLike returns ones with t's shape, dtype and device.
-func OnesLike(t *Tensor, opts ...Opt) *Tensor {
-	var c call
-	return c.t(t).likeOpts(opts).out1(opOnesLike)
-}
-
-// FullLike returns a tensor of v with t's shape, dtype and device.
-func FullLike(t *Tensor, v float64, opts ...Opt) *Tensor {
-	var c call
-	return c.t(t).scalar(v).likeOpts(opts).out1(opFullLike)
-}
-
-// RandnLike returns normal samples with t's shape, dtype and device.
-func RandnLike(t *Tensor, opts ...Opt) *Tensor {
-	var c call
-	return c.t(t).likeOpts(opts).out1(opRandnLike)
-}
-
-// EmptyLike returns an uninitialised tensor like t.
-func EmptyLike(t *Tensor, opts ...Opt) *Tensor {
-	var c call
-	return c.t(t).likeOpts(opts).out1(opEmptyLike)
 }
 
 // Element is a Go type that maps to a DType.

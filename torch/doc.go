@@ -53,5 +53,9 @@
 // Operators are reached through libtorch's boxed dispatcher by schema name:
 // the methods and functions here wrap the ones training needs (their
 // arguments follow PyTorch's, negative dimensions included), and CallOp
-// reaches any other ATen operator.
+// reaches any other ATen operator. Most wrappers are generated into
+// ops_gen.go from ops.list, one line per wrapper holding its Go name, the
+// operator's schema and its doc comment (go generate; the format is
+// described by torch/internal/opgen); those whose signature needs care are
+// hand-written.
 package torch

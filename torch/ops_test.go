@@ -768,15 +768,16 @@ func TestOpsMatchPyTorch(t *testing.T) {
 }
 
 // TestOpsCoverage fails when an exported function or method of the op
-// files has no case in opCases (judged by its name appearing as a call in
-// this file).
+// files (ops_gen.go, generated from ops.list, and the hand-written ones)
+// has no case in opCases (judged by its name appearing as a call in this
+// file).
 func TestOpsCoverage(t *testing.T) {
 	own, err := os.ReadFile("ops_test.go")
 	require.NoError(t, err)
 	text := string(own)
 	fset := token.NewFileSet()
 	var missing []string
-	for _, file := range []string{"ops_shape.go", "ops_math.go", "ops_nn.go", "inplace.go", "create.go"} {
+	for _, file := range []string{"ops_gen.go", "ops_shape.go", "ops_nn.go", "create.go"} {
 		f, err := parser.ParseFile(fset, file, nil, 0)
 		require.NoError(t, err)
 		for _, d := range f.Decls {
@@ -800,35 +801,81 @@ func TestOpsCoverage(t *testing.T) {
 	require.Empty(t, missing, "wrappers without a case")
 }
 
+// TestFactoriesHonourOpts: every factory taking opts ...Opt applies all
+// three kinds of option (HannWindow and the *_like ones once dropped
+// RequiresGrad).
+func TestFactoriesHonourOpts(t *testing.T) {
+	x := Ones([]int64{2, 3}, Int32)
+	defer x.Free()
+	cases := []struct {
+		name string
+		fn   func(opts ...Opt) *Tensor
+	}{
+		{"Zeros", func(o ...Opt) *Tensor { return Zeros([]int64{2}, o...) }},
+		{"Ones", func(o ...Opt) *Tensor { return Ones([]int64{2}, o...) }},
+		{"Full", func(o ...Opt) *Tensor { return Full([]int64{2}, 3, o...) }},
+		{"Empty", func(o ...Opt) *Tensor { return Empty([]int64{2}, o...) }},
+		{"Linspace", func(o ...Opt) *Tensor { return Linspace(0, 1, 3, o...) }},
+		{"Eye", func(o ...Opt) *Tensor { return Eye(2, 2, o...) }},
+		{"Rand", func(o ...Opt) *Tensor { return Rand([]int64{2}, o...) }},
+		{"Randn", func(o ...Opt) *Tensor { return Randn([]int64{2}, o...) }},
+		{"Arange", func(o ...Opt) *Tensor { return Arange(0, 3, 1, o...) }},
+		{"HannWindow", func(o ...Opt) *Tensor { return HannWindow(4, true, o...) }},
+		{"ZerosLike", func(o ...Opt) *Tensor { return ZerosLike(x, o...) }},
+		{"OnesLike", func(o ...Opt) *Tensor { return OnesLike(x, o...) }},
+		{"FullLike", func(o ...Opt) *Tensor { return FullLike(x, 2, o...) }},
+		{"RandnLike", func(o ...Opt) *Tensor { return RandnLike(x, o...) }},
+		{"EmptyLike", func(o ...Opt) *Tensor { return EmptyLike(x, o...) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			Tidy(func() {
+				y := c.fn(Float64, CPU, RequiresGrad)
+				require.Equal(t, Float64, y.DType())
+				require.Equal(t, CPU, y.Device())
+				require.True(t, y.RequiresGrad(), "RequiresGrad")
+				require.True(t, y.IsLeaf())
+			})
+		})
+	}
+}
+
+// The next two tests free what they create (Tidy): a tensor left to the
+// finalizer is released at an unknown later time, which the memory
+// accounting tests that follow would see.
+
 func TestRNGStateRoundTrip(t *testing.T) {
-	ManualSeed(3)
-	state := RNGState()
-	defer state.Free()
-	a := Randn([]int64{16}).Float32s()
-	Randn([]int64{100}) // move the generator on
-	func() { SetRNGState(state) }()
-	require.Equal(t, a, Randn([]int64{16}).Float32s(), "restoring the state replays the same draws")
-	require.Equal(t, Uint8, state.DType())
+	Tidy(func() {
+		ManualSeed(3)
+		state := RNGState()
+		a := Randn([]int64{16}).Float32s()
+		Randn([]int64{100}) // move the generator on
+		func() { SetRNGState(state) }()
+		require.Equal(t, a, Randn([]int64{16}).Float32s(), "restoring the state replays the same draws")
+		require.Equal(t, Uint8, state.DType())
+	})
 }
 
 func TestAmpFusedKernels(t *testing.T) {
-	grads := []*Tensor{FromSlice([]float32{2, 4}, nil), FromSlice([]float32{float32(math.Inf(1))}, nil)}
-	found := Zeros([]int64{})
-	inv := Scalar(0.5)
-	scale := Scalar(8)
-	tracker := Zeros([]int64{}, Int32)
-	major, minor, _ := LibtorchVersion()
-	errUnscale := Try(func() { AmpUnscale(grads, found, inv) })
-	errUpdate := Try(func() { AmpUpdateScale(scale, tracker, found, 2, 0.5, 2000) })
-	if major < 2 || (major == 2 && minor < 3) {
-		// libtorch before 2.3 has these kernels for CUDA only: a clear error, no crash.
-		require.ErrorContains(t, errUnscale, "_amp_foreach_non_finite_check_and_unscale_")
-		require.ErrorContains(t, errUpdate, "_amp_update_scale_")
-		return
-	}
-	require.NoError(t, errUnscale)
-	require.Equal(t, []float32{1, 2}, grads[0].Float32s())
-	require.Equal(t, float64(1), found.Item())
-	require.NoError(t, errUpdate)
-	require.Equal(t, float64(4), scale.Item())
+	Tidy(func() {
+		grads := []*Tensor{FromSlice([]float32{2, 4}, nil), FromSlice([]float32{float32(math.Inf(1))}, nil)}
+		found := Zeros([]int64{})
+		inv := Scalar(0.5)
+		scale := Scalar(8)
+		tracker := Zeros([]int64{}, Int32)
+		major, minor, _ := LibtorchVersion()
+		errUnscale := Try(func() { AmpUnscale(grads, found, inv) })
+		errUpdate := Try(func() { AmpUpdateScale(scale, tracker, found, 2, 0.5, 2000) })
+		if major < 2 || (major == 2 && minor < 3) {
+			// libtorch before 2.3 has these kernels for CUDA only: a clear error, no crash.
+			require.ErrorContains(t, errUnscale, "_amp_foreach_non_finite_check_and_unscale_")
+			require.ErrorContains(t, errUpdate, "_amp_update_scale_")
+			return
+		}
+		require.NoError(t, errUnscale)
+		require.Equal(t, []float32{1, 2}, grads[0].Float32s())
+		require.Equal(t, float64(1), found.Item())
+		require.NoError(t, errUpdate)
+		require.Equal(t, float64(4), scale.Item())
+	})
 }

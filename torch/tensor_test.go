@@ -169,7 +169,7 @@ func TestFreedTensorPanicsWithErrFreed(t *testing.T) {
 		"set grad arg": func() { b.SetGrad(a) },
 		"in place":     func() { a.AddScalarIn(1) },
 		"ref":          func() { a.Ref() },
-		"assign from":  func() { b.Clone().Assign(a) },
+		"assign from":  func() { Tidy(func() { b.Clone().Assign(a) }) },
 	}
 	for name, use := range uses {
 		err := Try(use)
@@ -235,9 +235,10 @@ func TestCppExceptionBecomesError(t *testing.T) {
 	}
 	require.Equal(t, live, LiveTensors())
 	// The process keeps working.
-	x := Ones([]int64{2}).AddScalar(1)
-	require.Equal(t, []float32{2, 2}, x.Float32s())
-	x.Free()
+	Tidy(func() {
+		x := Ones([]int64{2}).AddScalar(1)
+		require.Equal(t, []float32{2, 2}, x.Float32s())
+	})
 }
 
 func TestOutOfMemoryUnderLimit(t *testing.T) {
