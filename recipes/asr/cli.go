@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
@@ -30,7 +31,7 @@ func (Recipe) Usage() string {
 
 // Commands are the recipe's verbs.
 func (Recipe) Commands() []*cli.Command {
-	return []*cli.Command{dataCommand(), trainCommand(), evalCommand(), transcribeCommand(), memoryTableCommand()}
+	return []*cli.Command{dataCommand(), trainCommand(), planCommand(), evalCommand(), transcribeCommand(), memoryTableCommand()}
 }
 
 func dataCommand() *cli.Command {
@@ -77,7 +78,89 @@ func trainFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "spec-augment", Usage: "SpecAugment masks on training features"},
 		&cli.IntFlag{Name: "valid-limit", Usage: "validation utterances scored per epoch (0: all)"},
 		&cli.IntFlag{Name: "pad-multiple", Value: FrameMultiple, Usage: "pad each batch's frames to a multiple of this (1: to the longest utterance only)"},
+		&cli.BoolFlag{Name: "plan", Usage: "choose micro-batch, accumulation, precision and checkpointing for --memory-limit (or --vram) from measured dry runs, then train"},
 	)
+}
+
+// budget is the byte budget a run plans for: --memory-limit (a size, or a
+// fraction of the device), else the --vram size.
+func budget(cm recipes.Common) (int64, error) {
+	if cm.MemoryLimit != "" {
+		bytes, frac, err := torch.ParseMemory(cm.MemoryLimit)
+		if err != nil {
+			return 0, &ConfigError{Field: "memory-limit", Value: cm.MemoryLimit, Err: err}
+		}
+		if frac == 0 {
+			return bytes, nil
+		}
+		s, err := torch.MemoryStats(cm.Device)
+		if err != nil || s.DeviceTotal == 0 {
+			return 0, &ConfigError{Field: "memory-limit", Value: cm.MemoryLimit, Reason: "a fraction needs a device with known memory: give a size (6GiB)"}
+		}
+		return int64(frac * float64(s.DeviceTotal)), nil
+	}
+	if cm.VRAM != "" {
+		var gb int64
+		if _, err := fmt.Sscanf(strings.ToLower(cm.VRAM), "%dgb", &gb); err == nil && gb > 0 {
+			return gb << 30, nil
+		}
+		return 0, &ConfigError{Field: "vram", Value: cm.VRAM, Reason: "want 8gb, 12gb, 16gb or 24gb"}
+	}
+	return 0, recipes.Usagef("planning needs a budget: --memory-limit SIZE or --vram 8gb|12gb|16gb|24gb")
+}
+
+// planFor measures the candidates for cfg's preset and effective batch in
+// the run's budget, printing each row as it is measured.
+func planFor(run *recipes.Run, cfg TrainConfig) (memplan.Result, error) {
+	b, err := budget(run.Common)
+	if err != nil {
+		return memplan.Result{}, err
+	}
+	preset := cfg.Preset
+	if preset == "" {
+		return memplan.Result{}, recipes.Usagef("--plan needs --preset (not --resume)")
+	}
+	run.Logf("planning for %s: effective batch %d, preset %s (each candidate is a measured dry run)", torch.FormatBytes(b), cfg.BatchSize*cfg.GradAccum, preset)
+	return PlanMemory(PlanConfig{Data: cfg.Data, Preset: preset, Device: cfg.Device, Budget: b, EffectiveBatch: cfg.BatchSize * cfg.GradAccum,
+		Report: func(r memplan.Row) { run.Logf("  %v: need %s, %s", r.Candidate, torch.FormatBytes(r.Need()), fits(r)) }})
+}
+
+func fits(r memplan.Row) string {
+	switch {
+	case r.Err != nil:
+		return "out of memory"
+	case r.Fits:
+		return "fits"
+	}
+	return "over the budget"
+}
+
+func planCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "plan",
+		Usage: "print the memory plan for --memory-limit (or --vram): micro-batch, accumulation, precision, checkpointing, from measured dry runs",
+		Flags: trainFlags(),
+		Action: func(c *cli.Context) error {
+			run, err := recipes.Prepare(c, nil)
+			if err != nil {
+				return err
+			}
+			defer run.Close()
+			cfg, err := TrainConfigFrom(c, run)
+			if err != nil {
+				return err
+			}
+			res, err := planFor(run, cfg)
+			res.Table(os.Stdout)
+			if err != nil {
+				return err
+			}
+			p := res.Plan
+			fmt.Printf("train with: --batch-size %d --grad-accum %d --mixed-precision %s%s\n", p.MicroBatch, p.Accum, p.Precision,
+				map[bool]string{true: " --grad-checkpointing", false: ""}[p.Checkpointing])
+			return nil
+		},
+	}
 }
 
 // TrainConfigFrom builds the training configuration of a run from the
@@ -128,6 +211,15 @@ func trainCommand() *cli.Command {
 			cfg, err := TrainConfigFrom(c, run)
 			if err != nil {
 				return err
+			}
+			if c.Bool("plan") {
+				plan, err := planFor(run, cfg)
+				if err != nil {
+					return err
+				}
+				p := plan.Plan
+				cfg.BatchSize, cfg.GradAccum, cfg.Precision, cfg.GradCheckpointing = p.MicroBatch, p.Accum, string(p.Precision), p.Checkpointing
+				run.Logf("plan: %s", plan.Why)
 			}
 			res, err := TrainConformer(run.Ctx, cfg)
 			if cerr := run.Close(); err == nil {
