@@ -1,54 +1,62 @@
-// Package accumulate is torchfit's memory-bounded training loop: the one
-// place where every lever of the seeds meets.
+// Package train is torchfit's training core: a few parts every recipe
+// composes, and the single-model loop built from them.
 //
-// A Trainer takes effective batches (from a torch/data Loader, on the CPU)
-// and splits each into micro-batches that are moved to the device one at a
-// time. Each micro-batch runs forward (under autocast when asked) and
+// # The parts
+//
+// Engine runs windows: the micro-batches of one effective batch, each moved
+// to the device alone, run forward under autocast for the precision and
 // backward inside its own tensor scope, so its activations are released
-// before the next one starts; gradients accumulate; at the window's end the
-// gradients are unscaled (float16), clipped, the optimizer and schedule
-// step, and gradients are set to none.
+// before the next one starts; gradients accumulate. Each micro-batch's loss
+// is weighted by its share of the window's counted items (CountFunc: tokens,
+// frames; samples by default), so the accumulated gradient is that of the
+// whole window's mean — also with ragged, padded micro-batches. On
+// torch.ErrOutOfMemory the window's gradients are dropped (Pass.Reset), the
+// micro-batch is halved and the window redone at the same effective batch;
+// only memory is out of memory (a torch.ErrBackend is returned at once).
 //
-// Micro-batch losses are weighted by their share of the window's samples
-// (1/number of micro-batches when they are equal), so the accumulated
-// gradient is the gradient of the whole effective batch's mean loss — also
-// for a short last micro-batch or window.
+// Engine.GradCache is the window for a loss that couples every sample of the
+// batch (a contrastive loss): embeddings of every micro-batch without grad,
+// the whole window's loss once (its own parameters, a learnable temperature,
+// get their gradient once), then each micro-batch re-embedded with grad under
+// the random generators' snapshot of its first pass and backpropagated with
+// its slice of the cached gradient. Exact, at the memory of one
+// micro-batch's activations plus the embeddings.
 //
-// Out-of-memory adaptation: when a micro-batch's forward or backward raises
-// torch.ErrOutOfMemory, the loop drops the window's gradients, empties the
-// CUDA cache, halves the micro-batch and redoes the window from its start.
-// The effective batch and the data seen do not change, so the parameters
-// end up (within float rounding) where a run with the smaller micro-batch
-// from the start would have put them. An OOM at micro-batch 1, or in the
-// optimizer step (which a smaller micro-batch would not help), is returned.
+// Optim steps one optimizer in PyTorch's order: unscale → hooks (Hook: a
+// point between backward and the step for distributed all-reduce, gradient
+// statistics, offload) → clip → step; then Finish: schedule → gradients set
+// to none → autocast cache cleared. A GradScaler (package amp) keeps state
+// per optimizer: a GAN steps its discriminator's and generator's Optims and
+// updates the one scaler once per iteration. Offload keeps an optimizer's
+// state (and optionally float32 master weights) on the CPU.
+//
+// # The single-model loop
+//
+// Trainer is Engine + Optim + GradScaler for one model and one decomposable
+// loss; Fit adds epochs, evaluation, atomic checkpoints (package ckpt) that
+// a run owns (run ids; it prunes and overwrites only its own, refuses a
+// directory where it would overwrite another run's, removes temporary files
+// of killed writes), bit-exact resume, and stopping on a cancelled context
+// (SIGINT/SIGTERM through report.SignalContext) after saving.
 //
 // Divergence: a step whose loss is NaN or ±Inf skips its update (without a
 // GradScaler; with one, the scaler skips it). After Config.MaxNonFinite
 // such steps in a row (default 5) Step returns a *NonFiniteError
 // (errors.Is(err, ErrNonFinite)). Fit writes no checkpoint while the loss
-// is not finite and none whose parameters are NaN or ±Inf (it stops with
-// the same error instead), so a diverged run leaves its last good
-// checkpoint as the newest on disk.
+// is not finite and none whose parameters are NaN or ±Inf, so a diverged
+// run leaves its last good checkpoint as the newest on disk.
 //
-// Only memory is out of memory: a backend fault (torch.ErrBackend, e.g.
-// oneDNN's std::bad_alloc without a size) is returned at once, not retried.
+// # Events, one thread
 //
-// One thread: Step, Evaluate, FindBatchSize and Fit compute on the
+// Nothing here writes to the terminal: the loop emits events (Message,
+// StepEvent, MemoryEvent, OOMEvent, EvalEvent, CheckpointEvent, EpochEvent,
+// SkipEvent) to a Sink; package report renders them as log lines, a JSONL
+// metrics file and a progress bar.
+//
+// Step, Evaluate, FindBatchSize, the checkpoints and Fit compute on the
 // trainer's libtorch thread (Config.Thread, torch.Main() by default)
 // whichever goroutine calls them, as Python runs its loop on one thread;
-// torch.Thread says why libtorch 1.13 needs it.
-//
-// FindBatchSize searches for the largest micro-batch that fits; Fit adds
-// epochs, evaluation, atomic checkpoints in PyTorch's format, bit-exact
-// resume, signal handling, metrics (JSONL) and a progress bar.
-//
-// Runs and checkpoint directories: each Fit run has a run id, stored in
-// every checkpoint it writes (run_id) and continued by a resumed run. A run
-// prunes and overwrites only its own checkpoints (the files it wrote, and
-// when resumed, its run's files in the same directory); before the first
-// step it refuses, with a *ConflictError, to start where it could write a
-// file of the same name as another run's (FitConfig.Overwrite allows it).
-// Fit also removes, at start, the temporary files of checkpoint writes
-// whose process was killed (.checkpoint_*.pt.tmp-PID-*: the PID is dead and
-// the writer's flock is free), and nothing else.
+// torch.Thread says why libtorch 1.13 needs it. FindBatchSize is
+// memplan.FindBatchSize on the trainer's real step, the model restored
+// after each trial.
 package train
