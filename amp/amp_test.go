@@ -169,34 +169,7 @@ func TestGradScalerMatchesPyTorch(t *testing.T) {
 			}
 		}
 	}
-	pyref.Run(t, `
-		def unscale(grads, found_inf, inv_scale):
-		    for g in grads:
-		        if not torch.isfinite(g).all():
-		            found_inf.fill_(1.0)
-		        g.mul_(inv_scale.item())
-		def update(scale, tracker, found_inf, growth, backoff, interval):
-		    if found_inf.item():
-		        scale.mul_(backoff); tracker.fill_(0)
-		    else:
-		        n = tracker.item() + 1
-		        if n == interval:
-		            if math.isfinite(scale.item() * growth):
-		                scale.mul_(growth)
-		            tracker.fill_(0)
-		        else:
-		            tracker.fill_(n)
-		    return scale
-		torch._amp_foreach_non_finite_check_and_unscale_ = unscale
-		torch._amp_update_scale_ = update
-		import torch.cuda.amp.grad_scaler as gs
-		def replicator_init(self, master):  # drops the is_cuda assertion
-		    self.master = master
-		    self._per_device_tensors = {}
-		gs._MultiDeviceReplicator.__init__ = replicator_init
-		from torch.cuda.amp import GradScaler
-		import warnings; warnings.simplefilter("ignore")
-		torch.cuda.is_available = lambda: True  # keep the scaler enabled on a CPU-only machine
+	pyref.Run(t, pyref.WithCPUGradScaler(`
 		s = GradScaler(init_scale=1024, growth_interval=inp["interval"])
 		s._lazy_init_scale_growth_tracker(torch.device("cpu"))
 		p = torch.zeros(2, dtype=torch.float64, requires_grad=True)
@@ -219,7 +192,7 @@ func TestGradScalerMatchesPyTorch(t *testing.T) {
 		    s.update()
 		    scales.append(s.get_scale())
 		emit({"scales": scales, "stepped": stepped, "params": p.detach().tolist(), "unscaled": []})
-	`, map[string]any{"seq": encoded, "interval": interval}, &want)
+	`), map[string]any{"seq": encoded, "interval": interval}, &want)
 
 	require.Equal(t, want.Scales, scales, "scale trajectory")
 	require.Equal(t, want.Stepped, stepped, "skipped steps")

@@ -215,39 +215,24 @@ func ReadCommon(c *cli.Context) (Common, error) {
 
 // Validate checks the shared settings' ranges.
 func (c Common) Validate() error {
-	for _, f := range []struct {
-		name     string
-		v        int64
-		min, max int64
-	}{
-		{"batch-size", int64(c.BatchSize), 1, MaxBatch},
-		{"grad-accum", int64(c.GradAccum), 1, MaxBatch},
-		{"epochs", int64(c.Epochs), 1, 1 << 20},
-		{"max-steps", int64(c.MaxSteps), 0, math.MaxInt64},
-		{"warmup", int64(c.Warmup), 0, math.MaxInt64},
-		{"empty-cache-every", int64(c.EmptyCacheEvery), 0, math.MaxInt64},
-		{"checkpoint-every", int64(c.CheckpointEvery), 0, math.MaxInt64},
-		{"memory-every", int64(c.MemoryEvery), 0, math.MaxInt64},
-		{"workers", int64(c.Workers), 0, 1024},
-		{"prefetch", int64(c.Prefetch), 0, 1024},
-		{"threads", int64(c.Threads), 0, 1024},
-		{"max-nonfinite-steps", int64(c.MaxNonFinite), -1, math.MaxInt64},
-	} {
-		switch {
-		case f.v < f.min:
-			return &ConfigError{Field: f.name, Value: f.v, Reason: fmt.Sprintf("must be at least %d", f.min)}
-		case f.v > f.max:
-			return &ConfigError{Field: f.name, Value: f.v, Reason: fmt.Sprintf("must be at most %d", f.max)}
-		}
+	if err := CheckRanges(
+		Between("batch-size", int64(c.BatchSize), 1, MaxBatch),
+		Between("grad-accum", int64(c.GradAccum), 1, MaxBatch),
+		Between("epochs", int64(c.Epochs), 1, 1<<20),
+		Between("max-steps", int64(c.MaxSteps), 0, math.MaxInt64),
+		Between("warmup", int64(c.Warmup), 0, math.MaxInt64),
+		Between("empty-cache-every", int64(c.EmptyCacheEvery), 0, math.MaxInt64),
+		Between("checkpoint-every", int64(c.CheckpointEvery), 0, math.MaxInt64),
+		Between("memory-every", int64(c.MemoryEvery), 0, math.MaxInt64),
+		Between("workers", int64(c.Workers), 0, 1024),
+		Between("prefetch", int64(c.Prefetch), 0, 1024),
+		Between("threads", int64(c.Threads), 0, 1024),
+		Between("max-nonfinite-steps", int64(c.MaxNonFinite), -1, math.MaxInt64),
+	); err != nil {
+		return err
 	}
-	if n := int64(c.BatchSize) * int64(c.GradAccum); n > MaxBatch {
-		return &ConfigError{Field: "grad-accum", Value: c.GradAccum, Reason: fmt.Sprintf("the effective batch %d × %d = %d is more than %d", c.BatchSize, c.GradAccum, n, MaxBatch)}
-	}
-	if !(c.LR > 0) || math.IsInf(c.LR, 0) {
-		return &ConfigError{Field: "lr", Value: c.LR, Reason: "must be a finite number > 0"}
-	}
-	if !(c.ClipNorm >= 0) || math.IsInf(c.ClipNorm, 0) {
-		return &ConfigError{Field: "clip-norm", Value: c.ClipNorm, Reason: "must be a finite number >= 0 (0: no clipping)"}
+	if err := CheckStep(c.BatchSize, c.GradAccum, c.LR, c.ClipNorm); err != nil {
+		return err
 	}
 	if !(c.MemoryFraction >= 0 && c.MemoryFraction <= 1) {
 		return &ConfigError{Field: "memory-fraction", Value: c.MemoryFraction, Reason: "must be in [0, 1] (0: none)"}
@@ -259,6 +244,49 @@ func (c Common) Validate() error {
 	}
 	if c.MemoryLimit != "" && c.MemoryFraction > 0 {
 		return &ConfigError{Field: "memory-fraction", Value: c.MemoryFraction, Reason: "give --memory-limit or --memory-fraction, not both"}
+	}
+	return nil
+}
+
+// Range is an integer setting (named by its flag) and the interval it
+// must lie in.
+type Range struct {
+	Name     string
+	V        int64
+	Min, Max int64
+}
+
+// Between is the Range of the setting name with value v.
+func Between(name string, v, min, max int64) Range {
+	return Range{Name: name, V: v, Min: min, Max: max}
+}
+
+// CheckRanges returns a *ConfigError for the first setting outside its
+// range.
+func CheckRanges(rs ...Range) error {
+	for _, r := range rs {
+		switch {
+		case r.V < r.Min:
+			return &ConfigError{Field: r.Name, Value: r.V, Reason: fmt.Sprintf("must be at least %d", r.Min)}
+		case r.V > r.Max:
+			return &ConfigError{Field: r.Name, Value: r.V, Reason: fmt.Sprintf("must be at most %d", r.Max)}
+		}
+	}
+	return nil
+}
+
+// CheckStep checks what every optimizer step depends on: an effective
+// batch of at most MaxBatch, a finite learning rate above 0, a finite
+// clipping norm of at least 0 (0: none).
+func CheckStep(batch, accum int, lr, clip float64) error {
+	if n := int64(batch) * int64(accum); n > MaxBatch {
+		return &ConfigError{Field: "grad-accum", Value: accum, Reason: fmt.Sprintf("the effective batch %d × %d = %d is more than %d", batch, accum, n, MaxBatch)}
+	}
+	if !(lr > 0) || math.IsInf(lr, 0) {
+		return &ConfigError{Field: "lr", Value: lr, Reason: "must be a finite number > 0"}
+	}
+	if !(clip >= 0) || math.IsInf(clip, 0) {
+		return &ConfigError{Field: "clip-norm", Value: clip, Reason: "must be a finite number >= 0 (0: no clipping)"}
 	}
 	return nil
 }

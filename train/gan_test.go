@@ -106,36 +106,7 @@ func TestGANMatchesPython(t *testing.T) {
 		Scales             []float64
 		DSkipped, GSkipped []bool
 	}
-	pyref.Run(t, `
-		def unscale(grads, found_inf, inv_scale):
-		    for g in grads:
-		        if not torch.isfinite(g).all():
-		            found_inf.fill_(1.0)
-		        g.mul_(inv_scale.item())
-		def update(scale, tracker, found_inf, growth, backoff, interval):
-		    if found_inf.item():
-		        scale.mul_(backoff); tracker.fill_(0)
-		    else:
-		        n = tracker.item() + 1
-		        if n == interval:
-		            if math.isfinite(scale.item() * growth):
-		                scale.mul_(growth)
-		            tracker.fill_(0)
-		        else:
-		            tracker.fill_(n)
-		    return scale
-		torch._amp_foreach_non_finite_check_and_unscale_ = unscale
-		torch._amp_update_scale_ = update
-		import torch.cuda.amp.grad_scaler as gs
-		def replicator_init(self, master):
-		    self.master = master
-		    self._per_device_tensors = {}
-		gs._MultiDeviceReplicator.__init__ = replicator_init
-		from torch.cuda.amp import GradScaler
-		import warnings; warnings.simplefilter("ignore")
-		torch.cuda.is_available = lambda: True
-		# GradScaler.scale without its is_cuda assertion: the rest of its body.
-		GradScaler.scale = lambda self, out: out * self._scale.to(device=out.device, non_blocking=True)
+	pyref.Run(t, pyref.WithCPUGradScaler(`
 		nn = torch.nn
 		F = nn.functional
 		def load(m, w):
@@ -185,7 +156,7 @@ func TestGANMatchesPython(t *testing.T) {
 		emit({"Gen": {k: v.flatten().tolist() for k, v in gen.state_dict().items()},
 		      "Disc": {k: v.flatten().tolist() for k, v in disc.state_dict().items()},
 		      "Scales": scales, "DSkipped": dSkipped, "GSkipped": gSkipped})
-	`, map[string]any{"g0": g0, "d0": d0, "real": nested(real), "cond": nested(cond), "zs": nestedAll(zs)}, &want)
+	`), map[string]any{"g0": g0, "d0": d0, "real": nested(real), "cond": nested(cond), "zs": nestedAll(zs)}, &want)
 
 	require.Equal(t, want.Scales, scales, "scale trajectory")
 	require.Equal(t, want.DSkipped, dSkipped, "discriminator steps skipped")

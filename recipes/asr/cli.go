@@ -141,15 +141,11 @@ func planCommand() *cli.Command {
 		Usage: "print the memory plan for --memory-limit (or --vram): micro-batch, accumulation, precision, checkpointing, from measured dry runs",
 		Flags: trainFlags(),
 		Action: func(c *cli.Context) error {
-			run, err := recipes.Prepare(c, nil)
+			run, cfg, err := prepareTrain(c)
 			if err != nil {
 				return err
 			}
 			defer run.Close()
-			cfg, err := TrainConfigFrom(c, run)
-			if err != nil {
-				return err
-			}
 			res, err := planFor(run, cfg)
 			res.Table(os.Stdout)
 			if err != nil {
@@ -161,6 +157,21 @@ func planCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// prepareTrain sets a training command's run up and reads its
+// configuration; the caller closes the run when err is nil.
+func prepareTrain(c *cli.Context) (*recipes.Run, TrainConfig, error) {
+	run, err := recipes.Prepare(c, nil)
+	if err != nil {
+		return nil, TrainConfig{}, err
+	}
+	cfg, err := TrainConfigFrom(c, run)
+	if err != nil {
+		run.Close()
+		return nil, TrainConfig{}, err
+	}
+	return run, cfg, nil
 }
 
 // TrainConfigFrom builds the training configuration of a run from the
@@ -203,15 +214,11 @@ func trainCommand() *cli.Command {
 		Usage: "train (or resume) a conformer",
 		Flags: trainFlags(),
 		Action: func(c *cli.Context) error {
-			run, err := recipes.Prepare(c, nil)
+			run, cfg, err := prepareTrain(c)
 			if err != nil {
 				return err
 			}
 			defer run.Close()
-			cfg, err := TrainConfigFrom(c, run)
-			if err != nil {
-				return err
-			}
 			if c.Bool("plan") {
 				plan, err := planFor(run, cfg)
 				if err != nil {
