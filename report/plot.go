@@ -3,6 +3,7 @@ package report
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 
@@ -13,6 +14,9 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 )
+
+// ErrNoSteps is PlotMetrics' error for a metrics file without step records.
+var ErrNoSteps = errors.New("no step records")
 
 // PlotMetrics renders the loss and memory curves of a metrics JSONL file
 // (written by Metrics) into a PNG: loss per step on top, allocated and peak
@@ -36,7 +40,7 @@ func PlotMetrics(jsonl, png string) error {
 			Peak      *float64 `json:"peak"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			return fmt.Errorf("train: %s line %d: %w", jsonl, line, err)
+			return fmt.Errorf("report: %s line %d: %w", jsonl, line, err)
 		}
 		if m.Step == nil {
 			continue
@@ -55,7 +59,7 @@ func PlotMetrics(jsonl, png string) error {
 		return err
 	}
 	if len(loss) == 0 {
-		return fmt.Errorf("train: %s has no step records", jsonl)
+		return fmt.Errorf("report: %s: %w", jsonl, ErrNoSteps)
 	}
 	top := plot.New()
 	top.Title.Text = "training loss"
