@@ -246,10 +246,12 @@ tfd_err tfd_tcp_store(const char* host, int32_t port, int32_t world, int64_t tim
     c10d::TCPStoreOptions o;
     o.port = static_cast<std::uint16_t>(port);
     o.isServer = false;
+    // As Python's clients do: a client counts itself in (the "init/" key),
+    // which a c10d server in rank 0 (Python's) waits for in its constructor.
     if (world > 0) {
       o.numWorkers = static_cast<std::size_t>(world);
     }
-    o.waitWorkers = false;
+    o.waitWorkers = world > 0;
     o.timeout = ms(timeout_ms);
     auto s = c10::make_intrusive<c10d::TCPStore>(std::string(host), o);
     *out = new tfd_store_s{s, ms(timeout_ms)};

@@ -101,7 +101,7 @@ func toF64(t *torch.Tensor) []float64 {
 // Every collective on 1, 2 and 3 ranks as separate processes on loopback.
 func TestCollectives(t *testing.T) {
 	for _, w := range []int{1, 2, 3} {
-		res := spawn(t, "collectives", w, 60*time.Second, nil, nil)
+		res := spawn(t, job{helper: "collectives", world: w, limit: 60 * time.Second})
 		ww := float64(w)
 		for _, r := range res {
 			var out collectivesOut

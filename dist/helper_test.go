@@ -92,24 +92,45 @@ func freePort(t *testing.T) int {
 	return port
 }
 
-// spawn runs helper name as world ranks on loopback and waits (at most
-// limit) for all of them. env adds variables to every rank (and per rank
-// with rankEnv).
-func spawn(t *testing.T, name string, world int, limit time.Duration, env []string, rankEnv func(rank int) []string) []rankResult {
+// job describes ranks to start on loopback.
+type job struct {
+	helper  string        // the Go helper every rank runs
+	world   int           // ranks
+	limit   time.Duration // for all of them together
+	env     []string      // added to every rank's environment
+	rankEnv func(rank int) []string
+	// python, when set, says which ranks run /usr/bin/python3 with these
+	// arguments instead of the Go helper.
+	python func(rank int) []string
+	port   int // MASTER_PORT (0: a free one)
+}
+
+// spawn runs j's ranks and waits (at most j.limit) for all of them.
+func spawn(t *testing.T, j job) []rankResult {
 	t.Helper()
-	port := freePort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	if j.port == 0 {
+		j.port = freePort(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), j.limit)
 	defer cancel()
-	res := make([]rankResult, world)
+	res := make([]rankResult, j.world)
 	var wg sync.WaitGroup
-	for r := 0; r < world; r++ {
-		e := dist.Env{Rank: r, World: world, LocalRank: r, LocalWorld: world, MasterAddr: "127.0.0.1", MasterPort: port}
+	for r := 0; r < j.world; r++ {
+		e := dist.Env{Rank: r, World: j.world, LocalRank: r, LocalWorld: j.world, MasterAddr: "127.0.0.1", MasterPort: j.port}
+		env := append(append(os.Environ(), helperVar+"="+j.helper), e.Vars()...)
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-		cmd.Env = append(append(os.Environ(), helperVar+"="+name), e.Vars()...)
-		cmd.Env = append(cmd.Env, env...)
-		if rankEnv != nil {
-			cmd.Env = append(cmd.Env, rankEnv(r)...)
+		if j.python != nil {
+			if args := j.python(r); args != nil {
+				cmd = exec.CommandContext(ctx, "/usr/bin/python3", args...)
+				// Python's Gloo binds to the host name's address by default.
+				env = append(env, "GLOO_SOCKET_IFNAME=lo")
+			}
 		}
+		env = append(env, j.env...)
+		if j.rankEnv != nil {
+			env = append(env, j.rankEnv(r)...)
+		}
+		cmd.Env = env
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		wg.Add(1)
@@ -121,7 +142,7 @@ func spawn(t *testing.T, name string, world int, limit time.Duration, env []stri
 		}()
 	}
 	wg.Wait()
-	require.NoError(t, ctx.Err(), "ranks of %s did not finish within %v", name, limit)
+	require.NoError(t, ctx.Err(), "ranks of %s did not finish within %v", j.helper, j.limit)
 	return res
 }
 

@@ -181,4 +181,3 @@ func (s *Store) barrier(key string, world int, timeout time.Duration) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
