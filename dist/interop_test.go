@@ -122,7 +122,7 @@ func TestStoreServerSpeaksTCPStore(t *testing.T) {
 		"get": "hello", "add1": 5.0, "add2": 3.0, "n": "3",
 		"cas_absent": "first", "cas_match": "second", "cas_mismatch": "second",
 		"num_keys": got["num_keys"],
-		"delete": true, "delete_again": false,
+		"delete":   true, "delete_again": false,
 		"from_go": "gopher", "wait_timeout": true,
 	}, got)
 	require.GreaterOrEqual(t, got["num_keys"], 3.0)

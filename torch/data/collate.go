@@ -234,7 +234,8 @@ func PadCollate(pad map[string]Pad) func([]Sample) (*Batch, error) {
 
 func collate(samples []Sample, pad map[string]Pad) (_ *Batch, err error) {
 	if len(samples) == 0 {
-		return nil, fmt.Errorf("data: collate: no samples")
+		// A rank's empty part of a short last batch (Shard).
+		return &Batch{Fields: map[string]*torch.Tensor{}}, nil
 	}
 	names := sortedKeys(samples[0])
 	for name := range pad {

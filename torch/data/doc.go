@@ -73,6 +73,17 @@
 // exactly that batch, so a run split across a checkpoint yields the same
 // batches as a straight one.
 //
+// Data parallel: with Options.Shard{Rank, World} each of World loaders
+// (one per rank, same Seed) delivers its rank's contiguous part of each
+// global batch of BatchSize × World samples of the epoch's order: the
+// ranks' parts are disjoint and together are what one loader with
+// BatchSize × World delivers; every rank has the same number of batches; a
+// short last batch is split as evenly as it goes (a rank may get an empty
+// batch: Collate and PadCollate of no samples give a batch of size 0). A
+// sharded State also records the samples of the epoch delivered over all
+// ranks, so a run resumes with another number of ranks at the same sample,
+// none skipped or repeated.
+//
 // Close stops the workers, releases undelivered batches and waits for every
 // goroutine the loader started; a worker inside Get finishes that call first.
 package data

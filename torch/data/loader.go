@@ -33,6 +33,24 @@ type Options struct {
 	Device torch.Device
 	// Resume, when set, starts at that position (its Seed replaces Seed).
 	Resume *State
+	// Shard makes the loader deliver one rank's part of each batch, for
+	// data-parallel training (see Shard). The zero value: one process.
+	Shard Shard
+}
+
+// Shard is a rank's place in a data-parallel run. Every rank's loader draws
+// the same permutation (same Seed) and cuts it into global batches of
+// BatchSize × World samples; rank Rank gets its contiguous part of each, so
+// the ranks' batches are disjoint and together are the batch one process
+// with BatchSize × World would see (PyTorch's DistributedSampler draws a
+// shard per epoch the same way). Each rank has the same number of batches
+// per epoch. A short last global batch (DropLast false) is split as evenly
+// as it goes: parts differ by at most one sample, and a rank may get none
+// (an empty batch) — the training core weights each rank's loss by its
+// share of the samples counted over all ranks, so the mean stays right.
+// World 0 or 1 is one process.
+type Shard struct {
+	Rank, World int
 }
 
 // State is a loader's position: the next batch it delivers is batch Batch
@@ -42,6 +60,13 @@ type State struct {
 	Epoch int    `json:"epoch"`
 	Batch int    `json:"batch"`
 	Seed  uint64 `json:"seed"`
+	// Samples counts the samples of epoch Epoch that the batches before
+	// Batch held over all ranks, and World the ranks they were split over:
+	// set by a sharded loader (World > 1) only, so that a run can resume
+	// with another number of ranks (the next batch then starts at sample
+	// Samples of the epoch's order, none skipped or repeated).
+	Samples int `json:"samples,omitempty"`
+	World   int `json:"world,omitempty"`
 }
 
 // Stats are a loader's counters.
@@ -79,6 +104,11 @@ type Loader[S any, B TensorBatch] struct {
 	n       int // dataset length, fixed at creation
 	nb      int // batches per epoch
 	cuda    bool
+	world   int // ranks sharing each batch (1: none)
+	gb      int // samples per global batch: BatchSize × world
+	// base is where batch 0 of epoch baseEpoch starts in its order: 0,
+	// except in the epoch a run resumed in with another number of ranks.
+	base, baseEpoch int
 
 	epoch, batch int
 	perm         []int // this epoch's order (nil until needed)
@@ -103,14 +133,18 @@ func NewLoader[S any, B TensorBatch](ds Dataset[S], collate func([]S) (B, error)
 		return nil, fmt.Errorf("data: NewLoader: negative BatchSize, Workers or Prefetch (%d, %d, %d)",
 			opt.BatchSize, opt.Workers, opt.Prefetch)
 	}
-	l := &Loader[S, B]{ds: ds, collate: collate, opt: opt, n: ds.Len()}
+	l := &Loader[S, B]{ds: ds, collate: collate, opt: opt, n: ds.Len(), world: 1}
 	if l.n < 0 {
 		return nil, fmt.Errorf("data: NewLoader: dataset length %d", l.n)
 	}
-	l.nb = l.n / opt.BatchSize
-	if !opt.DropLast && l.n%opt.BatchSize != 0 {
-		l.nb++
+	if sh := opt.Shard; sh.World > 1 || sh.Rank != 0 {
+		if sh.World < 1 || sh.Rank < 0 || sh.Rank >= sh.World {
+			return nil, fmt.Errorf("data: NewLoader: shard rank %d of %d", sh.Rank, sh.World)
+		}
+		l.world = sh.World
 	}
+	l.gb = opt.BatchSize * l.world
+	l.nb = l.batches(0)
 	switch opt.Device.Type {
 	case torch.DeviceCPU:
 	case torch.DeviceCUDA:
@@ -122,28 +156,82 @@ func NewLoader[S any, B TensorBatch](ds Dataset[S], collate func([]S) (B, error)
 		return nil, fmt.Errorf("data: NewLoader: unsupported device %v", opt.Device)
 	}
 	if r := opt.Resume; r != nil {
-		if r.Epoch < 0 || r.Batch < 0 || r.Batch > l.nb {
+		same := max(r.World, 1) == l.world
+		if r.Epoch < 0 || r.Batch < 0 || (same && r.Batch > l.nb) || r.Samples < 0 || r.Samples > l.n || r.World < 0 {
 			return nil, fmt.Errorf("data: NewLoader: resume state %+v outside [0, %d] batches per epoch", *r, l.nb)
 		}
 		l.opt.Seed = r.Seed
 		l.epoch, l.batch = r.Epoch, r.Batch
+		if !same {
+			// Another number of ranks: continue at the same sample of the
+			// epoch's order. A position without Samples (one process) was
+			// taken at the same global batch size.
+			samples := r.Samples
+			if r.World <= 1 {
+				samples = min(r.Batch*l.gb, l.n)
+			}
+			l.batch, l.base, l.baseEpoch = samples/l.gb, samples%l.gb, r.Epoch
+			l.nb = l.batches(l.epoch)
+		}
 	}
 	return l, nil
 }
 
-// Len returns the number of batches per epoch.
+// batches returns the number of batches of epoch e.
+func (l *Loader[S, B]) batches(e int) int {
+	n := l.n - l.baseOf(e)
+	nb := n / l.gb
+	if !l.opt.DropLast && n%l.gb != 0 {
+		nb++
+	}
+	return nb
+}
+
+func (l *Loader[S, B]) baseOf(e int) int {
+	if e == l.baseEpoch {
+		return l.base
+	}
+	return 0
+}
+
+// span returns the positions in epoch e's order of this rank's part of
+// batch k.
+func (l *Loader[S, B]) span(e, k int) (lo, hi int) {
+	lo = l.baseOf(e) + k*l.gb
+	hi = min(lo+l.gb, l.n)
+	if l.world == 1 {
+		return lo, hi
+	}
+	n, r := hi-lo, l.opt.Shard.Rank
+	part, extra := n/l.world, n%l.world
+	lo += r*part + min(r, extra)
+	hi = lo + part
+	if r < extra {
+		hi++
+	}
+	return lo, hi
+}
+
+// Len returns the number of batches per epoch (of the current one, which
+// may have one less after a resume with another number of ranks).
 func (l *Loader[S, B]) Len() int { return l.nb }
 
 // State returns the position of the next batch.
 func (l *Loader[S, B]) State() State {
-	return State{Epoch: l.epoch, Batch: l.batch, Seed: l.opt.Seed}
+	st := State{Epoch: l.epoch, Batch: l.batch, Seed: l.opt.Seed}
+	if l.world > 1 {
+		st.Samples = min(l.baseOf(l.epoch)+l.batch*l.gb, l.n)
+		st.World = l.world
+	}
+	return st
 }
 
 // Stats returns the loader's counters.
 func (l *Loader[S, B]) Stats() Stats { return l.stats }
 
 // Permutation returns the sample order of epoch e (the identity without
-// Shuffle): batch k holds positions k·BatchSize … of it.
+// Shuffle): batch k holds positions k·BatchSize … of it (with a Shard, the
+// rank's part of positions k·BatchSize·World …).
 func (l *Loader[S, B]) Permutation(e int) []int {
 	p := make([]int, l.n)
 	for i := range p {
@@ -161,8 +249,8 @@ func (l *Loader[S, B]) Permutation(e int) []int {
 
 // indices returns the dataset indices of batch k of the current epoch.
 func (l *Loader[S, B]) indices(k int) []int {
-	lo := k * l.opt.BatchSize
-	return l.perm[lo:min(lo+l.opt.BatchSize, l.n)]
+	lo, hi := l.span(l.epoch, k)
+	return l.perm[lo:hi]
 }
 
 // Next returns the next batch of the current epoch, or io.EOF at its end;
@@ -183,6 +271,7 @@ func (l *Loader[S, B]) Next(ctx context.Context) (B, error) {
 	if l.batch >= l.nb {
 		// The workers, if any, are already building the next epoch.
 		l.epoch, l.batch, l.perm = l.epoch+1, 0, nil
+		l.nb = l.batches(l.epoch)
 		return zero, io.EOF
 	}
 	if l.perm == nil {
@@ -367,14 +456,14 @@ func (l *Loader[S, B]) startPipeline() *pipeline[B] {
 			if e != epoch {
 				perm = l.Permutation(e)
 			}
-			for k := first; k < l.nb; k++ {
+			for k, nb := first, l.batches(e); k < nb; k++ {
 				select {
 				case p.slots <- struct{}{}:
 				case <-p.stop:
 					return
 				}
-				lo := k * l.opt.BatchSize
-				t := &task[B]{e: e, k: k, idx: perm[lo:min(lo+l.opt.BatchSize, l.n)], done: make(chan result[B], 1)}
+				lo, hi := l.span(e, k)
+				t := &task[B]{e: e, k: k, idx: perm[lo:hi], done: make(chan result[B], 1)}
 				p.pending <- t // never blocks: len(pending) ≤ slots taken
 				select {
 				case tasks <- t:
