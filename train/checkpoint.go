@@ -52,9 +52,40 @@ type Checkpoint struct {
 
 // SaveCheckpoint writes the trainer's complete state to path atomically
 // (package ckpt's format). It belongs to no run: Fit writes its own with
-// the run's id.
+// the run's id. Data parallel (Config.Parallel), every rank calls it and
+// rank 0 writes; an optimizer whose state is split over the ranks
+// (GatheredState) is gathered first, so the file holds the whole state.
 func (t *Trainer) SaveCheckpoint(path string, loader data.State, epoch int, meta *ptfile.Dict) error {
-	return t.saveCheckpoint(path, loader, epoch, meta, "", nil)
+	return t.withGathered(func() error {
+		if !t.writer() {
+			return nil
+		}
+		return t.saveCheckpoint(path, loader, epoch, meta, "", nil)
+	})
+}
+
+// writer says whether this process writes checkpoints: rank 0 of a data
+// parallel run, or the only process.
+func (t *Trainer) writer() bool { return t.cfg.Parallel == nil || t.cfg.Parallel.Rank() == 0 }
+
+// withGathered runs fn with a GatheredState optimizer's whole state
+// gathered (on every rank: a collective), and fn alone otherwise.
+func (t *Trainer) withGathered(fn func() error) error {
+	g, ok := t.Opt.(GatheredState)
+	if !ok {
+		return fn()
+	}
+	var release func()
+	err := t.Thread().DoErr(func() error {
+		var err error
+		release, err = g.GatherState()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer t.Thread().Do(release)
+	return fn()
 }
 
 func (t *Trainer) saveCheckpoint(path string, loader data.State, epoch int, meta *ptfile.Dict, runID string, runFiles []string) error {

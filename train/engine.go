@@ -39,6 +39,12 @@ type EngineConfig struct {
 	BeforeBackward func(k, n int)
 	// Events receives the engine's events (out-of-memory adaptation).
 	Events Sink
+	// Parallel, when set, makes each window data parallel (see Parallel):
+	// the loss is weighted by the items counted over all ranks, the last
+	// backward of a window reduces the gradients, the window's loss and
+	// samples are summed over the ranks. An empty batch (a rank's empty
+	// part of a short last batch) is then a window with no micro-batches.
+	Parallel Parallel
 }
 
 // Engine runs windows — the micro-batches of one effective batch — moving
@@ -116,18 +122,22 @@ func (e *Engine) Autocast(fn func()) {
 // (scaled by p.Scaler). b stays the caller's, on the CPU.
 func (e *Engine) Backward(b *data.Batch, p Pass) (Window, error) {
 	size := b.Size()
-	if size == 0 {
+	if size == 0 && e.cfg.Parallel == nil {
 		return Window{}, fmt.Errorf("train: empty batch")
 	}
 	if p.Loss == nil {
 		return Window{}, fmt.Errorf("train: no loss function")
 	}
-	return e.retry(size, p, func() (Window, error) { return e.backward(b, size, p) })
+	if e.cfg.Parallel != nil {
+		return e.parallelBackward(b, size, p)
+	}
+	return e.retry(size, p, nil, func() (Window, error) { return e.backward(b, size, p, nil) })
 }
 
 // retry runs one attempt at a window and, on out-of-memory, resets, halves
-// the micro-batch and tries again.
-func (e *Engine) retry(size int, p Pass, attempt func() (Window, error)) (Window, error) {
+// the micro-batch and tries again — unless final says the failed attempt
+// cannot be redone.
+func (e *Engine) retry(size int, p Pass, final func() bool, attempt func() (Window, error)) (Window, error) {
 	retries := 0
 	for {
 		w, err := attempt()
@@ -139,6 +149,9 @@ func (e *Engine) retry(size int, p Pass, attempt func() (Window, error)) (Window
 			p.Reset()
 		}
 		torch.EmptyCache()
+		if final != nil && final() {
+			return Window{}, fmt.Errorf("%w: %w", ErrDesync, err)
+		}
 		if !errors.Is(err, torch.ErrOutOfMemory) || e.cfg.NoOOMAdapt {
 			return Window{}, err
 		}
@@ -153,9 +166,64 @@ func (e *Engine) retry(size int, p Pass, attempt func() (Window, error)) (Window
 	}
 }
 
+// parallelSync is a data-parallel window's state across its attempts.
+type parallelSync struct {
+	total     float64 // items counted over all ranks
+	committed bool    // the gradient reduction started: no retry
+}
+
+// parallelBackward is Backward for a data-parallel window.
+func (e *Engine) parallelBackward(b *data.Batch, size int, p Pass) (Window, error) {
+	par := e.cfg.Parallel
+	if err := par.StartWindow(); err != nil {
+		return Window{}, err
+	}
+	sync := &parallelSync{}
+	if size > 0 {
+		// The total does not depend on the split: counted once for every
+		// attempt (a redone window keeps its weights).
+		_, local, err := e.counts(b, size)
+		if err != nil {
+			return Window{}, err
+		}
+		sync.total = local
+	}
+	v := []float64{sync.total}
+	if err := par.SumFloats(v); err != nil {
+		return Window{}, err
+	}
+	if sync.total = v[0]; sync.total == 0 {
+		return Window{}, fmt.Errorf("train: the window counts no items on any rank")
+	}
+	w, err := e.retry(size, p, func() bool { return sync.committed }, func() (Window, error) { return e.backward(b, size, p, sync) })
+	if err != nil {
+		return w, err
+	}
+	// Every rank reports the global window, and takes the same decisions
+	// on a non-finite loss.
+	v = []float64{w.Loss, float64(w.Samples)}
+	if err := par.SumFloats(v); err != nil {
+		return Window{}, err
+	}
+	w.Loss, w.Samples, w.Count = v[0], int(v[1]), sync.total
+	return w, nil
+}
+
 // weights returns each micro-batch's share of the window's counted items
 // and their total.
 func (e *Engine) weights(b *data.Batch, size int) ([]float64, float64, error) {
+	counts, total, err := e.counts(b, size)
+	if err != nil {
+		return nil, 0, err
+	}
+	if total == 0 {
+		return nil, 0, fmt.Errorf("train: the window counts no items")
+	}
+	return counts, total, nil
+}
+
+// counts returns each micro-batch's counted items and their total.
+func (e *Engine) counts(b *data.Batch, size int) ([]float64, float64, error) {
 	var counts []float64
 	var total float64
 	for i := 0; i < size; i += e.micro {
@@ -180,20 +248,36 @@ func (e *Engine) weights(b *data.Batch, size int) ([]float64, float64, error) {
 	for _, c := range counts {
 		total += c
 	}
-	if total == 0 {
-		return nil, 0, fmt.Errorf("train: the window counts no items")
-	}
 	return counts, total, nil
 }
 
-func (e *Engine) backward(b *data.Batch, size int, p Pass) (Window, error) {
+// backward runs one attempt at a window; sync is nil unless the window is
+// data parallel.
+func (e *Engine) backward(b *data.Batch, size int, p Pass, sync *parallelSync) (Window, error) {
 	w := Window{Samples: size, MicroBatch: e.micro}
-	counts, total, err := e.weights(b, size)
+	var counts []float64
+	var total float64
+	var err error
+	if sync == nil {
+		counts, total, err = e.weights(b, size)
+	} else {
+		counts, _, err = e.counts(b, size)
+		total = sync.total // over all ranks
+	}
 	if err != nil {
 		return w, err
 	}
 	w.Count = total
 	n := len(counts)
+	par := e.cfg.Parallel
+	if sync != nil && n == 0 {
+		// No samples here: the gradients this rank adds are zeros.
+		if err := par.BeforeBackward(true); err != nil {
+			return w, err
+		}
+		sync.committed = true
+		return w, par.AfterBackward()
+	}
 	for k, i := 0, 0; i < size; k, i = k+1, i+e.micro {
 		j := min(i+e.micro, size)
 		err := torch.TidyErr(func() error {
@@ -217,6 +301,13 @@ func (e *Engine) backward(b *data.Batch, size int, p Pass) (Window, error) {
 			if e.cfg.BeforeBackward != nil {
 				e.cfg.BeforeBackward(k, n)
 			}
+			if sync != nil {
+				last := k == n-1
+				if err := par.BeforeBackward(last); err != nil {
+					return err
+				}
+				sync.committed = sync.committed || last
+			}
 			p.Scaler.Scale(weighted).Backward()
 			return nil
 		})
@@ -224,6 +315,11 @@ func (e *Engine) backward(b *data.Batch, size int, p Pass) (Window, error) {
 			return w, err
 		}
 		w.Micro++
+	}
+	if sync != nil {
+		if err := par.AfterBackward(); err != nil {
+			return w, err
+		}
 	}
 	return w, nil
 }

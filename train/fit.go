@@ -107,7 +107,12 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		events = t.cfg.Events
 	}
 	logf := func(format string, args ...any) { emit(events, Message{Text: fmt.Sprintf(format, args...)}) }
+	par := t.cfg.Parallel
+	writer := t.writer()
 	r := &run{dir: fc.CheckpointDir, keep: fc.KeepLast, owned: map[string]bool{}}
+	if !writer {
+		r.dir = "" // rank 0 writes and prunes; the others only take part in saving
+	}
 	if r.dir != "" {
 		removed, err := removeOrphanTemps(r.dir)
 		if len(removed) > 0 {
@@ -143,31 +148,8 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		return res, err
 	}
 	defer loader.Close()
-	if r.dir != "" {
-		// Every step from here to the last one may be saved (at an
-		// interruption), and every epoch end.
-		last := t.step + (fc.Epochs-epoch)*loader.Len()
-		if fc.MaxSteps > 0 {
-			last = min(last, max(fc.MaxSteps, t.step))
-		}
-		clash, others, err := r.conflicts(t.step, last, epoch, fc.Epochs)
-		if err != nil {
-			return res, fmt.Errorf("train: %w", err)
-		}
-		if resumed {
-			// Files of the resumed run written after the file it resumes
-			// from (resuming from an earlier checkpoint): the run's own.
-			clash = r.claim(clash)
-		}
-		if len(clash) > 0 && !fc.Overwrite {
-			return res, &ConflictError{Dir: r.dir, Files: clash}
-		}
-		if len(clash) > 0 {
-			logf("%s of another run in %s may be overwritten, as asked (Overwrite)", nameList(clash), r.dir)
-		}
-		if others > 0 {
-			logf("%s also holds %d checkpoint(s) that are not this run's (%s): it leaves them alone", r.dir, others, r.id)
-		}
+	if err := agreeOn(par, func() error { return r.check(t, fc, resumed, epoch, loader, logf) }); err != nil {
+		return res, err
 	}
 	if fc.Start != nil {
 		if err := fc.Start(); err != nil {
@@ -177,26 +159,40 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 	// save writes a checkpoint of the run at epoch (a step checkpoint when
 	// step is set, which prunes the run's oldest step checkpoints).
 	save := func(path string, epoch int, step bool) (err error) {
-		if r.dir == "" {
+		if fc.CheckpointDir == "" {
 			return nil
 		}
 		if ok, err := t.checkpointable(); !ok {
 			return err // nil: the loss is not finite now; keep the last good checkpoint
 		}
+		if !writer {
+			// Take part in gathering sharded optimizer state, and learn
+			// whether rank 0 wrote the file.
+			res.Checkpoint = path
+			return agreeOn(par, func() error { return t.withGathered(func() error { return nil }) })
+		}
 		name := filepath.Base(path)
-		if !r.owned[name] && !fc.Overwrite {
-			// Checked before the first step too: this catches a run that
-			// started in the same directory since.
-			if _, err := os.Lstat(path); err == nil {
-				return &ConflictError{Dir: r.dir, Files: []string{name}}
-			}
-		}
-		n := -1
-		if step {
-			n = t.step
-		}
-		if err := t.saveCheckpoint(path, loader.State(), epoch, fc.Meta, r.id, r.stepFiles(n)); err != nil {
-			return fmt.Errorf("train: saving %s: %w", path, err)
+		err = agreeOn(par, func() error {
+			return t.withGathered(func() error {
+				if !r.owned[name] && !fc.Overwrite {
+					// Checked before the first step too: this catches a run that
+					// started in the same directory since.
+					if _, err := os.Lstat(path); err == nil {
+						return &ConflictError{Dir: r.dir, Files: []string{name}}
+					}
+				}
+				n := -1
+				if step {
+					n = t.step
+				}
+				if err := t.saveCheckpoint(path, loader.State(), epoch, fc.Meta, r.id, r.stepFiles(n)); err != nil {
+					return fmt.Errorf("train: saving %s: %w", path, err)
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return err
 		}
 		r.own(name)
 		res.Checkpoint = path
@@ -217,21 +213,39 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 	}
 	for ; epoch < fc.Epochs; epoch++ {
 		emit(events, EpochEvent{Epoch: epoch + 1, Epochs: fc.Epochs, Batches: loader.Len()})
-		for {
-			if err := ctx.Err(); err != nil {
-				if fc.CheckpointDir == "" {
-					return res, ErrInterrupted
-				}
-				if err := save(ckpt.StepPath(fc.CheckpointDir, t.step), epoch, true); err != nil {
-					return res, err
-				}
-				logf("interrupted at step %d: saved %s", t.step, res.Checkpoint)
+		interrupted := func() (FitResult, error) {
+			if fc.CheckpointDir == "" {
 				return res, ErrInterrupted
+			}
+			if err := save(ckpt.StepPath(fc.CheckpointDir, t.step), epoch, true); err != nil {
+				return res, err
+			}
+			logf("interrupted at step %d: saved %s", t.step, res.Checkpoint)
+			return res, ErrInterrupted
+		}
+		for {
+			if par == nil {
+				if err := ctx.Err(); err != nil {
+					return interrupted()
+				}
 			}
 			if fc.MaxSteps > 0 && t.step >= fc.MaxSteps {
 				break
 			}
 			b, err := loader.Next(ctx)
+			if par != nil {
+				// Every rank stops at the same step: an interruption any
+				// rank saw (its signal, its cancelled context) stops all.
+				stop, aerr := agree(par, ctx.Err() != nil || errors.Is(err, context.Canceled))
+				if aerr != nil {
+					b.Free()
+					return res, aerr
+				}
+				if stop {
+					b.Free()
+					return interrupted()
+				}
+			}
 			if errors.Is(err, io.EOF) {
 				break
 			}
@@ -275,4 +289,62 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		}
 	}
 	return res, nil
+}
+
+// check refuses a checkpoint directory where the run would overwrite
+// another run's files (unless Overwrite), before the first step.
+func (r *run) check(t *Trainer, fc FitConfig, resumed bool, epoch int, loader Loader, logf func(string, ...any)) error {
+	if r.dir == "" {
+		return nil
+	}
+	// Every step from here to the last one may be saved (at an
+	// interruption), and every epoch end.
+	last := t.step + (fc.Epochs-epoch)*loader.Len()
+	if fc.MaxSteps > 0 {
+		last = min(last, max(fc.MaxSteps, t.step))
+	}
+	clash, others, err := r.conflicts(t.step, last, epoch, fc.Epochs)
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	if resumed {
+		// Files of the resumed run written after the file it resumes
+		// from (resuming from an earlier checkpoint): the run's own.
+		clash = r.claim(clash)
+	}
+	if len(clash) > 0 && !fc.Overwrite {
+		return &ConflictError{Dir: r.dir, Files: clash}
+	}
+	if len(clash) > 0 {
+		logf("%s of another run in %s may be overwritten, as asked (Overwrite)", nameList(clash), r.dir)
+	}
+	if others > 0 {
+		logf("%s also holds %d checkpoint(s) that are not this run's (%s): it leaves them alone", r.dir, others, r.id)
+	}
+	return nil
+}
+
+// ErrOtherRank is returned by a rank of a data-parallel run when another
+// rank failed at a point where all agree (rank 0 could not write a
+// checkpoint, or refused the checkpoint directory): that rank reports the
+// cause.
+var ErrOtherRank = errors.New("train: another rank failed")
+
+// agreeOn runs fn and, data parallel, tells every rank whether it failed
+// on any rank (one all-reduce), so that all stop together.
+func agreeOn(par Parallel, fn func() error) error {
+	err := fn()
+	if par == nil {
+		return err
+	}
+	failed, aerr := agree(par, err != nil)
+	switch {
+	case err != nil:
+		return err
+	case aerr != nil:
+		return aerr
+	case failed:
+		return ErrOtherRank
+	}
+	return nil
 }

@@ -55,7 +55,12 @@ func (e *Engine) GradCache(b *data.Batch, p CachePass) (Window, error) {
 	if p.Embed == nil || p.Loss == nil {
 		return Window{}, fmt.Errorf("train: grad-cache needs an embedding function and a loss")
 	}
-	return e.retry(size, Pass{Reset: p.Reset, Step: p.Step}, func() (Window, error) { return e.gradCache(b, size, p) })
+	if e.cfg.Parallel != nil {
+		// A contrastive loss over all ranks' samples needs their embeddings
+		// gathered: not built yet.
+		return Window{}, fmt.Errorf("train: grad-cache windows are not data parallel (EngineConfig.Parallel)")
+	}
+	return e.retry(size, Pass{Reset: p.Reset, Step: p.Step}, nil, func() (Window, error) { return e.gradCache(b, size, p) })
 }
 
 func (e *Engine) gradCache(b *data.Batch, size int, p CachePass) (w Window, err error) {

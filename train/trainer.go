@@ -59,6 +59,9 @@ type Config struct {
 	// Events receives the trainer's events (nil: none). The trainer never
 	// writes to the terminal: package report renders events.
 	Events Sink
+	// Parallel makes training data parallel over processes (see Parallel;
+	// dist.DataParallel implements it). nil: one process.
+	Parallel Parallel
 	// Thread is the OS thread the trainer computes on (nil: torch.Main()).
 	// Step, Evaluate, FindBatchSize and checkpoints run there whichever
 	// goroutine calls them, as Python runs its loop on one thread: libtorch
@@ -152,14 +155,14 @@ func New(model nn.Module, opt nn.Optimizer, loss func(*data.Batch) *torch.Tensor
 		cfg.Precision = FP32
 	}
 	e, err := NewEngine(EngineConfig{MicroBatch: cfg.MicroBatch, Device: cfg.Device, Precision: cfg.Precision,
-		Count: cfg.Count, NoOOMAdapt: cfg.NoOOMAdapt, Events: cfg.Events})
+		Count: cfg.Count, NoOOMAdapt: cfg.NoOOMAdapt, Events: cfg.Events, Parallel: cfg.Parallel})
 	if err != nil {
 		return nil, err
 	}
 	t := &Trainer{Model: model, Opt: opt, Loss: loss, cfg: cfg, engine: e}
 	t.Scaler = amp.NewGradScaler(cfg.Device, amp.ScalerOptions{Disabled: !cfg.Precision.Scaled()})
-	t.logf("effective batch %d = micro-batch %d × %d accumulation steps; precision %s; device %v",
-		cfg.EffectiveBatch(), cfg.MicroBatch, cfg.Accum, cfg.Precision, cfg.Device)
+	t.logf("effective batch %d = micro-batch %d × %d accumulation steps; precision %s; device %v%s",
+		cfg.EffectiveBatch(), cfg.MicroBatch, cfg.Accum, cfg.Precision, cfg.Device, parallelString(cfg.Parallel))
 	return t, nil
 }
 

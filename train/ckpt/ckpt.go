@@ -10,7 +10,8 @@
 //	scheduler   dict: a schedule's state (Writer.Schedule)
 //	scaler      dict: a GradScaler's state (Writer.Scaler)
 //	rng_state   uint8 tensor: the CPU generator (Writer.RNG)
-//	loader      dict: epoch, batch, seed of the next batch (Writer.Loader)
+//	loader      dict: epoch, batch, seed of the next batch (Writer.Loader);
+//	            samples, world too for a data-parallel run's sharded loader
 //	step, epoch, micro_batch, accum, effective_batch   ints (Writer.Int)
 //	meta        dict of the recipe's plain values: preset, vocabulary (Writer.Meta)
 //	run_id, run_checkpoints   the run that wrote it (Writer.Run)
@@ -101,7 +102,12 @@ func (w *Writer) RNG() { w.d.Set("rng_state", torch.RNGState()) }
 
 // Loader adds a loader's position as loader.
 func (w *Writer) Loader(st data.State) {
-	w.d.Set("loader", ptfile.NewDict("epoch", int64(st.Epoch), "batch", int64(st.Batch), "seed", int64(st.Seed)))
+	d := ptfile.NewDict("epoch", int64(st.Epoch), "batch", int64(st.Batch), "seed", int64(st.Seed))
+	if st.World > 1 { // a data-parallel run's position (torch/data: Shard)
+		d.Set("samples", int64(st.Samples))
+		d.Set("world", int64(st.World))
+	}
+	w.d.Set("loader", d)
 }
 
 // Int adds an integer.
@@ -339,7 +345,8 @@ func (f *File) Loader() (data.State, error) {
 			st[k] = n
 		}
 	}
-	return data.State{Epoch: int(st["epoch"]), Batch: int(st["batch"]), Seed: uint64(st["seed"])}, nil
+	return data.State{Epoch: int(st["epoch"]), Batch: int(st["batch"]), Seed: uint64(st["seed"]),
+		Samples: int(st["samples"]), World: int(st["world"])}, nil
 }
 
 // Meta returns the recipe's plain values, a copy that outlives the file
