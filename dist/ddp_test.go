@@ -1,0 +1,252 @@
+package dist_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/train"
+)
+
+// The data-parallel runs of these tests: an MLP trained with AdamW,
+// clipping and accumulation on 22 samples — so the last global batch of
+// each epoch is short and split unevenly — by one process with the whole
+// global batch, or by World ranks with BatchSize each.
+
+const ddpSamples = 22
+
+type ddpOut struct {
+	Params map[string][]float64
+	Losses []float64
+	// OptBytes is the optimizer state's growth of the CPU allocator's
+	// count over the run (the memory counter); StateBytes the state
+	// tensors' sizes.
+	OptBytes, StateBytes int64
+	Buckets              []int64
+	Stats                dist.ReduceStats
+	Checkpoint           string
+	Err                  string
+	Kind                 string
+	Elapsed              float64
+}
+
+func ddpModel() *nn.Sequential {
+	torch.ManualSeed(3)
+	return nn.NewSequential(nn.NewLinear(8, 32, true), nn.NewTanh(), nn.NewLinear(32, 16, true), nn.NewTanh(), nn.NewLinear(16, 1, true))
+}
+
+func ddpData() *data.TensorDataset {
+	torch.ManualSeed(11)
+	x := torch.Randn([]int64{ddpSamples, 8}).Keep()
+	y := x.Narrow(1, 0, 1).Mul(x.Narrow(1, 1, 1)).Sin().Keep()
+	ds, err := data.NewTensorDataset(map[string]*torch.Tensor{"x": x, "y": y})
+	if err != nil {
+		panic(err)
+	}
+	return ds
+}
+
+func params(m nn.Module) map[string][]float64 {
+	out := map[string][]float64{}
+	for _, p := range nn.Parameters(m) {
+		out[p.Name] = toF64(p.T)
+	}
+	return out
+}
+
+// ddpRun is the rank program. Its parameters come from the environment:
+// DDP_SINGLE=1 (one process, no group), DDP_MICRO and DDP_ACCUM (per
+// rank), DDP_ZERO=1, DDP_BUCKET (bytes), DDP_AFTER=1 (all-reduce after
+// backward), DDP_EPOCHS, DDP_MAXSTEPS, DDP_CKPT (directory), DDP_RESUME,
+// DDP_KILL_AT / DDP_STALL_AT (rank 1 dies / stops answering in that step's
+// loss), DDP_TIMEOUT (seconds).
+func ddpRun() (any, error) {
+	single := os.Getenv("DDP_SINGLE") == "1"
+	micro, accum := envInt("DDP_MICRO", 2), envInt("DDP_ACCUM", 2)
+	var g *dist.Group
+	if !single {
+		var err error
+		if g, err = initGroup(time.Duration(envInt("DDP_TIMEOUT", 30)) * time.Second); err != nil {
+			return nil, err
+		}
+		defer g.Close()
+	}
+	ds := ddpData()
+	m := ddpModel()
+	var opt nn.Optimizer = nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), 0.05), nn.AdamWDefaults(2e-2))
+	cfg := train.Config{MicroBatch: micro, Accum: accum, Device: torch.CPU, ClipNorm: 0.5}
+	var dp *dist.DataParallel
+	rank, world := 0, 1
+	if g != nil {
+		rank, world = g.Rank(), g.Size()
+		var err error
+		dp, err = dist.NewDataParallel(g, m, dist.DataParallelOptions{BucketBytes: int64(envInt("DDP_BUCKET", 0)),
+			AfterBackward: os.Getenv("DDP_AFTER") == "1"})
+		if err != nil {
+			return nil, err
+		}
+		defer dp.Close()
+		cfg.Parallel = dp
+		if os.Getenv("DDP_ZERO") == "1" {
+			if opt, err = dist.NewZeRO(g, opt); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var out ddpOut
+	step := 0
+	killAt, stallAt := envInt("DDP_KILL_AT", -1), envInt("DDP_STALL_AT", -1)
+	loss := func(b *data.Batch) *torch.Tensor {
+		if rank == 1 && step+1 == killAt {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		if rank == 1 && step+1 == stallAt {
+			time.Sleep(time.Hour)
+		}
+		return torch.MSELoss(m.Forward(b.Fields["x"]), b.Fields["y"], torch.ReduceMean)
+	}
+	tr, err := train.New(m, opt, loss, cfg)
+	if err != nil {
+		return nil, err
+	}
+	tr.OnStep = func(i train.StepInfo) {
+		step = i.Step
+		out.Losses = append(out.Losses, i.Loss)
+	}
+	before := torch.MustMemoryStats(torch.CPU).Allocated
+	newLoader := func(st *data.State) (train.Loader, error) {
+		return data.NewLoader[data.Sample, *data.Batch](ds, data.Collate, data.Options{BatchSize: micro * accum, Shuffle: true, Seed: 5,
+			Resume: st, Shard: data.Shard{Rank: rank, World: world}})
+	}
+	start := time.Now()
+	res, err := train.Fit(context.Background(), tr, newLoader, train.FitConfig{Epochs: envInt("DDP_EPOCHS", 2),
+		MaxSteps: envInt("DDP_MAXSTEPS", 0), CheckpointDir: os.Getenv("DDP_CKPT"), Resume: os.Getenv("DDP_RESUME")})
+	out.Elapsed = time.Since(start).Seconds()
+	if err != nil {
+		// The fault tests want the error's kind and how long it took.
+		out.Err = err.Error()
+		switch {
+		case errors.Is(err, dist.ErrTimeout):
+			out.Kind = "timeout"
+		case errors.Is(err, dist.ErrPeer):
+			out.Kind = "peer"
+		case errors.Is(err, dist.ErrBroken):
+			out.Kind = "broken"
+		default:
+			out.Kind = "other"
+		}
+		return out, nil
+	}
+	out.Checkpoint = res.Checkpoint
+	out.OptBytes = torch.MustMemoryStats(torch.CPU).Allocated - before
+	for _, s := range opt.State() {
+		// The step counts are floats in Go; State makes 0-d tensors of them.
+		if strings.HasPrefix(s.Name, "state.") && !strings.HasSuffix(s.Name, ".step") {
+			out.StateBytes += s.T.NBytes()
+		}
+	}
+	out.Params = params(m)
+	if dp != nil {
+		out.Buckets = dp.Buckets()
+		out.Stats = dp.Stats()
+	}
+	return out, nil
+}
+
+func init() { helpers["ddp"] = ddpRun }
+
+func runDDP(t *testing.T, world int, env ...string) []ddpOut {
+	t.Helper()
+	if world == 0 {
+		env = append(env, "DDP_SINGLE=1")
+		world = 1
+	}
+	res := spawn(t, job{helper: "ddp", world: world, limit: 120 * time.Second, env: env})
+	outs := make([]ddpOut, len(res))
+	for k, r := range res {
+		r.decode(t, &outs[k])
+		require.Empty(t, outs[k].Err, "rank %d: %s", k, r.Stderr)
+	}
+	return outs
+}
+
+func maxDiff(a, b map[string][]float64) float64 {
+	d := 0.0
+	for k, x := range a {
+		for i := range x {
+			d = max(d, math.Abs(x[i]-b[k][i]))
+		}
+	}
+	return d
+}
+
+// 2 and 3 ranks, as separate processes on loopback, train to the
+// parameters of one process with the combined batch (within 1e-5 in
+// float32): accumulation (no sync on a window's first micro-batch), global
+// gradient clipping, AdamW, two epochs whose last batch is short and split
+// unevenly over the ranks (3 ranks: 4/3/3 samples), gradients all-reduced
+// during backward in several buckets or after backward. ZeRO-1 gives the
+// unsharded run's parameters (within 1e-6; they are bitwise equal) with
+// each rank holding its part of the optimizer state, measured by the CPU
+// allocator's counter.
+func TestDataParallelEqualsOneProcess(t *testing.T) {
+	for _, world := range []int{2, 3} {
+		micro, accum := 2, 2
+		ref := runDDP(t, 0, "DDP_MICRO="+strconv.Itoa(micro), "DDP_ACCUM="+strconv.Itoa(accum*world))[0]
+		require.Len(t, ref.Losses, 2*((ddpSamples+micro*accum*world-1)/(micro*accum*world)))
+		byVariant := map[string]ddpOut{}
+		for _, variant := range []struct {
+			name string
+			env  []string
+		}{
+			{"bucketed", []string{"DDP_BUCKET=512"}},
+			{"after backward", []string{"DDP_AFTER=1"}},
+			{"ZeRO-1", []string{"DDP_ZERO=1", "DDP_BUCKET=512"}},
+		} {
+			outs := runDDP(t, world, append(variant.env, "DDP_MICRO="+strconv.Itoa(micro), "DDP_ACCUM="+strconv.Itoa(accum))...)
+			byVariant[variant.name] = outs[0]
+			for r, o := range outs {
+				require.Equal(t, outs[0].Params, o.Params, "%d ranks %s: rank %d differs from rank 0", world, variant.name, r)
+				require.InDeltaSlice(t, ref.Losses, o.Losses, 1e-5)
+			}
+			d := maxDiff(ref.Params, outs[0].Params)
+			t.Logf("%d ranks, %s: max |Δ parameter| vs one process %.2e; %d buckets %v; %d of %d bucket all-reduces started in backward",
+				world, variant.name, d, len(outs[0].Buckets), outs[0].Buckets, outs[0].Stats.InBackward, outs[0].Stats.Steps*outs[0].Stats.Buckets)
+			require.Less(t, d, 1e-5, "%d ranks %s", world, variant.name)
+			if variant.name == "bucketed" {
+				require.Greater(t, len(outs[0].Buckets), 2)
+				require.Equal(t, outs[0].Stats.Steps*outs[0].Stats.Buckets, outs[0].Stats.InBackward, "every bucket starts during backward")
+			}
+			if variant.name == "after backward" {
+				require.Zero(t, outs[0].Stats.InBackward)
+			}
+			if variant.name == "ZeRO-1" {
+				var sum int64
+				for r, o := range outs {
+					t.Logf("  ZeRO-1 rank %d: optimizer state %d B by the allocator's count (%d B of moment tensors); unsharded: %d B",
+						r, o.OptBytes, o.StateBytes, ref.OptBytes)
+					require.Equal(t, o.StateBytes, o.OptBytes, "the counter sees exactly the state tensors")
+					require.Less(t, o.OptBytes, ref.OptBytes*2/int64(world), "rank %d keeps about 1/%d of the state", r, world)
+					sum += o.OptBytes
+				}
+				require.Equal(t, ref.OptBytes, sum, "the shards add up to the whole state")
+				dz := maxDiff(byVariant["bucketed"].Params, outs[0].Params)
+				t.Logf("  ZeRO-1 vs unsharded data parallel: max |Δ parameter| %.2e", dz)
+				require.LessOrEqual(t, dz, 1e-6)
+				require.Equal(t, ref.StateBytes, ref.OptBytes)
+			}
+		}
+	}
+}
