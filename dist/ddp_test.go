@@ -113,7 +113,9 @@ func ddpRun() (any, error) {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 		if rank == 1 && step+1 == stallAt {
-			time.Sleep(time.Hour)
+			// Stops answering, long past the others' timeout, then leaves.
+			time.Sleep(time.Duration(envInt("DDP_STALL_SECS", 20)) * time.Second)
+			os.Exit(3)
 		}
 		return torch.MSELoss(m.Forward(b.Fields["x"]), b.Fields["y"], torch.ReduceMean)
 	}
@@ -248,5 +250,40 @@ func TestDataParallelEqualsOneProcess(t *testing.T) {
 				require.Equal(t, ref.StateBytes, ref.OptBytes)
 			}
 		}
+	}
+}
+
+// A rank that dies mid-step (SIGKILL in its forward) makes the others fail
+// with ErrPeer at once, and a rank that stops answering (asleep in its
+// forward) makes them fail with ErrTimeout once the group's timeout has
+// passed — an error returned, never a hang or an abort.
+func TestDeadOrStalledRankFailsTheOthers(t *testing.T) {
+	for _, c := range []struct {
+		name, env, kind string
+		timeout         int
+	}{
+		{"killed", "DDP_KILL_AT=3", "peer", 20},
+		{"stalled", "DDP_STALL_AT=3", "timeout", 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res := spawn(t, job{helper: "ddp", world: 2, limit: 60 * time.Second,
+				env: []string{c.env, "DDP_TIMEOUT=" + strconv.Itoa(c.timeout), "DDP_BUCKET=512"},
+				rankEnv: func(r int) []string {
+					if r == 1 && c.name == "stalled" {
+						// The sleeping rank leaves by itself after 3 timeouts.
+						return []string{"DDP_TIMEOUT=60", "DDP_STALL_SECS=" + strconv.Itoa(3*c.timeout)}
+					}
+					return nil
+				}})
+			var out ddpOut
+			require.NoError(t, res[0].Err, res[0].Stderr)
+			res[0].decode(t, &out)
+			t.Logf("rank 0: %s after %.1f s of training: %s", out.Kind, out.Elapsed, out.Err)
+			require.Equal(t, c.kind, out.Kind, out.Err)
+			require.Less(t, out.Elapsed, float64(c.timeout)+5)
+			if c.name == "stalled" {
+				require.GreaterOrEqual(t, out.Elapsed, float64(c.timeout)*0.9)
+			}
+		})
 	}
 }

@@ -33,7 +33,7 @@ type ZeRO struct {
 	bucketBytes int64
 	params      []nn.Named // every parameter, in the optimizer's order
 	owner       map[*torch.Tensor]int
-	own         map[string]bool  // names of this rank's parameters
+	own         map[string]bool   // names of this rank's parameters
 	byRank      [][]*torch.Tensor // each rank's parameters, in order
 	gathered    []nn.Named        // rank 0, between GatherState and release
 	received    []*torch.Tensor   // the other ranks' state tensors it holds
