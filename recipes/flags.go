@@ -59,6 +59,10 @@ type Common struct {
 	Warmup            int
 	MemoryEvery       int
 	MaxNonFinite      int
+	// ZeRO shards the optimizer state over the ranks of a data-parallel
+	// run (ZeRO stage 1); BucketMB caps its gradient all-reduce buckets.
+	ZeRO     bool
+	BucketMB int
 }
 
 // EffectiveBatch is BatchSize × GradAccum.
@@ -107,6 +111,8 @@ func Flags(d Defaults) []cli.Flag {
 		&cli.IntFlag{Name: "warmup", Aliases: []string{"warmup_steps", "warmup-steps"}, Value: d.Warmup, Usage: "warmup steps"},
 		&cli.IntFlag{Name: "memory-every", Value: d.MemoryEvery, Usage: "log a memory line every N steps"},
 		&cli.IntFlag{Name: "max-nonfinite-steps", Value: MaxNonFiniteDefault, Usage: "stop when the loss has been NaN or infinite for this many steps in a row (-1: never)"},
+		&cli.BoolFlag{Name: "zero", Usage: "data parallel (torchfit launch, torchrun): shard the optimizer state over the ranks (ZeRO stage 1)"},
+		&cli.IntFlag{Name: "bucket-mb", Value: 25, Usage: "data parallel: gradient all-reduce bucket size in MiB"},
 	}
 	return fs
 }
@@ -203,6 +209,7 @@ func ReadCommon(c *cli.Context) (Common, error) {
 		Overwrite: c.Bool("overwrite"), Metrics: c.String("metrics"), Workers: c.Int("workers"), Prefetch: c.Int("prefetch"),
 		Seed: c.Uint64("seed"), Threads: c.Int("threads"), Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"),
 		LR: c.Float64("lr"), Warmup: c.Int("warmup"), MemoryEvery: c.Int("memory-every"), MaxNonFinite: c.Int("max-nonfinite-steps"),
+		ZeRO: c.Bool("zero"), BucketMB: c.Int("bucket-mb"),
 	}
 	if err := cm.Validate(); err != nil {
 		return cm, err
@@ -228,6 +235,7 @@ func (c Common) Validate() error {
 		Between("prefetch", int64(c.Prefetch), 0, 1024),
 		Between("threads", int64(c.Threads), 0, 1024),
 		Between("max-nonfinite-steps", int64(c.MaxNonFinite), -1, math.MaxInt64),
+		Between("bucket-mb", int64(c.BucketMB), 1, 1<<12),
 	); err != nil {
 		return err
 	}

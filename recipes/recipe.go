@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/torchfit/torchfit/dist"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/train"
@@ -43,7 +44,11 @@ type Run struct {
 	// FromFile names the settings the --config file gave (flag name →
 	// file), for messages.
 	FromFile map[string]string
-	cleanup  []func() error
+	// Group is the data-parallel process group when a launcher started
+	// the command (torchfit launch, torchrun); nil in one process. Only
+	// rank 0 renders events (log lines, progress, the metrics file).
+	Group   *dist.Group
+	cleanup []func() error
 }
 
 // Logf writes a log line.
@@ -66,6 +71,8 @@ func (r *Run) Close() error {
 // the recipe's config-file keys to flag names; see ApplyConfig), sets
 // libtorch's threads and the device's memory cap, and opens the run's
 // front end: log lines and a progress bar on stderr, the metrics file.
+// Under a launcher (WORLD_SIZE set) it first joins the data-parallel
+// process group (Run.Group), and only rank 0 opens the front end.
 // Close the Run when the command ends.
 func Prepare(c *cli.Context, keys map[string]string) (*Run, error) {
 	fromFile, err := ApplyConfig(c, keys)
@@ -89,13 +96,19 @@ func Prepare(c *cli.Context, keys map[string]string) (*Run, error) {
 		r.Close()
 		return nil, err
 	}
-	events, done, err := FrontEnd(r.Log, cm.Metrics)
-	if err != nil {
+	if err := r.joinGroup(); err != nil {
 		r.Close()
 		return nil, err
 	}
-	r.Events = events
-	r.cleanup = append(r.cleanup, done)
+	if r.Rank() == 0 {
+		events, done, err := FrontEnd(r.Log, cm.Metrics)
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		r.Events = events
+		r.cleanup = append(r.cleanup, done)
+	}
 	ctx, stop := report.SignalContext(c.Context)
 	r.Ctx = ctx
 	r.cleanup = append(r.cleanup, func() error { stop(); return nil })

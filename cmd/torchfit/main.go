@@ -6,6 +6,7 @@
 //	torchfit asr data|train|eval|transcribe|memory-table
 //	torchfit memory                    the memory counter against a known allocation pattern
 //	torchfit plot --metrics m.jsonl    loss and memory curves to PNG
+//	torchfit launch --nproc N -- asr train ...   data-parallel training, as torchrun --no-python
 //
 // Errors a user can cause (bad flags, config files, hyperparameters,
 // inputs) print one line and exit with status 2; out of memory exits 3;
@@ -24,6 +25,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/torchfit/torchfit/dist"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
@@ -51,7 +53,7 @@ func newApp() *cli.App {
 	for _, r := range registry {
 		app.Commands = append(app.Commands, recipes.Command(r))
 	}
-	app.Commands = append(app.Commands, memoryCommand(), plotCommand())
+	app.Commands = append(app.Commands, launchCommand(), memoryCommand(), plotCommand())
 	harden(app.Commands)
 	return app
 }
@@ -79,6 +81,10 @@ func exitStatus(err error, w io.Writer) int {
 		fmt.Fprintf(w, "panic: %v\n\n%s\n", ie.value, ie.stack)
 	}
 	fmt.Fprintln(w, "torchfit:", oneLine(err.Error()))
+	var re *dist.RankError
+	if errors.As(err, &re) && re.Status > 0 {
+		return re.Status // the rank's (2: its user error, printed by it)
+	}
 	if recipes.IsUserError(err) {
 		return 2
 	}

@@ -75,6 +75,7 @@ func trainFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "d-model", Usage: "override the preset's d_model"},
 		&cli.IntFlag{Name: "encoder-layers", Usage: "override the preset's encoder layers"},
 		&cli.IntFlag{Name: "decoder-layers", Usage: "override the preset's decoder layers"},
+		&cli.Float64Flag{Name: "dropout", Usage: "override the preset's dropout (0: none, as runs compared with data parallel ones need)"},
 		&cli.BoolFlag{Name: "spec-augment", Usage: "SpecAugment masks on training features"},
 		&cli.IntFlag{Name: "valid-limit", Usage: "validation utterances scored per epoch (0: all)"},
 		&cli.IntFlag{Name: "pad-multiple", Value: FrameMultiple, Usage: "pad each batch's frames to a multiple of this (1: to the longest utterance only)"},
@@ -204,6 +205,11 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 		Workers: cm.Workers, SpecAugment: c.Bool("spec-augment"), Seed: cm.Seed,
 		ValidLimit: c.Int("valid-limit"), MemoryEvery: cm.MemoryEvery, PadMultiple: c.Int("pad-multiple"),
 		MaxNonFinite: cm.MaxNonFinite, Events: run.Events,
+		Group: run.Group, ZeRO: cm.ZeRO, BucketBytes: int64(cm.BucketMB) << 20,
+	}
+	if c.IsSet("dropout") {
+		p := c.Float64("dropout")
+		cfg.Dropout = &p
 	}
 	return cfg, recipes.Reword(cfg.Validate(), run.FromFile)
 }
@@ -219,6 +225,9 @@ func trainCommand() *cli.Command {
 				return err
 			}
 			defer run.Close()
+			if c.Bool("plan") && run.Group != nil {
+				return recipes.Usagef("--plan measures one process: plan without a launcher, then launch with its settings")
+			}
 			if c.Bool("plan") {
 				plan, err := planFor(run, cfg)
 				if err != nil {
@@ -245,6 +254,9 @@ func trainCommand() *cli.Command {
 			if cfg.DryRun {
 				res.FoundBatches.Table(os.Stdout)
 				return nil
+			}
+			if run.Rank() != 0 {
+				return nil // rank 0 reports
 			}
 			start := "resumed"
 			if !math.IsNaN(res.CERStart) {

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/dist"
 	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
@@ -31,9 +32,10 @@ type TrainConfig struct {
 	DModel        int64  // overrides the preset when > 0
 	EncoderLayers int
 	DecoderLayers int
-	BatchSize     int    // micro-batch
-	GradAccum     int    // micro-batches per optimizer step
-	Precision     string // fp32, bf16, fp16, auto (--mixed-precision)
+	Dropout       *float64 // overrides the preset's dropout (a new run)
+	BatchSize     int      // micro-batch
+	GradAccum     int      // micro-batches per optimizer step
+	Precision     string   // fp32, bf16, fp16, auto (--mixed-precision)
 	Device        torch.Device
 	Epochs        int
 	MaxSteps      int
@@ -66,6 +68,16 @@ type TrainConfig struct {
 	// this many consecutive steps (0: train.DefaultMaxNonFinite;
 	// negative: never). No checkpoint of the diverged state is written.
 	MaxNonFinite int
+
+	// Group makes training data parallel over its ranks (nil: one
+	// process): BatchSize and GradAccum are each rank's, so the global
+	// batch is BatchSize × GradAccum × ranks; every rank trains its shard
+	// of each batch, gradients are all-reduced in buckets of BucketBytes
+	// (0: dist.DefaultBucketBytes) during backward, rank 0 writes the
+	// checkpoints. ZeRO shards the optimizer state over the ranks.
+	Group       *dist.Group
+	BucketBytes int64
+	ZeRO        bool
 }
 
 // VRAMPreset returns the settings the guide's tables recommend for a GPU of
@@ -245,6 +257,9 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 		if cfg.DecoderLayers > 0 {
 			mcfg.DecoderLayers = cfg.DecoderLayers
 		}
+		if cfg.Dropout != nil {
+			mcfg.Dropout = *cfg.Dropout
+		}
 	}
 	mcfg.GradCheckpointing = cfg.GradCheckpointing
 	feat, err := NewFeaturizer(16000, 400, 160, int(mcfg.NumMels))
@@ -306,10 +321,34 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	logf("precision %s", precision)
 	opt := nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), 0.01), nn.AdamWDefaults(cfg.LR))
 	defer opt.Free()
+	var stepper nn.Optimizer = opt
+	var par train.Parallel
+	rank, world := 0, 1
+	if g := cfg.Group; g != nil {
+		if cfg.AutoBatch {
+			return res, recipes.Usagef("asr: --auto-batch and --dry-run measure one process: run them without a launcher")
+		}
+		rank, world = g.Rank(), g.Size()
+		dp, err := dist.NewDataParallel(g, m, dist.DataParallelOptions{BucketBytes: cfg.BucketBytes})
+		if err != nil {
+			return res, err
+		}
+		defer dp.Close()
+		par = dp
+		if cfg.ZeRO {
+			z, err := dist.NewZeRO(g, opt)
+			if err != nil {
+				return res, err
+			}
+			stepper = z
+			logf("ZeRO-1: the optimizer state is sharded over the %d ranks", world)
+		}
+		logf("%v", dp)
+	}
 	effective := cfg.BatchSize * cfg.GradAccum
-	stepsPerEpoch := trainSet.Len() / effective
+	stepsPerEpoch := trainSet.Len() / (effective * world)
 	if stepsPerEpoch == 0 {
-		return res, recipes.Usagef("asr: the training split has %d utterances, fewer than one effective batch of %d", trainSet.Len(), effective)
+		return res, recipes.Usagef("asr: the training split has %d utterances, fewer than one effective batch of %d", trainSet.Len(), effective*world)
 	}
 	total := stepsPerEpoch * cfg.Epochs
 	if cfg.MaxSteps > 0 && cfg.MaxSteps < total {
@@ -317,10 +356,10 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	}
 	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, total, 0.05))
 	defer sched.Free()
-	tr, err := train.New(m, opt, lossFn(m), train.Config{
+	tr, err := train.New(m, stepper, lossFn(m), train.Config{
 		MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
 		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery, Events: cfg.Events,
-		MaxNonFinite: cfg.MaxNonFinite,
+		MaxNonFinite: cfg.MaxNonFinite, Parallel: par,
 	})
 	if err != nil {
 		return res, err
@@ -373,6 +412,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 		}
 		return data.NewLoader(dataset(trainSet), collate, data.Options{
 			BatchSize: effective, Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Resume: st,
+			Shard: data.Shard{Rank: rank, World: world},
 		})
 	}
 	var lastVals map[string]float64

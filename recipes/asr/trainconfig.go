@@ -50,6 +50,9 @@ func (c TrainConfig) Validate() error {
 	if err := recipes.CheckStep(c.BatchSize, c.GradAccum, c.LR, c.ClipNorm); err != nil {
 		return err
 	}
+	if c.Dropout != nil && !(*c.Dropout >= 0 && *c.Dropout < 1) {
+		return &ConfigError{Field: "dropout", Value: *c.Dropout, Reason: "must be in [0, 1)"}
+	}
 	switch {
 	case c.Preset != "":
 		if _, err := Preset(c.Preset, int(UNKID)+1); err != nil {

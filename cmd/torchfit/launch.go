@@ -1,0 +1,49 @@
+package main
+
+import (
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/report"
+)
+
+// launchCommand is `torchfit launch --nproc N -- RECIPE train ...`:
+// torchrun without Python. It starts N copies of this torchfit with
+// torchrun's environment, serves their store, and stops them all when one
+// fails.
+func launchCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "launch",
+		Usage:     "data-parallel training: start --nproc ranks of a torchfit command, as torchrun --no-python does",
+		ArgsUsage: "-- RECIPE train [flags]",
+		Description: "Across machines (a trusted network only: the store and Gloo have no authentication), run on each machine\n" +
+			"   torchfit launch --nnodes M --node-rank K --nproc N --master-addr NODE0_ADDRESS --master-port 29500 -- asr train ...",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "nproc", Aliases: []string{"nproc-per-node", "nproc_per_node"}, Value: 1, Usage: "ranks on this machine"},
+			&cli.IntFlag{Name: "nnodes", Value: 1, Usage: "machines"},
+			&cli.IntFlag{Name: "node-rank", Aliases: []string{"node_rank"}, Usage: "this machine's place (0 hosts the store)"},
+			&cli.StringFlag{Name: "master-addr", Aliases: []string{"master_addr"}, Value: "127.0.0.1", Usage: "node 0's address, the only one its store listens on"},
+			&cli.IntFlag{Name: "master-port", Aliases: []string{"master_port"}, Usage: "the store's port (0: a free one; several nodes: required)"},
+			&cli.DurationFlag{Name: "grace", Value: dist.LaunchGrace, Usage: "after a rank fails: time the others get to stop (SIGTERM) before SIGKILL"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return recipes.Usagef("launch: give the command after --, e.g. torchfit launch --nproc 2 -- asr train --preset tiny")
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			ctx, stop := report.SignalContext(c.Context)
+			defer stop()
+			return dist.Launch(ctx, dist.LaunchConfig{
+				NProc: c.Int("nproc"), NNodes: c.Int("nnodes"), NodeRank: c.Int("node-rank"),
+				MasterAddr: c.String("master-addr"), MasterPort: c.Int("master-port"),
+				Command: append([]string{self}, c.Args().Slice()...), Grace: c.Duration("grace"),
+			})
+		},
+	}
+}

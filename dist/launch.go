@@ -1,0 +1,177 @@
+package dist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// LaunchConfig is what Launch starts: NProc copies of Command on this
+// machine, node NodeRank of NNodes, each with torchrun's environment.
+type LaunchConfig struct {
+	NProc    int // ranks on this machine
+	NNodes   int // machines (0: 1)
+	NodeRank int // this machine's place, 0 … NNodes−1; node 0 hosts the store
+	// MasterAddr and MasterPort: where node 0's launcher serves the
+	// store. MasterAddr must be an address of node 0 (the store binds to
+	// it alone; loopback by default). Port 0 picks a free port (one node
+	// only).
+	MasterAddr string
+	MasterPort int
+	Command    []string // the program and its arguments
+	Env        []string // the environment the ranks inherit (nil: os.Environ())
+	// Stdout and Stderr receive the ranks' output (nil: the launcher's).
+	Stdout, Stderr io.Writer
+	// Grace is how long the other ranks get, after one failed or the
+	// context was cancelled, between SIGTERM (a train command saves a
+	// checkpoint and stops) and SIGKILL (0: LaunchGrace).
+	Grace time.Duration
+}
+
+// LaunchGrace is LaunchConfig.Grace's default.
+const LaunchGrace = 30 * time.Second
+
+// RankError is a rank that failed: it exited with Status (or was killed
+// by a signal, Status −1). A launcher exits with the status of the first
+// rank that failed.
+type RankError struct {
+	Rank   int
+	Status int
+	Err    error
+}
+
+func (e *RankError) Error() string {
+	return fmt.Sprintf("dist: launch: rank %d failed: %v (the other ranks were stopped)", e.Rank, e.Err)
+}
+
+func (e *RankError) Unwrap() error { return e.Err }
+
+// Launch starts c's ranks as torchrun does (TORCHELASTIC_USE_AGENT_STORE:
+// node 0's launcher hosts the store, bound to MasterAddr; every rank is a
+// client), waits for them, and returns nil when all exited with status 0.
+// When one fails the others get SIGTERM, then SIGKILL after the grace
+// period, and Launch returns a *RankError for the first. A cancelled ctx
+// (the launcher's SIGINT) stops the ranks the same way.
+func Launch(ctx context.Context, c LaunchConfig) error {
+	if c.NNodes == 0 {
+		c.NNodes = 1
+	}
+	if c.MasterAddr == "" {
+		c.MasterAddr = "127.0.0.1"
+	}
+	if c.Grace == 0 {
+		c.Grace = LaunchGrace
+	}
+	switch {
+	case c.NProc < 1:
+		return usagef("launch: --nproc %d: want at least 1", c.NProc)
+	case c.NNodes < 1 || c.NodeRank < 0 || c.NodeRank >= c.NNodes:
+		return usagef("launch: node %d of %d", c.NodeRank, c.NNodes)
+	case c.MasterPort < 0 || c.MasterPort > 65535:
+		return usagef("launch: --master-port %d is not a port", c.MasterPort)
+	case c.MasterPort == 0 && c.NNodes > 1:
+		return usagef("launch: several nodes need a --master-port they all know")
+	case len(c.Command) == 0:
+		return usagef("launch: no command to run")
+	}
+	if c.NodeRank == 0 {
+		srv, err := ListenStore(net.JoinHostPort(c.MasterAddr, strconv.Itoa(c.MasterPort)))
+		if err != nil {
+			return usagef("launch: serving the store on %s:%d: %v (--master-addr must be an address of this machine, the port free)",
+				c.MasterAddr, c.MasterPort, err)
+		}
+		defer srv.Close()
+		c.MasterPort = srv.Port()
+	}
+	prog, err := exec.LookPath(c.Command[0])
+	if err != nil {
+		return usagef("launch: %v", err)
+	}
+	env := c.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	stdout, stderr := c.Stdout, c.Stderr
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	world := c.NProc * c.NNodes
+	cmds := make([]*exec.Cmd, c.NProc)
+	for l := range cmds {
+		e := Env{Rank: c.NodeRank*c.NProc + l, World: world, LocalRank: l, LocalWorld: c.NProc,
+			MasterAddr: c.MasterAddr, MasterPort: c.MasterPort, AgentStore: true}
+		cmd := exec.Command(prog, c.Command[1:]...)
+		cmd.Env = append(append(append([]string{}, env...), e.Vars()...), "GROUP_RANK="+strconv.Itoa(c.NodeRank))
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, stdout, stderr
+		cmds[l] = cmd
+	}
+	type exit struct {
+		local int
+		err   error
+	}
+	exits := make(chan exit, len(cmds))
+	started := 0
+	for l, cmd := range cmds {
+		if err := cmd.Start(); err != nil {
+			exits <- exit{l, err}
+			break
+		}
+		started++
+		go func() { exits <- exit{l, cmd.Wait()} }()
+	}
+	var first *RankError
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			for _, cmd := range cmds {
+				if cmd.Process != nil {
+					cmd.Process.Signal(syscall.SIGTERM)
+				}
+			}
+			go func() {
+				time.Sleep(c.Grace)
+				for _, cmd := range cmds {
+					if cmd.Process != nil {
+						cmd.Process.Kill() // ErrProcessDone for those that exited
+					}
+				}
+			}()
+		})
+	}
+	waiting := len(cmds)
+	if started < len(cmds) {
+		waiting = started + 1 // the start error
+	}
+	for waiting > 0 {
+		select {
+		case x := <-exits:
+			waiting--
+			if x.err != nil && first == nil {
+				first = &RankError{Rank: c.NodeRank*c.NProc + x.local, Status: 1, Err: x.err}
+				var ee *exec.ExitError
+				if errors.As(x.err, &ee) {
+					first.Status = ee.ExitCode()
+				}
+				stop()
+			}
+		case <-ctx.Done():
+			stop()
+			ctx = context.Background() // only once
+		}
+	}
+	if first != nil {
+		return first
+	}
+	return nil
+}
