@@ -63,6 +63,9 @@ type Common struct {
 	// run (ZeRO stage 1); BucketMB caps its gradient all-reduce buckets.
 	ZeRO     bool
 	BucketMB int
+	// AllReduceAfterBackward starts the gradient all-reduce once backward
+	// ended instead of bucket by bucket during it (no overlap; to compare).
+	AllReduceAfterBackward bool
 }
 
 // EffectiveBatch is BatchSize × GradAccum.
@@ -113,6 +116,7 @@ func Flags(d Defaults) []cli.Flag {
 		&cli.IntFlag{Name: "max-nonfinite-steps", Value: MaxNonFiniteDefault, Usage: "stop when the loss has been NaN or infinite for this many steps in a row (-1: never)"},
 		&cli.BoolFlag{Name: "zero", Usage: "data parallel (torchfit launch, torchrun): shard the optimizer state over the ranks (ZeRO stage 1)"},
 		&cli.IntFlag{Name: "bucket-mb", Value: 25, Usage: "data parallel: gradient all-reduce bucket size in MiB"},
+		&cli.BoolFlag{Name: "allreduce-after-backward", Usage: "data parallel: all-reduce the gradients after backward, not during it (no overlap; to compare)"},
 	}
 	return fs
 }
@@ -209,7 +213,7 @@ func ReadCommon(c *cli.Context) (Common, error) {
 		Overwrite: c.Bool("overwrite"), Metrics: c.String("metrics"), Workers: c.Int("workers"), Prefetch: c.Int("prefetch"),
 		Seed: c.Uint64("seed"), Threads: c.Int("threads"), Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"),
 		LR: c.Float64("lr"), Warmup: c.Int("warmup"), MemoryEvery: c.Int("memory-every"), MaxNonFinite: c.Int("max-nonfinite-steps"),
-		ZeRO: c.Bool("zero"), BucketMB: c.Int("bucket-mb"),
+		ZeRO: c.Bool("zero"), BucketMB: c.Int("bucket-mb"), AllReduceAfterBackward: c.Bool("allreduce-after-backward"),
 	}
 	if err := cm.Validate(); err != nil {
 		return cm, err

@@ -205,7 +205,7 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 		Workers: cm.Workers, SpecAugment: c.Bool("spec-augment"), Seed: cm.Seed,
 		ValidLimit: c.Int("valid-limit"), MemoryEvery: cm.MemoryEvery, PadMultiple: c.Int("pad-multiple"),
 		MaxNonFinite: cm.MaxNonFinite, Events: run.Events,
-		Group: run.Group, ZeRO: cm.ZeRO, BucketBytes: int64(cm.BucketMB) << 20,
+		Group: run.Group, ZeRO: cm.ZeRO, BucketBytes: int64(cm.BucketMB) << 20, AllReduceAfterBackward: cm.AllReduceAfterBackward,
 	}
 	if c.IsSet("dropout") {
 		p := c.Float64("dropout")

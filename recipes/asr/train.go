@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/dist"
@@ -78,6 +79,9 @@ type TrainConfig struct {
 	Group       *dist.Group
 	BucketBytes int64
 	ZeRO        bool
+	// AllReduceAfterBackward all-reduces after backward instead of during
+	// it (dist.DataParallelOptions.AfterBackward).
+	AllReduceAfterBackward bool
 }
 
 // VRAMPreset returns the settings the guide's tables recommend for a GPU of
@@ -321,7 +325,8 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	logf("precision %s", precision)
 	opt := nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), 0.01), nn.AdamWDefaults(cfg.LR))
 	defer opt.Free()
-	var stepper nn.Optimizer = opt
+	counted := &countedOptimizer{Optimizer: opt}
+	var stepper nn.Optimizer = counted
 	var par train.Parallel
 	rank, world := 0, 1
 	if g := cfg.Group; g != nil {
@@ -329,14 +334,19 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 			return res, recipes.Usagef("asr: --auto-batch and --dry-run measure one process: run them without a launcher")
 		}
 		rank, world = g.Rank(), g.Size()
-		dp, err := dist.NewDataParallel(g, m, dist.DataParallelOptions{BucketBytes: cfg.BucketBytes})
-		if err != nil {
-			return res, err
+		dp, derr := dist.NewDataParallel(g, m, dist.DataParallelOptions{BucketBytes: cfg.BucketBytes, AfterBackward: cfg.AllReduceAfterBackward})
+		if derr != nil {
+			return res, derr
 		}
 		defer dp.Close()
 		par = dp
+		defer func() {
+			if err == nil {
+				err = logParallel(dp, counted, logf)
+			}
+		}()
 		if cfg.ZeRO {
-			z, err := dist.NewZeRO(g, opt)
+			z, err := dist.NewZeRO(g, counted)
 			if err != nil {
 				return res, err
 			}
@@ -365,6 +375,19 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 		return res, err
 	}
 	tr.Sched = sched
+	var stepTime time.Duration
+	var timed int
+	tr.OnStep = func(i train.StepInfo) {
+		if i.Step > 1 { // the first step pays for oneDNN's kernels
+			stepTime, timed = stepTime+i.Duration, timed+1
+		}
+	}
+	defer func() {
+		if err == nil && timed > 0 {
+			logf("mean step time %.1f ms (steps 2–%d); optimizer state %s by the allocator's count over the first update",
+				float64(stepTime.Microseconds())/1e3/float64(timed), timed+1, torch.FormatBytes(counted.grew))
+		}
+	}()
 
 	if cfg.DryRun && !cfg.AutoBatch {
 		return res, fmt.Errorf("asr: --dry-run goes with --auto-batch")
@@ -828,4 +851,44 @@ func commas(n int64) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// countedOptimizer measures the CPU allocator's growth over the wrapped
+// optimizer's first Step: the state it creates (its temporaries are freed
+// by the end of the step). Under ZeRO it is the inner optimizer, which
+// updates this rank's parameters only.
+type countedOptimizer struct {
+	nn.Optimizer
+	steps int
+	grew  int64
+}
+
+func (c *countedOptimizer) Step() {
+	before := torch.MustMemoryStats(torch.CPU).Allocated
+	c.Optimizer.Step()
+	if c.steps++; c.steps == 1 {
+		c.grew = torch.MustMemoryStats(torch.CPU).Allocated - before
+	}
+}
+
+// logParallel logs, on rank 0, what the gradient all-reduce cost and each
+// rank's optimizer state (one all-reduce: every rank calls it).
+func logParallel(dp *dist.DataParallel, counted *countedOptimizer, logf func(string, ...any)) error {
+	st := dp.Stats()
+	bytes := make([]float64, dp.World())
+	bytes[dp.Rank()] = float64(counted.grew)
+	if err := dp.SumFloats(bytes); err != nil {
+		return err
+	}
+	if dp.Rank() != 0 || st.Steps == 0 {
+		return nil
+	}
+	per := make([]string, len(bytes))
+	for r, b := range bytes {
+		per[r] = torch.FormatBytes(int64(b))
+	}
+	logf("all-reduce: %d bucket(s), %s a step, %d of %d started during backward; waited %.1f ms a step after backward; optimizer state by rank: %s",
+		st.Buckets, torch.FormatBytes(st.Bytes), st.InBackward, st.Steps*st.Buckets,
+		float64(st.Wait.Microseconds())/1e3/float64(st.Steps), strings.Join(per, ", "))
+	return nil
 }
