@@ -8,7 +8,8 @@
 //     auto-batch, dry run, gradient checkpointing, clipping, empty-cache
 //     cadence, checkpoint directory/every/resume/overwrite, metrics file,
 //     workers, prefetch, seed, threads, epochs and steps, learning rate and
-//     warmup — each under its own name, its underscore spelling and the
+//     warmup, data parallel (--zero, --bucket-mb,
+//     --allreduce-after-backward) — each under its own name, its underscore spelling and the
 //     seeds' other spellings (--gradient_accumulation_steps, --data_dir,
 //     --mixed_precision as a bare switch, ...);
 //   - config files (ApplyConfig): JSON or YAML, settings optionally grouped
@@ -17,7 +18,9 @@
 //     the command line overrides the file;
 //   - a run's set-up (Prepare): threads, the device's memory cap, the front
 //     end (log lines, progress bar, metrics file: package report), and a
-//     context that SIGINT/SIGTERM cancel;
+//     context that SIGINT/SIGTERM cancel; under a launcher (torchfit
+//     launch, torchrun: WORLD_SIZE set) it joins the data-parallel group
+//     (Run.Group, package dist) and only rank 0 renders events;
 //   - errors a user causes are typed (UsageError, ConfigError, or any error
 //     with a UserError method): a command line prints one line and exits 2.
 //
