@@ -34,6 +34,14 @@ type LaunchConfig struct {
 	// context was cancelled, between SIGTERM (a train command saves a
 	// checkpoint and stops) and SIGKILL (0: LaunchGrace).
 	Grace time.Duration
+	// MaxRestarts is how many times the ranks are all started again after
+	// one failed (one node only). Each attempt has its own keys in the
+	// store and TORCHELASTIC_RESTART_COUNT set to its number, from which a
+	// train command with a --checkpoint-dir resumes from the last
+	// checkpoint written there (recipes.Prepare).
+	MaxRestarts int
+	// Logf reports restarts (nil: none).
+	Logf func(format string, args ...any)
 }
 
 // LaunchGrace is LaunchConfig.Grace's default.
@@ -58,8 +66,9 @@ func (e *RankError) Unwrap() error { return e.Err }
 // node 0's launcher hosts the store, bound to MasterAddr; every rank is a
 // client), waits for them, and returns nil when all exited with status 0.
 // When one fails the others get SIGTERM, then SIGKILL after the grace
-// period, and Launch returns a *RankError for the first. A cancelled ctx
-// (the launcher's SIGINT) stops the ranks the same way.
+// period; with restarts left all are started again, else Launch returns a
+// *RankError for the first that failed. A cancelled ctx (the launcher's
+// SIGINT) stops the ranks the same way, and for good.
 func Launch(ctx context.Context, c LaunchConfig) error {
 	if c.NNodes == 0 {
 		c.NNodes = 1
@@ -81,6 +90,10 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 		return usagef("launch: several nodes need a --master-port they all know")
 	case len(c.Command) == 0:
 		return usagef("launch: no command to run")
+	case c.MaxRestarts < 0:
+		return usagef("launch: --max-restarts %d: want 0 or more", c.MaxRestarts)
+	case c.MaxRestarts > 0 && c.NNodes > 1:
+		return usagef("launch: --max-restarts restarts this machine's ranks only: use it with one node")
 	}
 	if c.NodeRank == 0 {
 		srv, err := ListenStore(net.JoinHostPort(c.MasterAddr, strconv.Itoa(c.MasterPort)))
@@ -95,6 +108,22 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 	if err != nil {
 		return usagef("launch: %v", err)
 	}
+	for attempt := 0; ; attempt++ {
+		rerr, cancelled := c.attempt(ctx, prog, attempt)
+		if rerr == nil || cancelled || attempt >= c.MaxRestarts {
+			if rerr != nil {
+				return rerr
+			}
+			return nil
+		}
+		if c.Logf != nil {
+			c.Logf("%v; restarting every rank (restart %d of %d)", rerr, attempt+1, c.MaxRestarts)
+		}
+	}
+}
+
+// attempt runs the ranks once; cancelled is whether ctx stopped them.
+func (c LaunchConfig) attempt(ctx context.Context, prog string, attempt int) (first *RankError, cancelled bool) {
 	env := c.Env
 	if env == nil {
 		env = os.Environ()
@@ -110,7 +139,7 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 	cmds := make([]*exec.Cmd, c.NProc)
 	for l := range cmds {
 		e := Env{Rank: c.NodeRank*c.NProc + l, World: world, LocalRank: l, LocalWorld: c.NProc,
-			MasterAddr: c.MasterAddr, MasterPort: c.MasterPort, AgentStore: true}
+			MasterAddr: c.MasterAddr, MasterPort: c.MasterPort, AgentStore: true, Attempt: attempt}
 		cmd := exec.Command(prog, c.Command[1:]...)
 		cmd.Env = append(append(append([]string{}, env...), e.Vars()...), "GROUP_RANK="+strconv.Itoa(c.NodeRank))
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, stdout, stderr
@@ -130,7 +159,8 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 		started++
 		go func() { exits <- exit{l, cmd.Wait()} }()
 	}
-	var first *RankError
+	done := make(chan struct{})
+	defer close(done)
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -140,7 +170,11 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 				}
 			}
 			go func() {
-				time.Sleep(c.Grace)
+				select {
+				case <-time.After(c.Grace):
+				case <-done:
+					return
+				}
 				for _, cmd := range cmds {
 					if cmd.Process != nil {
 						cmd.Process.Kill() // ErrProcessDone for those that exited
@@ -153,6 +187,7 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 	if started < len(cmds) {
 		waiting = started + 1 // the start error
 	}
+	cancel := ctx.Done()
 	for waiting > 0 {
 		select {
 		case x := <-exits:
@@ -165,13 +200,10 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 				}
 				stop()
 			}
-		case <-ctx.Done():
+		case <-cancel:
+			cancelled, cancel = true, nil
 			stop()
-			ctx = context.Background() // only once
 		}
 	}
-	if first != nil {
-		return first
-	}
-	return nil
+	return first, cancelled
 }

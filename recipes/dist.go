@@ -1,14 +1,27 @@
 package recipes
 
 import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
 	"github.com/torchfit/torchfit/dist"
 )
 
 // joinGroup joins the data-parallel process group when the command runs
 // under a launcher (torchfit launch, torchrun: WORLD_SIZE is set): every
 // rank trains its shard of each batch, rank 0 logs and writes checkpoints
-// and the metrics file. Without a launcher it refuses --zero.
+// and the metrics file. Without a launcher it refuses --zero. A rank the
+// launcher started again after a failure (TORCHELASTIC_RESTART_COUNT > 0)
+// with a --checkpoint-dir and no --resume resumes from the last checkpoint
+// written there.
 func (r *Run) joinGroup() error {
+	env, _, err := dist.ReadEnv(nil)
+	if err != nil {
+		return err
+	}
 	g, ok, err := dist.InitFromEnv(dist.Options{})
 	if err != nil {
 		return err
@@ -21,7 +34,47 @@ func (r *Run) joinGroup() error {
 	}
 	r.Group = g
 	r.cleanup = append(r.cleanup, func() error { g.Close(); return nil })
+	if env.Attempt > 0 && r.Resume == "" && r.CheckpointDir != "" {
+		last, err := lastCheckpoint(r.CheckpointDir)
+		if err != nil {
+			return err
+		}
+		if last != "" {
+			r.Resume = last
+			if g.Rank() == 0 {
+				r.Logf("restart %d: resuming from %s, the last checkpoint in %s", env.Attempt, last, r.CheckpointDir)
+			}
+		}
+	}
 	return nil
+}
+
+// lastCheckpoint returns the checkpoint (checkpoint_*.pt) last written in
+// dir ("" when there is none).
+func lastCheckpoint(dir string) (string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var last string
+	var newest int64
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || !strings.HasPrefix(name, "checkpoint_") || !strings.HasSuffix(name, ".pt") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // removed since (pruned)
+		}
+		if t := info.ModTime().UnixNano(); last == "" || t > newest {
+			last, newest = filepath.Join(dir, name), t
+		}
+	}
+	return last, nil
 }
 
 // Rank is this process's rank in a data-parallel run (0 in one process).

@@ -27,6 +27,7 @@ func launchCommand() *cli.Command {
 			&cli.IntFlag{Name: "node-rank", Aliases: []string{"node_rank"}, Usage: "this machine's place (0 hosts the store)"},
 			&cli.StringFlag{Name: "master-addr", Aliases: []string{"master_addr"}, Value: "127.0.0.1", Usage: "node 0's address, the only one its store listens on"},
 			&cli.IntFlag{Name: "master-port", Aliases: []string{"master_port"}, Usage: "the store's port (0: a free one; several nodes: required)"},
+			&cli.IntFlag{Name: "max-restarts", Aliases: []string{"max_restarts"}, Usage: "start every rank again this many times after one failed (one node); a train command resumes from the last checkpoint in its --checkpoint-dir"},
 			&cli.DurationFlag{Name: "grace", Value: dist.LaunchGrace, Usage: "after a rank fails: time the others get to stop (SIGTERM) before SIGKILL"},
 		},
 		Action: func(c *cli.Context) error {
@@ -42,7 +43,8 @@ func launchCommand() *cli.Command {
 			return dist.Launch(ctx, dist.LaunchConfig{
 				NProc: c.Int("nproc"), NNodes: c.Int("nnodes"), NodeRank: c.Int("node-rank"),
 				MasterAddr: c.String("master-addr"), MasterPort: c.Int("master-port"),
-				Command: append([]string{self}, c.Args().Slice()...), Grace: c.Duration("grace"),
+				Command: append([]string{self}, c.Args().Slice()...), Grace: c.Duration("grace"), MaxRestarts: c.Int("max-restarts"),
+				Logf: report.NewLogger(os.Stderr).Printf,
 			})
 		},
 	}

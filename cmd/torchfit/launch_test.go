@@ -7,8 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -159,3 +162,55 @@ func checkpointDir(args []string) string {
 	}
 	return ""
 }
+
+// A rank killed mid-run (SIGKILL, once a few step checkpoints exist) makes
+// the other fail; `torchfit launch --max-restarts 1` starts both again,
+// they resume from the last checkpoint in --checkpoint-dir and end at the
+// parameters of the run nobody interrupted.
+func TestLaunchRestartsFromTheLastCheckpoint(t *testing.T) {
+	if _, err := exec.LookPath("sox"); err != nil {
+		t.Skip("sox missing: run 'make deps'")
+	}
+	bin := binary(t)
+	data := toneCorpus8(t)
+	tmp := t.TempDir()
+	args := func(dir string) []string {
+		return []string{"asr", "train", "--data", data, "--preset", "tiny", "--d-model", "48", "--encoder-layers", "2",
+			"--dropout", "0", "--device", "cpu", "--epochs", "8", "--valid-limit", "1", "--workers", "0", "--warmup", "1",
+			"--threads", "1", "--checkpoint-every", "1", "--checkpoint-dir", filepath.Join(tmp, dir), "--batch-size", "2", "--grad-accum", "1"}
+	}
+	const steps = 16
+	r := runCLI(t, bin, launch2(args("whole")...)...)
+	require.Zero(t, r.code, r.stderr)
+	ref := modelWeights(t, filepath.Join(tmp, "whole", fmt.Sprintf("checkpoint_step_%06d.pt", steps)))
+
+	cmd := exec.Command(bin, append([]string{"launch", "--nproc", "2", "--max-restarts", "1", "--"}, args("restarted")...)...)
+	var so, se strings.Builder
+	cmd.Stdout, cmd.Stderr = &so, &se
+	require.NoError(t, cmd.Start())
+	// Kill rank 1 (the launcher's second child) once step 3 is saved.
+	killed := false
+	for k := 0; k < 3000 && !killed; k++ {
+		if _, err := os.Stat(filepath.Join(tmp, "restarted", "checkpoint_step_000003.pt")); err == nil {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+			require.NoError(t, err)
+			kids := strings.Fields(string(b))
+			require.Len(t, kids, 2)
+			pid, err := strconv.Atoi(kids[1])
+			require.NoError(t, err)
+			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+			killed = true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.True(t, killed, "step 3 never saved: %s", se.String())
+	require.NoError(t, cmd.Wait(), se.String())
+	require.Contains(t, se.String(), "restarting every rank (restart 1 of 1)")
+	require.Contains(t, se.String(), "restart 1: resuming from "+filepath.Join(tmp, "restarted", "checkpoint_step_"))
+	require.Contains(t, so.String(), fmt.Sprintf("trained %d steps", steps))
+	d := weightDiff(t, ref, modelWeights(t, filepath.Join(tmp, "restarted", fmt.Sprintf("checkpoint_step_%06d.pt", steps))))
+	t.Logf("restarted after a kill: max |Δ parameter| vs the whole run %.2e", d)
+	require.Less(t, d, 1e-5)
+}
+
+func launch2(cmd ...string) []string { return append([]string{"launch", "--nproc", "2", "--"}, cmd...) }
