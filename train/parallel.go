@@ -65,9 +65,11 @@ func agree(p Parallel, yes bool) (bool, error) {
 	return v[0] > 0, nil
 }
 
-func parallelString(p Parallel) string {
+// parallelString completes the trainer's first log line: the batch over
+// all ranks.
+func parallelString(p Parallel, effective int) string {
 	if p == nil {
 		return ""
 	}
-	return fmt.Sprintf("; data parallel: rank %d of %d", p.Rank(), p.World())
+	return fmt.Sprintf("; data parallel: rank %d of %d, global batch %d", p.Rank(), p.World(), effective*p.World())
 }

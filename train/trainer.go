@@ -162,7 +162,7 @@ func New(model nn.Module, opt nn.Optimizer, loss func(*data.Batch) *torch.Tensor
 	t := &Trainer{Model: model, Opt: opt, Loss: loss, cfg: cfg, engine: e}
 	t.Scaler = amp.NewGradScaler(cfg.Device, amp.ScalerOptions{Disabled: !cfg.Precision.Scaled()})
 	t.logf("effective batch %d = micro-batch %d × %d accumulation steps; precision %s; device %v%s",
-		cfg.EffectiveBatch(), cfg.MicroBatch, cfg.Accum, cfg.Precision, cfg.Device, parallelString(cfg.Parallel))
+		cfg.EffectiveBatch(), cfg.MicroBatch, cfg.Accum, cfg.Precision, cfg.Device, parallelString(cfg.Parallel, cfg.EffectiveBatch()))
 	return t, nil
 }
 
