@@ -190,7 +190,7 @@ func (d *DataParallel) BeforeBackward(sync bool) error {
 	if sync {
 		s = 1
 	}
-	return withRank(check("gradient all-reduce", C.tfd_reducer_arm(d.r, s)), d.g.rank)
+	return withRank(check("data parallel", C.tfd_reducer_arm(d.r, s)), d.g.rank)
 }
 
 // AfterBackward finishes a synced backward: buckets backward did not start
@@ -203,7 +203,7 @@ func (d *DataParallel) AfterBackward() error {
 		return &Error{Op: "data parallel", Msg: "closed", Rank: d.g.rank}
 	}
 	var st C.tfd_reduce_stats
-	if err := check("gradient all-reduce", C.tfd_reducer_finish(d.r, &st)); err != nil {
+	if err := check("data parallel", C.tfd_reducer_finish(d.r, &st)); err != nil {
 		return withRank(err, d.g.rank)
 	}
 	if st.buckets > 0 {
