@@ -44,7 +44,10 @@ type CachePass struct {
 //     ones, and backpropagated with its slice of the cached gradient.
 //
 // Two forwards per sample; memory: the window's embeddings and their
-// gradients plus one micro-batch's activations. Naive accumulation of a
+// gradients plus one micro-batch's activations. A window that fits in one
+// micro-batch is embedded once, with grad, and its loss backpropagated
+// directly: the same gradient for one forward (after an out-of-memory
+// error halves the micro-batch, the window is redone as above). Naive accumulation of a
 // contrastive loss over micro-batches is a different, weaker loss (each
 // sample sees the micro-batch's negatives only); this is the large batch's.
 func (e *Engine) GradCache(b *data.Batch, p CachePass) (Window, error) {
@@ -83,6 +86,9 @@ func (e *Engine) gradCache(b *data.Batch, size int, p CachePass) (w Window, err 
 	}()
 	bounds := func(k int) (int, int) { return k * e.micro, min((k+1)*e.micro, size) }
 	n := (size + e.micro - 1) / e.micro
+	if n == 1 {
+		return e.wholeWindow(b, size, p, w)
+	}
 
 	// 1. Embeddings without grad, each micro-batch under its snapshot.
 	for k := 0; k < n; k++ {
@@ -184,5 +190,39 @@ func (e *Engine) gradCache(b *data.Batch, size int, p CachePass) (w Window, err 
 		}
 		w.Micro++
 	}
+	return w, nil
+}
+
+// wholeWindow is a grad-cache pass over a window of one micro-batch: one
+// forward with grad, the loss on the embeddings (in float32, as the cached
+// path computes it), one backward.
+func (e *Engine) wholeWindow(b *data.Batch, size int, p CachePass, w Window) (Window, error) {
+	err := torch.TidyErr(func() error {
+		mb := microBatch(b, 0, size, size, e.cfg.Device)
+		var embs []*torch.Tensor
+		e.Autocast(func() { embs = p.Embed(mb) })
+		if len(embs) == 0 {
+			return fmt.Errorf("train: the embedding function returned no tensors")
+		}
+		for t, x := range embs {
+			if dt := x.DType(); dt == torch.Float16 || dt == torch.BFloat16 {
+				embs[t] = x.ToDType(torch.Float32)
+			}
+		}
+		loss := p.Loss(embs)
+		if loss == nil {
+			return fmt.Errorf("train: the loss function returned nil")
+		}
+		w.Loss = loss.Item()
+		if e.cfg.BeforeBackward != nil {
+			e.cfg.BeforeBackward(0, 1)
+		}
+		p.Scaler.Scale(loss).Backward()
+		return nil
+	})
+	if err != nil {
+		return w, err
+	}
+	w.Micro = 1
 	return w, nil
 }

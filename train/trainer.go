@@ -42,6 +42,12 @@ type Config struct {
 	ClipNorm float64
 	// Hooks run between backward and the optimizer step (see Hook).
 	Hooks []Hook
+	// Contrastive, when set, is a loss that couples the samples of a
+	// window (CLIP's contrastive loss): every step is a grad-cache pass
+	// (Engine.GradCache) over its embedding and batch-loss functions, the
+	// exact gradient of the whole window's loss whatever the micro-batch,
+	// and the Trainer's Loss is used only by FindBatchSize.
+	Contrastive *Contrastive
 	// EmptyCacheEvery empties the CUDA cache every N optimizer steps (0:
 	// never). It lowers reserved memory, not what tensors hold.
 	EmptyCacheEvery int
@@ -68,6 +74,12 @@ type Config struct {
 	// 1.13's oneDNN is not safe when one loop's work moves between threads
 	// (see torch.Thread).
 	Thread *torch.Thread
+}
+
+// Contrastive is a loss over a window's embeddings (Config.Contrastive).
+type Contrastive struct {
+	Embed EmbedFunc
+	Loss  BatchLoss
 }
 
 // DefaultMaxNonFinite is Config.MaxNonFinite's default.
@@ -221,7 +233,13 @@ func (t *Trainer) trainStep(b *data.Batch) (StepInfo, error) {
 	o := t.optim()
 	info := StepInfo{LR: o.LR(), GradNorm: math.NaN()}
 	nn.Train(t.Model, true)
-	w, err := t.engine.Backward(b, Pass{Loss: t.Loss, Scaler: t.Scaler, Reset: o.Abandon, Step: t.step + 1})
+	var w Window
+	var err error
+	if c := t.cfg.Contrastive; c != nil {
+		w, err = t.engine.GradCache(b, CachePass{Embed: c.Embed, Loss: c.Loss, Scaler: t.Scaler, Reset: o.Abandon, Step: t.step + 1})
+	} else {
+		w, err = t.engine.Backward(b, Pass{Loss: t.Loss, Scaler: t.Scaler, Reset: o.Abandon, Step: t.step + 1})
+	}
 	if err != nil {
 		return StepInfo{}, err
 	}
