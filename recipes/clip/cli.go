@@ -1,0 +1,235 @@
+package clip
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train"
+)
+
+// Recipe is the CLIP recipe on the command line: torchfit clip
+// data|pretrain|train|eval|measure.
+type Recipe struct{}
+
+// Name is the command's name.
+func (Recipe) Name() string { return "clip" }
+
+// Usage says what it trains.
+func (Recipe) Usage() string {
+	return "car CLIP fine-tuning at effective batch 128 with the exact contrastive gradient (grad cache)"
+}
+
+// Commands are the recipe's verbs.
+func (Recipe) Commands() []*cli.Command {
+	return []*cli.Command{dataCommand(), trainCommand("pretrain"), trainCommand("train"), evalCommand(), measureCommand()}
+}
+
+func dataCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "data",
+		Usage: "draw a data set: cars with captions (or shapes, for pretraining) as PNG files and a JSONL manifest",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Value: "data/clip-cars", Usage: "data directory"},
+			&cli.StringFlag{Name: "kind", Value: "cars", Usage: "cars, or shapes (the pretraining set)"},
+			&cli.IntFlag{Name: "images", Value: 8000, Usage: "images over all splits (1 in 20 validation, 2 in 20 held-out test)"},
+			&cli.IntFlag{Name: "size", Value: 64, Usage: "pixels per side (the cpu preset's 64; vit-b32 resizes to 224)"},
+			&cli.Uint64Flag{Name: "seed", Value: 1},
+			&cli.IntFlag{Name: "workers", Value: 4, Usage: "drawing goroutines"},
+		},
+		Action: func(c *cli.Context) error {
+			cfg := GenerateConfig{Out: c.String("out"), Kind: c.String("kind"), Images: c.Int("images"), Size: c.Int("size"),
+				Seed: c.Uint64("seed"), Workers: c.Int("workers")}
+			st, err := Generate(c.Context, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s set in %s: %d images drawn, %d already there, in %s (train %d, valid %d, test %d)\n",
+				cfg.Kind, cfg.Out, st.Written, st.Skipped, st.Elapsed.Round(time.Millisecond),
+				st.Counts[SplitTrain], st.Counts[SplitValid], st.Counts[SplitTest])
+			return nil
+		},
+	}
+}
+
+// Defaults are the seed's: micro-batch 16 × accumulation 8 = 128, 20
+// epochs at lr 2e-5, clipping at 1.0, the CUDA cache emptied every 10
+// steps, mixed precision on, 95 % of the device's memory, prefetch 2.
+var Defaults = recipes.Defaults{
+	Data: "data/clip-cars", BatchSize: 16, GradAccum: 8, Precision: "auto", Epochs: 20, LR: 2e-5, Warmup: 50, ClipNorm: 1.0,
+	EmptyCacheEvery: 10, MemoryFraction: 0.95, CheckpointDir: "checkpoints/clip", CheckpointEvery: 0, Workers: 2, Prefetch: 2,
+	MemoryEvery: 10,
+}
+
+// PretrainDefaults are the pretraining stage's: the shapes set from
+// random weights at a higher learning rate, the same effective batch.
+var PretrainDefaults = recipes.Defaults{
+	Data: "data/clip-shapes", BatchSize: 16, GradAccum: 8, Precision: "auto", Epochs: 10, LR: 5e-4, Warmup: 100, ClipNorm: 1.0,
+	EmptyCacheEvery: 10, MemoryFraction: 0.95, CheckpointDir: "checkpoints/clip-pretrain", CheckpointEvery: 0, Workers: 2, Prefetch: 2,
+	MemoryEvery: 10,
+}
+
+// VRAMPreset is the setting for a GPU of the given size: ViT-B/32 at the
+// seed's micro-batches — 16 × 8 on 8 GB, 32 × 4 from 12 GB ("For Larger
+// GPUs (12GB+)"), 64 × 2 on 24 GB — always effective batch 128 with mixed
+// precision.
+func VRAMPreset(name string) (preset string, p recipes.Preset, err error) {
+	switch strings.ToLower(name) {
+	case "8gb":
+		return "vit-b32", recipes.Preset{BatchSize: 16, GradAccum: 8, Mixed: true}, nil
+	case "12gb", "16gb":
+		return "vit-b32", recipes.Preset{BatchSize: 32, GradAccum: 4, Mixed: true}, nil
+	case "24gb":
+		return "vit-b32", recipes.Preset{BatchSize: 64, GradAccum: 2, Mixed: true}, nil
+	}
+	return "", p, &recipes.ConfigError{Field: "vram", Value: name, Reason: "want 8gb, 12gb, 16gb or 24gb"}
+}
+
+func trainFlags(d recipes.Defaults) []cli.Flag {
+	return append(recipes.Flags(d),
+		&cli.StringFlag{Name: "preset", Aliases: []string{"model_size", "model-size"}, Usage: "model: cpu (1.7M parameters, the default) or vit-b32 (OpenAI ViT-B/32 shapes); with --init or --resume: the file's"},
+		&cli.StringFlag{Name: "init", Aliases: []string{"pretrained", "init_from"}, Usage: "start from this state dict (Python torch.save(model.state_dict()) with OpenAI CLIP names) or torchfit CLIP checkpoint"},
+		&cli.StringFlag{Name: "contrastive-accumulation", Value: Exact, Usage: "exact: the effective batch's contrastive loss by grad cache; naive: each micro-batch's own loss, accumulated (the seed's)"},
+		&cli.Float64Flag{Name: "weight-decay", Value: 0.1, Usage: "AdamW weight decay (not on gains, biases, logit_scale)"},
+		&cli.IntFlag{Name: "eval-every", Usage: "validate every N steps besides each epoch's end (0: epoch ends only)"},
+		&cli.IntFlag{Name: "valid-limit", Usage: "validation images (0: all)"},
+		&cli.DurationFlag{Name: "cpu-budget", Usage: "stop (with a checkpoint) after this much process CPU time in training steps, e.g. 5m"},
+	)
+}
+
+// TrainConfigFrom builds a run's configuration from the shared settings
+// and the recipe's flags (its --vram table applied to what the command
+// line left unset).
+func TrainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfig, error) {
+	cm := run.Common
+	preset := c.String("preset")
+	if cm.VRAM != "" {
+		p, pr, err := VRAMPreset(cm.VRAM)
+		if err != nil {
+			return TrainConfig{}, err
+		}
+		if preset == "" && c.String("init") == "" && cm.Resume == "" {
+			preset = p
+		}
+		recipes.ApplyPreset(c, &cm, pr)
+	}
+	cfg := TrainConfig{
+		Data: cm.Data, Stage: stage, Preset: preset, Init: c.String("init"), Mode: strings.ToLower(c.String("contrastive-accumulation")),
+		BatchSize: cm.BatchSize, GradAccum: cm.GradAccum, Precision: cm.Precision, Device: cm.Device,
+		Epochs: cm.Epochs, MaxSteps: cm.MaxSteps, LR: cm.LR, Warmup: cm.Warmup, WeightDecay: c.Float64("weight-decay"),
+		ClipNorm: cm.ClipNorm, EmptyCacheEvery: cm.EmptyCacheEvery, GradCheckpointing: cm.GradCheckpointing,
+		CheckpointDir: cm.CheckpointDir, CheckpointEvery: cm.CheckpointEvery, Overwrite: cm.Overwrite, Resume: cm.Resume,
+		Workers: cm.Workers, Prefetch: cm.Prefetch, Seed: cm.Seed, MemoryEvery: cm.MemoryEvery, MaxNonFinite: cm.MaxNonFinite,
+		EvalEvery: c.Int("eval-every"), ValidLimit: c.Int("valid-limit"), CPUBudget: c.Duration("cpu-budget"), Events: run.Events,
+	}
+	if cm.AutoBatch || cm.DryRun {
+		return cfg, &recipes.ConfigError{Field: "auto-batch", Value: true, Reason: "not offered by the clip recipe: pick the micro-batch with --vram or --batch-size (the effective batch's loss is exact at any micro-batch)"}
+	}
+	return cfg, recipes.Reword(cfg.Validate(), run.FromFile)
+}
+
+// configKeys maps the seed's config-file keys to flags.
+var configKeys = map[string]string{
+	"gradient_accumulation_steps": "grad-accum",
+	"empty_cache_frequency":       "empty-cache-every",
+	"mixed_precision":             "mixed-precision",
+	"learning_rate":               "lr",
+	"memory_fraction":             "memory-fraction",
+}
+
+func trainCommand(stage string) *cli.Command {
+	d, usage := Defaults, "fine-tune (or train, or resume) a CLIP on a data directory at an effective batch of 128"
+	if stage == "pretrain" {
+		d, usage = PretrainDefaults, "pretrain a CLIP from random weights on the shapes set (for `clip train --init`)"
+	}
+	return &cli.Command{
+		Name:  stage,
+		Usage: usage,
+		Flags: trainFlags(d),
+		Action: func(c *cli.Context) error {
+			run, err := recipes.Prepare(c, configKeys)
+			if err != nil {
+				return err
+			}
+			defer run.Close()
+			cfg, err := TrainConfigFrom(c, run, stage)
+			if err != nil {
+				return err
+			}
+			res, err := Train(run.Ctx, cfg)
+			if cerr := run.Close(); err == nil {
+				err = cerr
+			}
+			if errors.Is(err, train.ErrNonFinite) {
+				return fmt.Errorf("%w; try a lower --lr", err)
+			}
+			var conflict *train.ConflictError
+			if errors.As(err, &conflict) {
+				return recipes.Usagef("%v: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite", err)
+			}
+			if err != nil {
+				return err
+			}
+			how := "done"
+			switch {
+			case res.Budget:
+				how = "CPU budget spent"
+			case res.Interrupted:
+				how = "interrupted"
+			}
+			fmt.Printf("%s: %d steps (micro-batch %d × %d, %s) in %.1f CPU minutes (%s); validation zero-shot accuracy %.3f (start %.3f), text→image R@1 %.3f, loss %.3f; peak memory %s; checkpoint %s\n",
+				stage, res.Steps, res.MicroBatch, res.Accum, cfg.Mode, res.CPUTime.Minutes(), how,
+				res.Final.ZeroShot, res.Start.ZeroShot, res.Final.R1, res.Final.Loss, torch.FormatBytes(res.PeakMemory), res.Checkpoint)
+			return nil
+		},
+	}
+}
+
+func evalCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "eval",
+		Usage: "zero-shot accuracy and text→image R@1 of a checkpoint (or CLIP state dict) on held-out images and caption templates",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "checkpoint", Usage: "torchfit CLIP checkpoint or CLIP state dict (required)"},
+			&cli.StringFlag{Name: "data", Value: "data/clip-cars"},
+			&cli.StringFlag{Name: "split", Value: "test", Usage: "train, valid or test"},
+			&cli.StringFlag{Name: "device", Value: "auto"},
+			&cli.StringFlag{Name: "mixed-precision", Value: "no", Usage: "no, auto, bf16 or fp16"},
+			&cli.IntFlag{Name: "batch-size", Value: 64, Usage: "images per forward"},
+		},
+		Action: func(c *cli.Context) error {
+			dev, err := torch.ParseDevice(c.String("device"))
+			if err != nil {
+				return recipes.Usagef("--device: %v", err)
+			}
+			if c.String("checkpoint") == "" {
+				return recipes.Usagef("--checkpoint is required")
+			}
+			if c.Int("batch-size") < 1 {
+				return recipes.Usagef("--batch-size %d: must be at least 1", c.Int("batch-size"))
+			}
+			r, err := Evaluate(c.String("checkpoint"), c.String("data"), c.String("split"), dev, c.String("mixed-precision"), c.Int("batch-size"))
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s split (%d images, %d classes, held-out templates), %s model: zero-shot accuracy %.3f (%s), text→image R@1 %.3f, loss %.3f\n",
+				r.Split, r.N, r.Classes, r.Preset, r.ZeroShot, attrLine(r.Attr), r.R1, r.Loss)
+			return nil
+		},
+	}
+}
+
+func attrLine(a map[string]float64) string {
+	var parts []string
+	for _, k := range []string{"color", "type", "direction", "shape", "phrase"} {
+		if v, ok := a[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.3f", k, v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
