@@ -133,15 +133,6 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfi
 	return cfg, recipes.Reword(cfg.Validate(), run.FromFile)
 }
 
-// configKeys maps the seed's config-file keys to flags.
-var configKeys = map[string]string{
-	"gradient_accumulation_steps": "grad-accum",
-	"empty_cache_frequency":       "empty-cache-every",
-	"mixed_precision":             "mixed-precision",
-	"learning_rate":               "lr",
-	"memory_fraction":             "memory-fraction",
-}
-
 func trainCommand(stage string) *cli.Command {
 	d, usage := Defaults, "fine-tune (or train, or resume) a CLIP on a data directory at an effective batch of 128"
 	if stage == "pretrain" {
@@ -152,7 +143,7 @@ func trainCommand(stage string) *cli.Command {
 		Usage: usage,
 		Flags: trainFlags(d),
 		Action: func(c *cli.Context) error {
-			run, err := recipes.Prepare(c, configKeys)
+			run, err := recipes.Prepare(c, nil)
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,110 @@
+package clip
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
+
+	"github.com/torchfit/torchfit/recipes"
+)
+
+// parseTrain parses a train command line with the real flags and returns
+// the configuration the train command would run with.
+func parseTrain(t *testing.T, line string) (TrainConfig, recipes.Common, error) {
+	t.Helper()
+	cmd := trainCommand("train")
+	var got TrainConfig
+	var cm recipes.Common
+	var cfgErr error
+	cmd.Action = func(c *cli.Context) error {
+		fromFile, err := recipes.ApplyConfig(c, nil)
+		if err != nil {
+			return err
+		}
+		require.NoError(t, c.Set("device", "cpu"))
+		if cm, err = recipes.ReadCommon(c); err != nil {
+			cfgErr = err
+			return nil
+		}
+		got, cfgErr = TrainConfigFrom(c, &recipes.Run{Common: cm, FromFile: fromFile}, "train")
+		return nil
+	}
+	recipes.Underscores([]*cli.Command{cmd})
+	app := &cli.App{Commands: []*cli.Command{cmd}, ExitErrHandler: func(*cli.Context, error) {}}
+	require.NoError(t, app.Run(append([]string{"torchfit", "train"}, strings.Fields(line)...)))
+	return got, cm, cfgErr
+}
+
+// The seed's command lines, verbatim, with a data directory and a step
+// cap added, and its settings table.
+func TestSeedCommandLines(t *testing.T) {
+	const extra = " --data data/clip-cars --max-steps 5"
+	cfg, cm, err := parseTrain(t, "--epochs 20 --lr 2e-5"+extra)
+	require.NoError(t, err)
+	require.Equal(t, 16, cfg.BatchSize)
+	require.Equal(t, 8, cfg.GradAccum)
+	require.Equal(t, 128, cm.EffectiveBatch())
+	require.Equal(t, 20, cfg.Epochs)
+	require.Equal(t, 2e-5, cfg.LR)
+	require.Equal(t, "auto", cfg.Precision, "mixed precision on by default")
+	require.Equal(t, 1.0, cfg.ClipNorm)
+	require.Equal(t, 0.95, cm.MemoryFraction)
+	require.Equal(t, 2, cfg.Prefetch, "the seed's prefetch factor 2")
+	require.Equal(t, Exact, cfg.Mode)
+	require.Equal(t, 5, cfg.MaxSteps)
+	for _, tc := range []struct {
+		line         string
+		batch, accum int
+	}{
+		{"--batch_size 8 --gradient_accumulation 16", 8, 16},
+		{"--batch_size 12 --gradient_accumulation 10", 12, 10},
+		{"--batch_size 32 --gradient_accumulation 4", 32, 4},
+	} {
+		cfg, _, err := parseTrain(t, tc.line+extra)
+		require.NoError(t, err, tc.line)
+		require.Equal(t, tc.batch, cfg.BatchSize, tc.line)
+		require.Equal(t, tc.accum, cfg.GradAccum, tc.line)
+	}
+	// The seed's configuration keys in a file; flags override it.
+	conf := filepath.Join(t.TempDir(), "c.json")
+	require.NoError(t, os.WriteFile(conf, []byte(`{"batch_size": 16, "gradient_accumulation_steps": 8, "empty_cache_frequency": 5, "mixed_precision": true, "learning_rate": 1e-4}`), 0o644))
+	cfg, cm, err = parseTrain(t, "--config "+conf+" --lr 3e-5"+extra)
+	require.NoError(t, err)
+	require.Equal(t, 128, cm.EffectiveBatch())
+	require.Equal(t, 3e-5, cfg.LR)
+	require.Equal(t, "auto", cfg.Precision)
+	require.Equal(t, 0, cfg.EmptyCacheEvery, "no CUDA cache on the CPU")
+
+	cfg, _, err = parseTrain(t, "--contrastive-accumulation naive"+extra)
+	require.NoError(t, err)
+	require.Equal(t, Naive, cfg.Mode)
+
+	// --vram: ViT-B/32 at the seed's micro-batches, effective batch 128.
+	for _, tc := range []struct {
+		vram         string
+		batch, accum int
+	}{{"8gb", 16, 8}, {"12gb", 32, 4}, {"16GB", 32, 4}, {"24gb", 64, 2}} {
+		cfg, _, err := parseTrain(t, "--vram "+tc.vram+extra)
+		require.NoError(t, err)
+		require.Equal(t, "vit-b32", cfg.Preset)
+		require.Equal(t, tc.batch*tc.accum, 128)
+		require.Equal(t, tc.batch, cfg.BatchSize, tc.vram)
+		require.Equal(t, tc.accum, cfg.GradAccum, tc.vram)
+	}
+	cfg, _, err = parseTrain(t, "--vram 12gb --batch_size 8 --gradient_accumulation 16"+extra)
+	require.NoError(t, err)
+	require.Equal(t, 8, cfg.BatchSize, "the command line wins over --vram")
+	require.Equal(t, 16, cfg.GradAccum)
+
+	// Bad settings are the user's (exit status 2).
+	for _, line := range []string{"--gradient_accumulation 0", "--contrastive-accumulation sometimes", "--vram 10gb",
+		"--lr -1", "--batch_size 1 --gradient_accumulation 1", "--auto-batch", "--cpu-budget -1s", "--init a.pt --resume b.pt"} {
+		_, _, err := parseTrain(t, line+extra)
+		require.Error(t, err, line)
+		require.True(t, recipes.IsUserError(err), "%s: %v", line, err)
+	}
+}
