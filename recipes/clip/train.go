@@ -451,7 +451,6 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var cpuStart time.Duration
-	epoch := 0
 	var stepErr error
 	tr.OnStep = func(info train.StepInfo) {
 		m.ClampLogitScale()
@@ -467,7 +466,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 			}
 			vals := s.Values("val_")
 			vals["cpu_minutes"] = (cpuTime() - cpuStart - evalCPU).Minutes()
-			emitEvent(cfg.Events, train.EvalEvent{Step: info.Step, Epoch: epoch + 1, Values: vals})
+			emitEvent(cfg.Events, train.EvalEvent{Step: info.Step, Epoch: info.Step/max(1, stepsPerEpoch) + 1, Values: vals})
 		}
 		if cfg.CPUBudget > 0 && cpuTime()-cpuStart-evalCPU >= cfg.CPUBudget && !res.Budget {
 			res.Budget = true
@@ -501,8 +500,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 	fit, err := train.Fit(runCtx, tr, newLoader, train.FitConfig{
 		Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery,
 		Overwrite: cfg.Overwrite, Resume: cfg.Resume, Meta: metaDict(mm), Start: start,
-		Eval: func(e int) (map[string]float64, error) {
-			epoch = e + 1
+		Eval: func(int) (map[string]float64, error) {
 			s, err := validate()
 			last = &s
 			vals := s.Values("val_")
