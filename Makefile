@@ -37,7 +37,7 @@ endif
 export CGO_CXXFLAGS CGO_LDFLAGS
 GOFLAGS_TAGS := $(if $(strip $(TAGS)),-tags "$(strip $(TAGS))",)
 
-.PHONY: deps check-libtorch build vet test test-short fuzz demo bench bench-ops bench-checkpoint clean
+.PHONY: deps check-libtorch build vet test test-short fuzz demo bench bench-ops bench-checkpoint quality-clip clean
 
 # deps installs what a fresh Debian bookworm machine lacks (idempotent).
 deps:
@@ -101,6 +101,15 @@ PYTIME ?= 1
 bench-checkpoint: deps
 	$(GO) test $(GOFLAGS_TAGS) ./nn -run '^$$' -bench 'BenchmarkCheckpointStack' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-checkpoint-go.txt
 	TORCHFIT_BENCH_GO=/tmp/torchfit-bench-checkpoint-go.txt $(PY) scripts/bench_checkpoint.py --min-time $(PYTIME)
+
+# The CLIP recipe's side-by-side runs (README, "Car CLIP"): pretraining,
+# then exact 16×8, naive 16×8 and plain batch 16 fine-tuned for the same
+# CPU budget each, one after another, and the memory/step-time table.
+# About 4 × CLIP_BUDGET of CPU time plus evaluation; not part of `make test`.
+CLIP_BUDGET ?= 5m
+CLIP_LR ?= 3e-4
+quality-clip: deps
+	scripts/clip_quality.sh out/clip-quality $(CLIP_BUDGET) $(CLIP_LR)
 
 bench: deps
 	$(GO) test $(GOFLAGS_TAGS) -run '^$$' -bench . -benchtime $(BENCHTIME) ./...

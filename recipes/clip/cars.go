@@ -282,8 +282,12 @@ func drawCar(r *rand.Rand, size int) (*image.RGBA, Attrs) {
 	for _, g := range b.Glass {
 		c.polygon(place(g), glass)
 	}
-	c.polygon(place(poly(0.975, b.Head[0], 1.0, b.Head[0], 1.0, b.Head[1], 0.975, b.Head[1])), rgb{1, 0.95, 0.6})
-	c.polygon(place(poly(0, b.Tail[0], 0.025, b.Tail[0], 0.025, b.Tail[1], 0, b.Tail[1])), rgb{0.85, 0.05, 0.05})
+	// Lights: a bright headlight at the front, a red tail light at the
+	// rear (with the body's shape, what tells the direction).
+	h0, h1 := b.Head[0]-0.015, b.Head[1]+0.015
+	c.polygon(place(poly(0.94, h0, 1.0, h0, 1.0, h1, 0.94, h1)), rgb{1, 0.97, 0.55})
+	t0, t1 := b.Tail[0]-0.01, b.Tail[1]+0.01
+	c.polygon(place(poly(0, t0, 0.045, t0, 0.045, t1, 0, t1)), rgb{0.9, 0.05, 0.05})
 	for _, u := range b.Wheels {
 		p := at(u, b.R)
 		c.circle(p.x, p.y, b.R*length, rgb{0.05, 0.05, 0.05})
