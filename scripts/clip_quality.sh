@@ -14,6 +14,7 @@
 set -euo pipefail
 out=${1:-out/clip-quality}
 budget=${2:-5m}
+pre_budget=${PRE_BUDGET:-$budget}
 lr=${3:-3e-4}
 threads=${THREADS:-2}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
@@ -26,7 +27,7 @@ tf="$out/torchfit"
 
 # Stage 1: pretraining on shapes from random weights (exact 16 × 8).
 if [ ! -f "$out/pretrained.pt" ]; then
-  "$tf" clip pretrain --data "$out/shapes" --threads "$threads" --cpu-budget "$budget" --epochs 1000 --eval-every 100 \
+  "$tf" clip pretrain --data "$out/shapes" --threads "$threads" --cpu-budget "$pre_budget" --epochs 1000 --eval-every 100 \
     --checkpoint-dir "$out/pre" --overwrite --metrics "$out/pre.jsonl" 2>&1 | tee "$out/pre.log" | grep -v "GPU Memory"
   cp "$(ls "$out"/pre/checkpoint_step_*.pt | sort | tail -1)" "$out/pretrained.pt"
 fi
