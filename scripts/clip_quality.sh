@@ -3,10 +3,11 @@
 # 16×8 vs plain batch 16, each fine-tuned from the same pretrained weights
 # for the same CPU-time budget, scored on the held-out test images with the
 # held-out caption templates; then peak memory and step time of the layouts.
-# Runs one after another (the machine is shared): about 4 × BUDGET of CPU
-# time plus evaluation.
+# Runs one after another (the machine is shared): PRE_BUDGET + 3 × BUDGET
+# of CPU time plus drawing the data sets and evaluation (README's table:
+# BUDGET 2m, 16 minutes of wall time on a loaded 2-core machine).
 #
-#   scripts/clip_quality.sh [OUT] [BUDGET] [LR]
+#   [PRE_BUDGET=2m] [THREADS=2] scripts/clip_quality.sh [OUT] [BUDGET] [LR]
 #
 # OMP_WAIT_POLICY=PASSIVE: OpenMP threads that wait sleep instead of
 # spinning, so the process's CPU time is the work done (on a busy 2-core
@@ -50,16 +51,5 @@ run plain16 --batch_size 16 --gradient_accumulation 1
 "$tf" clip measure --threads 1 --steps 5 --mixed-precision auto | tee "$out/measure.txt"
 "$tf" clip measure --threads 1 --steps 5 --mixed-precision no | tee "$out/measure-fp32.txt"
 
-/usr/bin/python3 - "$out" <<'PY'
-import json, re, sys
-out = sys.argv[1]
-print("\n| layout | steps | samples seen | CPU minutes | test zero-shot accuracy | colour / type / direction | text→image R@1 | test loss |")
-print("|---|---:|---:|---:|---:|---|---:|---:|")
-for name, label, eff in [("exact", "exact 16 × 8 (grad cache)", 128), ("naive", "naive 16 × 8 (the seed's)", 128), ("plain16", "plain batch 16", 16)]:
-    log = open(f"{out}/{name}.log").read()
-    steps, cpu = re.search(r"train: (\d+) steps .* in ([\d.]+) CPU minutes", log).groups()
-    text = open(f"{out}/eval-{name}.txt").read()
-    m = re.search(r"zero-shot accuracy ([\d.]+) \(color ([\d.]+), type ([\d.]+), direction ([\d.]+)\), text→image R@1 ([\d.]+), loss ([\d.]+)", text)
-    zs, c, t, d, r1, loss = m.groups()
-    print(f"| {label} | {steps} | {int(steps) * eff} | {cpu} | **{zs}** | {c} / {t} / {d} | {r1} | {loss} |")
-PY
+echo
+/usr/bin/python3 scripts/clip_table.py "$out" | tee "$out/table.md"
