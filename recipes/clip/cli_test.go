@@ -1,6 +1,7 @@
 package clip
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,9 +103,38 @@ func TestSeedCommandLines(t *testing.T) {
 
 	// Bad settings are the user's (exit status 2).
 	for _, line := range []string{"--gradient_accumulation 0", "--contrastive-accumulation sometimes", "--vram 10gb",
-		"--lr -1", "--batch_size 1 --gradient_accumulation 1", "--auto-batch", "--cpu-budget -1s", "--init a.pt --resume b.pt"} {
+		"--lr -1", "--batch_size 1 --gradient_accumulation 1",
+		"--batch_size 4096 --gradient_accumulation 8192", "--epochs 0", "--auto-batch", "--cpu-budget -1s", "--init a.pt --resume b.pt"} {
 		_, _, err := parseTrain(t, line+extra)
 		require.Error(t, err, line)
 		require.True(t, recipes.IsUserError(err), "%s: %v", line, err)
+	}
+}
+
+// TrainConfig.Validate checks what the library's callers set too (the
+// command line's shared flags are checked before it): the harness's
+// bounds on batch sizes and steps, and the recipe's own settings.
+func TestValidate(t *testing.T) {
+	ok := TrainConfig{Mode: Exact, BatchSize: 16, GradAccum: 8, Epochs: 1, LR: 2e-5, ClipNorm: 1}
+	require.NoError(t, ok.Validate())
+	for _, tc := range []struct {
+		field string
+		edit  func(*TrainConfig)
+	}{
+		{"batch-size", func(c *TrainConfig) { c.BatchSize = recipes.MaxBatch + 1 }},
+		{"grad-accum", func(c *TrainConfig) { c.BatchSize, c.GradAccum = 4096, 8192 }},
+		{"grad-accum", func(c *TrainConfig) { c.GradAccum = 0 }},
+		{"grad-accum", func(c *TrainConfig) { c.BatchSize, c.GradAccum = 1, 1 }},
+		{"epochs", func(c *TrainConfig) { c.Epochs = 0 }},
+		{"lr", func(c *TrainConfig) { c.LR = math.NaN() }},
+		{"clip-norm", func(c *TrainConfig) { c.ClipNorm = math.Inf(1) }},
+		{"weight-decay", func(c *TrainConfig) { c.WeightDecay = -1 }},
+		{"contrastive-accumulation", func(c *TrainConfig) { c.Mode = "both" }},
+	} {
+		c := ok
+		tc.edit(&c)
+		var ce *recipes.ConfigError
+		require.ErrorAs(t, c.Validate(), &ce, tc.field)
+		require.Equal(t, tc.field, ce.Field)
 	}
 }

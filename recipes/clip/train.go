@@ -76,31 +76,29 @@ func (c TrainConfig) Validate() error {
 	bad := func(field string, v any, reason string) error {
 		return &recipes.ConfigError{Field: field, Value: v, Reason: reason}
 	}
-	switch {
-	case c.Mode != Exact && c.Mode != Naive:
+	if c.Mode != Exact && c.Mode != Naive {
 		return bad("contrastive-accumulation", c.Mode, "want exact or naive")
-	case c.BatchSize < 1:
-		return bad("batch-size", c.BatchSize, "must be at least 1")
-	case c.GradAccum < 1:
-		return bad("grad-accum", c.GradAccum, "must be at least 1")
+	}
+	const most = math.MaxInt32
+	if err := recipes.CheckRanges(
+		recipes.Between("batch-size", int64(c.BatchSize), 1, recipes.MaxBatch),
+		recipes.Between("grad-accum", int64(c.GradAccum), 1, recipes.MaxBatch),
+		recipes.Between("epochs", int64(c.Epochs), 1, most),
+		recipes.Between("max-steps", int64(c.MaxSteps), 0, most),
+		recipes.Between("warmup", int64(c.Warmup), 0, most),
+		recipes.Between("eval-every", int64(c.EvalEvery), 0, most),
+		recipes.Between("valid-limit", int64(c.ValidLimit), 0, most),
+	); err != nil {
+		return err
+	}
+	if err := recipes.CheckStep(c.BatchSize, c.GradAccum, c.LR, c.ClipNorm); err != nil {
+		return err
+	}
+	switch {
 	case c.BatchSize*c.GradAccum < 2:
 		return bad("grad-accum", c.GradAccum, "a contrastive loss needs an effective batch of at least 2")
-	case c.Epochs < 1:
-		return bad("epochs", c.Epochs, "must be at least 1")
-	case c.MaxSteps < 0:
-		return bad("max-steps", c.MaxSteps, "must be at least 0")
-	case !(c.LR > 0) || math.IsInf(c.LR, 0):
-		return bad("lr", c.LR, "must be a finite number > 0")
 	case !(c.WeightDecay >= 0) || math.IsInf(c.WeightDecay, 0):
 		return bad("weight-decay", c.WeightDecay, "must be a finite number >= 0")
-	case !(c.ClipNorm >= 0) || math.IsInf(c.ClipNorm, 0):
-		return bad("clip-norm", c.ClipNorm, "must be a finite number >= 0")
-	case c.Warmup < 0:
-		return bad("warmup", c.Warmup, "must be at least 0")
-	case c.EvalEvery < 0:
-		return bad("eval-every", c.EvalEvery, "must be at least 0")
-	case c.ValidLimit < 0:
-		return bad("valid-limit", c.ValidLimit, "must be at least 0")
 	case c.CPUBudget < 0:
 		return bad("cpu-budget", c.CPUBudget, "must be at least 0")
 	case c.Init != "" && c.Resume != "":
