@@ -121,6 +121,12 @@ func TestClipFromTheCommandLine(t *testing.T) {
 			require.NoDirExists(t, ck, "nothing written")
 		})
 	}
+	// Under a launcher every rank refuses (the exact loss is one process's).
+	r = runCLI(t, bin, "launch", "--nproc", "2", "--", "clip", "train", "--data", cars, "--checkpoint-dir", ck, "--max-steps", "1", "--device", "cpu")
+	require.Equal(t, 2, r.code, r.stderr)
+	require.Contains(t, r.stderr, "the clip recipe trains in one process, not data parallel")
+	require.NoDirExists(t, ck, "nothing written")
+
 	after, err := os.ReadFile(ftCk)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "another run's checkpoint not overwritten")

@@ -127,6 +127,17 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfi
 		Workers: cm.Workers, Prefetch: cm.Prefetch, Seed: cm.Seed, MemoryEvery: cm.MemoryEvery, MaxNonFinite: cm.MaxNonFinite,
 		EvalEvery: c.Int("eval-every"), ValidLimit: c.Int("valid-limit"), CPUBudget: c.Duration("cpu-budget"), Events: run.Events,
 	}
+	// Data parallel: the exact loss would need every rank's embeddings
+	// (an all-gather the recipe does not do), so it runs in one process.
+	const oneProcess = "the clip recipe trains in one process, not data parallel: its exact contrastive loss would need every rank's embeddings, which it does not gather"
+	switch {
+	case run.Group != nil:
+		return cfg, recipes.Usagef("%s; run `torchfit clip train` without torchfit launch or torchrun", oneProcess)
+	case cm.ZeRO:
+		return cfg, &recipes.ConfigError{Field: "zero", Value: true, Reason: oneProcess}
+	case cm.AllReduceAfterBackward:
+		return cfg, &recipes.ConfigError{Field: "allreduce-after-backward", Value: true, Reason: oneProcess}
+	}
 	if cm.AutoBatch || cm.DryRun {
 		return cfg, &recipes.ConfigError{Field: "auto-batch", Value: true, Reason: "not offered by the clip recipe: pick the micro-batch with --vram or --batch-size (the effective batch's loss is exact at any micro-batch)"}
 	}

@@ -104,7 +104,7 @@ func TestSeedCommandLines(t *testing.T) {
 	// Bad settings are the user's (exit status 2).
 	for _, line := range []string{"--gradient_accumulation 0", "--contrastive-accumulation sometimes", "--vram 10gb",
 		"--lr -1", "--batch_size 1 --gradient_accumulation 1",
-		"--batch_size 4096 --gradient_accumulation 8192", "--epochs 0", "--auto-batch", "--cpu-budget -1s", "--init a.pt --resume b.pt"} {
+		"--batch_size 4096 --gradient_accumulation 8192", "--epochs 0", "--zero", "--allreduce-after-backward", "--auto-batch", "--cpu-budget -1s", "--init a.pt --resume b.pt"} {
 		_, _, err := parseTrain(t, line+extra)
 		require.Error(t, err, line)
 		require.True(t, recipes.IsUserError(err), "%s: %v", line, err)
