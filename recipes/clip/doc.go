@@ -17,6 +17,8 @@
 // again with grad and backpropagated with its slice of that gradient.
 // Memory stays that of one micro-batch plus the batch's embeddings; the
 // price is a second forward pass. The naive mode reproduces the seed.
+// Training runs in one process: data parallel (torchfit launch, torchrun)
+// is refused, since the exact loss would need every rank's embeddings.
 //
 // # Data
 //
