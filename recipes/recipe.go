@@ -49,10 +49,30 @@ type Run struct {
 	// rank 0 renders events (log lines, progress, the metrics file).
 	Group   *dist.Group
 	cleanup []func() error
+	// held are Prepare's own log lines (the memory cap), written before
+	// the recipe's first log line or event: a command that then fails on
+	// bad input prints its one error line and nothing else.
+	held []string
 }
 
 // Logf writes a log line.
-func (r *Run) Logf(format string, args ...any) { r.Log.Printf(format, args...) }
+func (r *Run) Logf(format string, args ...any) {
+	r.release()
+	r.Log.Printf(format, args...)
+}
+
+// hold keeps a log line of Prepare's until the recipe's first output.
+func (r *Run) hold(format string, args ...any) {
+	r.held = append(r.held, fmt.Sprintf(format, args...))
+}
+
+// release writes the held lines.
+func (r *Run) release() {
+	for _, l := range r.held {
+		r.Log.Printf("%s", l)
+	}
+	r.held = nil
+}
 
 // Close undoes Prepare: the memory cap, the signal handler, the metrics
 // file and the progress bar. It returns the metrics file's write error.
@@ -106,7 +126,7 @@ func Prepare(c *cli.Context, keys map[string]string) (*Run, error) {
 			r.Close()
 			return nil, err
 		}
-		r.Events = events
+		r.Events = func(e train.Event) { r.release(); events(e) }
 		r.cleanup = append(r.cleanup, done)
 	}
 	ctx, stop := report.SignalContext(c.Context)
@@ -132,12 +152,12 @@ func (r *Run) capMemory() error {
 		if err != nil {
 			return Usagef("--memory-limit %s: %v", r.MemoryLimit, err)
 		}
-		r.Logf("memory limit on %v: %s", dev, r.MemoryLimit)
+		r.hold("memory limit on %v: %s", dev, r.MemoryLimit)
 	case r.MemoryFraction > 0:
 		if err := torch.SetMemoryFraction(dev, r.MemoryFraction); err != nil {
 			return Usagef("--memory-fraction %v: %v", r.MemoryFraction, err)
 		}
-		r.Logf("memory limit on %v: %.2f of the device", dev, r.MemoryFraction)
+		r.hold("memory limit on %v: %.2f of the device", dev, r.MemoryFraction)
 	default:
 		return nil
 	}
