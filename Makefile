@@ -37,7 +37,7 @@ endif
 export CGO_CXXFLAGS CGO_LDFLAGS
 GOFLAGS_TAGS := $(if $(strip $(TAGS)),-tags "$(strip $(TAGS))",)
 
-.PHONY: deps check-libtorch build vet test test-short fuzz demo bench bench-ops bench-checkpoint quality-clip clean
+.PHONY: deps check-libtorch build vet test test-short fuzz demo bench bench-ops bench-checkpoint quality-clip bench-recipes clean
 
 # deps installs what a fresh Debian bookworm machine lacks (idempotent).
 deps:
@@ -112,6 +112,16 @@ CLIP_PRE_BUDGET ?= 2m
 CLIP_LR ?= 3e-4
 quality-clip: deps
 	PRE_BUDGET=$(CLIP_PRE_BUDGET) scripts/clip_quality.sh out/clip-quality-$(CLIP_BUDGET) $(CLIP_BUDGET) $(CLIP_LR)
+
+# Every recipe beside its Python twin on the same libtorch (package bench):
+# the same weights and batch, a check that one step gives the same loss and
+# gradients, then Go and Python training steps interleaved at 1 and 2
+# threads, fp32 and bf16, with peak memory; writes the table README keeps.
+# BENCHFLAGS: more flags (-twins asr/tiny -reps 9 -variants blas-prescott;
+# go run ./bench/cmd/bench-recipes -h lists them).
+BENCHFLAGS ?=
+bench-recipes: deps
+	$(GO) run $(GOFLAGS_TAGS) ./bench/cmd/bench-recipes -out /tmp/torchfit-bench-recipes.md $(BENCHFLAGS)
 
 bench: deps
 	$(GO) test $(GOFLAGS_TAGS) -run '^$$' -bench . -benchtime $(BENCHTIME) ./...

@@ -1,0 +1,138 @@
+// Command bench-recipes runs torchfit's recipes beside their Python twins
+// (package bench) and prints the table README keeps. `make bench-recipes`
+// runs it; flags pick twins, thread counts, precisions, batch and
+// repetitions.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/bench"
+	"github.com/torchfit/torchfit/torch"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-recipes:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench-recipes", flag.ContinueOnError)
+	twins := fs.String("twins", "", "comma-separated twins (default: all registered)")
+	threads := fs.String("threads", "1,2", "thread counts")
+	precs := fs.String("precisions", "fp32,bf16", "precisions (fp32, bf16)")
+	batch := fs.Int("batch", 8, "samples per step")
+	length := fs.Int("length", 0, "sequence length (0: each twin's default)")
+	reps := fs.Int("reps", 5, "interleaved repetitions")
+	steps := fs.Int("steps", 3, "timed steps per side per repetition")
+	warmup := fs.Int("warmup", 2, "untimed steps per side first")
+	seed := fs.Uint64("seed", 1, "seed of weights and batch")
+	out := fs.String("out", "", "also write the table to this file")
+	raw := fs.String("json", "", "write every step time to this JSON file")
+	variants := fs.String("variants", "", "Go variants timed in the same rotation (see bench.Levers): "+strings.Join(bench.LeverNames(), ", "))
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var tws []bench.Twin
+	if *twins == "" {
+		tws = bench.Twins()
+	} else {
+		for _, n := range strings.Split(*twins, ",") {
+			t, err := bench.Lookup(strings.TrimSpace(n))
+			if err != nil {
+				return err
+			}
+			tws = append(tws, t)
+		}
+	}
+	var ths []int
+	for _, s := range strings.Split(*threads, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("bad -threads %q", *threads)
+		}
+		ths = append(ths, n)
+	}
+	var ps []amp.Precision
+	for _, s := range strings.Split(*precs, ",") {
+		p := amp.Precision(strings.TrimSpace(s))
+		if p != amp.FP32 && p != amp.BF16 {
+			return fmt.Errorf("bad -precisions %q (fp32, bf16)", *precs)
+		}
+		ps = append(ps, p)
+	}
+	var vs []bench.Variant
+	if *variants != "" {
+		for _, n := range strings.Split(*variants, ",") {
+			v, err := bench.Lever(strings.TrimSpace(n))
+			if err != nil {
+				return err
+			}
+			vs = append(vs, v)
+		}
+	}
+	root, err := bench.RepoRoot()
+	if err != nil {
+		return err
+	}
+	py, err := bench.StartPython(root)
+	if err != nil {
+		return err
+	}
+	defer py.Close()
+	dir, err := os.MkdirTemp("", "torchfit-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
+	maj, mi, pa := torch.LibtorchVersion()
+	logf("libtorch %d.%d.%d; BLAS %s", maj, mi, pa, torch.BLAS())
+	start := time.Now()
+	var results []bench.Result
+	for _, tw := range tws {
+		for _, th := range ths {
+			for _, p := range ps {
+				logf("%s, %d thread(s), %s, batch %d", tw.Name(), th, p, *batch)
+				r, err := bench.Measure(py, tw, bench.Config{Threads: th, Precision: p, Batch: *batch, Length: *length, Seed: *seed},
+					bench.Options{Reps: *reps, Steps: *steps, Warmup: *warmup, Variants: vs, Logf: logf}, dir)
+				if err != nil {
+					return err
+				}
+				results = append(results, r)
+			}
+		}
+	}
+	var b strings.Builder
+	bench.Table(&b, results)
+	if len(vs) > 0 {
+		b.WriteString("\n")
+		bench.VariantTable(&b, results)
+	}
+	fmt.Fprintf(&b, "\n%d interleaved repetitions of %d steps per side (after %d warm-up steps), %s in all.\n",
+		*reps, *steps, *warmup, time.Since(start).Round(time.Second))
+	fmt.Fprint(stdout, b.String())
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	if *raw != "" {
+		js, err := json.MarshalIndent(results, "", " ")
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(*raw, js, 0o644)
+	}
+	return nil
+}

@@ -1,0 +1,29 @@
+// Package bench measures torchfit's recipes beside Python PyTorch on the
+// same libtorch: for each recipe a Python twin of its model (parameter
+// names equal torchfit's) loads the weights torchfit initialised and the
+// batch it trains on, a check confirms that one step gives the same loss
+// and gradients, and then Go and Python training steps are timed in one
+// run, interleaved repetition by repetition, with medians and per-pair
+// ratios, and the peak memory of a step on both sides.
+//
+// `make bench-recipes` runs every registered twin (go run ./bench/cmd/bench-recipes).
+//
+// # Adding a recipe
+//
+// A recipe plugs in with two files:
+//
+//   - bench/<recipe>.go: a Twin registered with Register in an init
+//     function. Its Build returns an Instance; a recipe with one model and
+//     one optimizer returns a *SingleModel (its model, loss, batch and
+//     Python spec), which trains with train.Trainer exactly as the recipe
+//     does and writes what Python needs.
+//   - scripts/twins/<recipe>.py: build(spec, data) returning an object
+//     with model (a torch.nn.Module whose state-dict names are torchfit's)
+//     and loss() (the loss of the batch the file holds). Loops that are
+//     not one model and one optimizer (a GAN) define step() and check()
+//     and their Go Instance implements Step and Check itself.
+//
+// scripts/twins/run.py is the Python server the driver talks to; its doc
+// says how Python's peak memory is measured (profiler memory events, the
+// same quantity as torchfit's counting allocator reports).
+package bench

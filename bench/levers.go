@@ -1,0 +1,51 @@
+package bench
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/torchfit/torchfit/torch"
+)
+
+// levers are the Go variants Measure can time beside torchfit's default,
+// by name: each is torchfit with one lever turned off (or another setting),
+// so its ratio to the default is that lever's effect.
+var levers = map[string]Variant{
+	// OpenBLAS's generic SSE3 kernels, what a CPU OpenBLAS does not
+	// recognise gets without lever 0.
+	"blas-prescott": blasVariant("Prescott"),
+	// AVX2 kernels (OpenBLAS's choice for an AVX-512 Zen 4 it takes for a Zen).
+	"blas-haswell": blasVariant("Haswell"),
+}
+
+func blasVariant(core string) Variant {
+	return Variant{Name: "blas-" + core, Set: func() func() {
+		undo := func() {}
+		torch.Main().Do(func() {
+			if _, u, err := torch.SelectBLASCore(core); err == nil {
+				undo = u
+			}
+		})
+		return func() { torch.Main().Do(undo) }
+	}}
+}
+
+// LeverNames lists the variants Lever knows.
+func LeverNames() []string {
+	var out []string
+	for n := range levers {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Lever returns the variant called name.
+func Lever(name string) (Variant, error) {
+	v, ok := levers[name]
+	if !ok {
+		return Variant{}, fmt.Errorf("bench: no variant %q (have %v)", name, LeverNames())
+	}
+	v.Name = name
+	return v, nil
+}

@@ -1,0 +1,305 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
+)
+
+// Options of a measurement.
+type Options struct {
+	Reps   int // interleaved repetitions (0: 5)
+	Steps  int // timed steps per side per repetition (0: 3)
+	Warmup int // untimed steps per side before timing (0: 2)
+	// Variants are other Go settings timed in the same rotation (a lever
+	// turned off, say), each against the same Python steps.
+	Variants []Variant
+	// NoPeak skips the memory measurement.
+	NoPeak bool
+	// Logf reports progress (nil: quiet).
+	Logf func(format string, args ...any)
+}
+
+func (o Options) reps() int   { return cmp0(o.Reps, 5) }
+func (o Options) steps() int  { return cmp0(o.Steps, 3) }
+func (o Options) warmup() int { return cmp0(o.Warmup, 2) }
+
+func cmp0(v, d int) int {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+// Variant is a Go-side setting: Set applies it before its steps and
+// returns what undoes it.
+type Variant struct {
+	Name string
+	Set  func() (undo func())
+}
+
+// CheckResult compares one step's loss and gradients, Go against Python.
+type CheckResult struct {
+	Loss    float64  `json:"loss"`    // Python's
+	GoLoss  float64  `json:"go_loss"` // torchfit's
+	Grads   int      `json:"grads"`   // gradients compared
+	MaxAbs  float64  `json:"max_abs"` // largest |Δ| over all gradient elements
+	MaxRel  float64  `json:"max_rel"` // largest |Δ| of a tensor over its largest |g|
+	Worst   string   `json:"worst"`   // the tensor with MaxRel
+	Missing []string `json:"missing"` // nonzero Python gradients torchfit has none for
+	// Rels are the four largest relative differences, with their tensors.
+	Rels [][2]any `json:"rels"`
+}
+
+// LossRel is the loss difference relative to the loss.
+func (c CheckResult) LossRel() float64 {
+	return math.Abs(c.Loss-c.GoLoss) / math.Max(math.Abs(c.GoLoss), 1e-12)
+}
+
+// Tolerance is what Check accepts at a precision: the loss relative to
+// itself; each gradient's largest difference relative to its largest
+// element or, when that is smaller, to floor times the model's largest
+// gradient element (a bias that batch norm follows has a gradient of pure
+// rounding noise). Different op orders (PyTorch's packed attention
+// projection, its merged masks) round differently: in float32 the ASR
+// twin's gradients agree to 4e-5 (1e-6 but for those biases), in bfloat16
+// autocast to 2.3e-2 (1.1e-2).
+func Tolerance(p amp.Precision) (loss, grad, floor float64) {
+	if p == amp.BF16 || p == amp.FP16 {
+		return 2e-2, 5e-2, 1e-2
+	}
+	return 1e-5, 1e-3, 1e-3
+}
+
+// ErrMismatch is a twin whose loss or gradients differ from torchfit's
+// beyond Tolerance.
+var ErrMismatch = errors.New("bench: the Python twin does not compute what torchfit does")
+
+// Result is one configuration measured.
+type Result struct {
+	Twin   string
+	Config Config
+	Check  CheckResult
+	// Step seconds by repetition: torchfit, Python, and each variant.
+	Go, Py   [][]float64
+	Variants map[string][][]float64
+	// Peak bytes of a steady-state step above what was held before it,
+	// and what was held (model, gradients, optimizer state, batch).
+	GoPeak, GoBase, PyPeak, PyBase int64
+}
+
+// Measure checks twin at cfg against Python and times it. py must be a
+// running Python side; dir receives the exchange files.
+func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, error) {
+	res := Result{Twin: tw.Name(), Config: cfg, Variants: map[string][][]float64{}}
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	torch.Main().Do(func() { torch.SetNumThreads(cfg.Threads) })
+	script := filepath.Join(py.root, tw.Script())
+
+	// The check: dropout off, one forward/backward on both sides.
+	chk := cfg
+	chk.Check = true
+	inst, err := tw.Build(chk)
+	if err != nil {
+		return res, fmt.Errorf("bench: %s: build: %w", tw.Name(), err)
+	}
+	loss, grads, err := inst.Check()
+	if err != nil {
+		inst.Free()
+		return res, fmt.Errorf("bench: %s: check: %w", tw.Name(), err)
+	}
+	gd := ptfile.NewDict()
+	for _, g := range grads {
+		gd.Set(g.Name, g.T)
+	}
+	path := filepath.Join(dir, "check.pt")
+	err = inst.Export(path, ptfile.NewDict("loss", loss, "grads", gd))
+	freeNamed(grads)
+	inst.Free()
+	if err != nil {
+		return res, err
+	}
+	if err := py.Do(map[string]any{"op": "load", "script": script, "file": path, "threads": cfg.Threads}, nil); err != nil {
+		return res, err
+	}
+	lt, gt, floor := Tolerance(cfg.Precision)
+	if err := py.Do(map[string]any{"op": "check", "floor": floor}, &res.Check); err != nil {
+		return res, err
+	}
+	os.Remove(path)
+	c := res.Check
+	logf("%s %s: loss %.6f (Go) vs %.6f (Python), Δ %.1e; %d gradients, worst %.1e (%s)",
+		tw.Name(), cfg.Precision, c.GoLoss, c.Loss, c.LossRel(), c.Grads, c.MaxRel, c.Worst)
+	if c.LossRel() > lt || c.MaxRel > gt || len(c.Missing) > 0 || c.Grads == 0 {
+		return res, fmt.Errorf("%w: %s %s: loss %v vs %v, gradients %d compared, worst %.2e (%s), missing %v",
+			ErrMismatch, tw.Name(), cfg.Precision, c.GoLoss, c.Loss, c.Grads, c.MaxRel, c.Worst, c.Missing)
+	}
+
+	// The timed model, with the recipe's dropout.
+	inst, err = tw.Build(cfg)
+	if err != nil {
+		return res, fmt.Errorf("bench: %s: build: %w", tw.Name(), err)
+	}
+	defer inst.Free()
+	path = filepath.Join(dir, "weights.pt")
+	if err := inst.Export(path, nil); err != nil {
+		return res, err
+	}
+	defer os.Remove(path)
+	if err := py.Do(map[string]any{"op": "load", "script": script, "file": path, "threads": cfg.Threads}, nil); err != nil {
+		return res, err
+	}
+	goSteps := func(n int) ([]float64, error) {
+		ts := make([]float64, 0, n)
+		for k := 0; k < n; k++ {
+			t0 := time.Now()
+			if err := inst.Step(); err != nil {
+				return nil, err
+			}
+			ts = append(ts, time.Since(t0).Seconds())
+		}
+		return ts, nil
+	}
+	pySteps := func(n int) ([]float64, error) {
+		var r struct {
+			Times []float64 `json:"times"`
+		}
+		err := py.Do(map[string]any{"op": "steps", "n": n}, &r)
+		return r.Times, err
+	}
+	if _, err := goSteps(o.warmup()); err != nil {
+		return res, err
+	}
+	if _, err := pySteps(o.warmup()); err != nil {
+		return res, err
+	}
+	if !o.NoPeak {
+		if res.GoPeak, res.GoBase, err = goPeak(inst); err != nil {
+			return res, err
+		}
+		var r struct {
+			Peak int64 `json:"peak"`
+			Base int64 `json:"base"`
+		}
+		if err := py.Do(map[string]any{"op": "peak"}, &r); err != nil {
+			return res, err
+		}
+		res.PyPeak, res.PyBase = r.Peak, r.Base
+	}
+	type side struct {
+		name string
+		run  func() ([]float64, error)
+	}
+	sides := []side{{"go", func() ([]float64, error) { return goSteps(o.steps()) }}}
+	for _, v := range o.Variants {
+		v := v
+		sides = append(sides, side{v.Name, func() ([]float64, error) {
+			undo := v.Set()
+			defer undo()
+			return goSteps(o.steps())
+		}})
+	}
+	sides = append(sides, side{"python", func() ([]float64, error) { return pySteps(o.steps()) }})
+	for r := 0; r < o.reps(); r++ {
+		for k := range sides {
+			s := sides[(k+r)%len(sides)] // rotate who goes first
+			ts, err := s.run()
+			if err != nil {
+				return res, fmt.Errorf("bench: %s %s: %w", tw.Name(), s.name, err)
+			}
+			switch s.name {
+			case "go":
+				res.Go = append(res.Go, ts)
+			case "python":
+				res.Py = append(res.Py, ts)
+			default:
+				res.Variants[s.name] = append(res.Variants[s.name], ts)
+			}
+		}
+		logf("  rep %d: Go %.1f ms, Python %.1f ms", r+1, median(res.Go[r])*1e3, median(res.Py[r])*1e3)
+	}
+	return res, nil
+}
+
+// goPeak measures one step's peak above what is held before it.
+func goPeak(inst Instance) (peak, base int64, err error) {
+	torch.Main().Do(func() {
+		var st torch.MemStats
+		if st, err = torch.MemoryStats(torch.CPU); err != nil {
+			return
+		}
+		base = st.Allocated
+		torch.ResetPeakMemory(torch.CPU)
+	})
+	if err != nil {
+		return
+	}
+	if err = inst.Step(); err != nil {
+		return
+	}
+	torch.Main().Do(func() {
+		var st torch.MemStats
+		st, err = torch.MemoryStats(torch.CPU)
+		peak = st.PeakAllocated - base
+	})
+	return
+}
+
+func freeNamed(ns []nn.Named) {
+	for _, n := range ns {
+		n.T.Free()
+	}
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func flat(xss [][]float64) []float64 {
+	var out []float64
+	for _, xs := range xss {
+		out = append(out, xs...)
+	}
+	return out
+}
+
+// Ratio is Go's median step over Python's.
+func (r Result) Ratio() float64 { return median(flat(r.Go)) / median(flat(r.Py)) }
+
+// PairRatios are each repetition's Go median over the same repetition's Python median.
+func (r Result) PairRatios() []float64 { return pairRatios(r.Go, r.Py) }
+
+func pairRatios(a, b [][]float64) []float64 {
+	out := make([]float64, 0, len(a))
+	for k := range a {
+		if k < len(b) {
+			out = append(out, median(a[k])/median(b[k]))
+		}
+	}
+	return out
+}
+
+// VariantRatio is a variant's median step over torchfit's default.
+func (r Result) VariantRatio(name string) float64 {
+	return median(flat(r.Variants[name])) / median(flat(r.Go))
+}

@@ -1,0 +1,65 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Table writes results as the markdown table README keeps: per twin,
+// threads and precision, the median step on each side, Go/Python as the
+// ratio of the medians and as the median and range of the per-repetition
+// ratios, each side's step peak above what it holds between steps, and the
+// check's differences.
+func Table(w io.Writer, rs []Result) {
+	fmt.Fprintln(w, "| recipe | threads | precision | batch | Go ms/step | Python ms/step | Go / Python | per pair (median, range) | Go peak | Python peak | check: loss Δ, worst grad Δ |")
+	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---:|---|---:|---:|---|")
+	for _, r := range rs {
+		pr := r.PairRatios()
+		fmt.Fprintf(w, "| %s | %d | %s | %d | %.1f | %.1f | **%.2f** | %.2f [%.2f–%.2f] | %s | %s | %.0e, %.0e |\n",
+			r.Twin, r.Config.Threads, r.Config.Precision, r.Config.Batch,
+			median(flat(r.Go))*1e3, median(flat(r.Py))*1e3, r.Ratio(),
+			median(pr), slices.Min(pr), slices.Max(pr), mib(r.GoPeak), mib(r.PyPeak), r.Check.LossRel(), r.Check.MaxRel)
+	}
+}
+
+// VariantTable writes each Go variant's median step over torchfit's
+// default, measured in the same rotation (a lever's effect: the variant
+// is torchfit without it).
+func VariantTable(w io.Writer, rs []Result) {
+	names := map[string]bool{}
+	for _, r := range rs {
+		for n := range r.Variants {
+			names[n] = true
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	var ns []string
+	for n := range names {
+		ns = append(ns, n)
+	}
+	sort.Strings(ns)
+	fmt.Fprintf(w, "| recipe | threads | precision | Go ms/step | %s |\n", strings.Join(ns, " | "))
+	fmt.Fprintf(w, "|---|---:|---|---:|%s\n", strings.Repeat("---:|", len(ns)))
+	for _, r := range rs {
+		cells := make([]string, len(ns))
+		for k, n := range ns {
+			if _, ok := r.Variants[n]; ok {
+				cells[k] = fmt.Sprintf("%.1f ms (%.2f×)", median(flat(r.Variants[n]))*1e3, r.VariantRatio(n))
+			}
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %.1f | %s |\n", r.Twin, r.Config.Threads, r.Config.Precision,
+			median(flat(r.Go))*1e3, strings.Join(cells, " | "))
+	}
+}
+
+func mib(b int64) string {
+	if b <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+}

@@ -1,0 +1,210 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/train"
+)
+
+// Config is one measured configuration of a twin.
+type Config struct {
+	Threads   int
+	Precision amp.Precision // amp.FP32 or amp.BF16
+	Batch     int           // samples per step (one micro-batch)
+	Length    int           // sequence length (frames, tokens; 0: the twin's default)
+	Seed      uint64
+	// Check builds the model for the equality check: dropout off, so that
+	// both sides compute the same function of the same weights.
+	Check bool
+}
+
+// A Twin is a recipe's model that has a Python twin.
+type Twin interface {
+	// Name is "recipe/preset", e.g. "asr/tiny".
+	Name() string
+	// Script is the Python side, relative to the repository root.
+	Script() string
+	// Build makes the model (seeded), its optimizer and a fixed batch.
+	Build(cfg Config) (Instance, error)
+}
+
+// Instance is a built twin: the Go side of one configuration.
+type Instance interface {
+	// Check runs one forward and backward at the initial weights without
+	// updating them, and returns the loss and the gradients by parameter
+	// name (copies the caller frees).
+	Check() (loss float64, grads []nn.Named, err error)
+	// Step runs one training step.
+	Step() error
+	// Export writes what the Python side loads: "spec" (JSON text),
+	// "model" (the state dict), "batch", and check when not nil.
+	Export(path string, check *ptfile.Dict) error
+	// Free releases the model, optimizer and batch.
+	Free()
+}
+
+var registry struct {
+	mu    sync.Mutex
+	twins map[string]Twin
+}
+
+// Register adds a twin (recipes call it from an init function).
+func Register(t Twin) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if registry.twins == nil {
+		registry.twins = map[string]Twin{}
+	}
+	if _, dup := registry.twins[t.Name()]; dup {
+		panic(fmt.Sprintf("bench: twin %q registered twice", t.Name()))
+	}
+	registry.twins[t.Name()] = t
+}
+
+// Twins returns the registered twins by name.
+func Twins() []Twin {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	out := make([]Twin, 0, len(registry.twins))
+	for _, t := range registry.twins {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out
+}
+
+// Lookup returns the twin called name.
+func Lookup(name string) (Twin, error) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	t, ok := registry.twins[name]
+	if !ok {
+		return nil, fmt.Errorf("bench: no twin %q", name)
+	}
+	return t, nil
+}
+
+// SingleModel is the Instance of a recipe with one model and one AdamW
+// optimizer: its step is train.Trainer's (one micro-batch of the whole
+// batch, clipping, AdamW with weight decay on matrices, zero grads), and
+// the Python side runs the same loop (scripts/twins/run.py).
+type SingleModel struct {
+	Model nn.Module
+	Loss  func(*data.Batch) *torch.Tensor
+	Batch *data.Batch
+	// PyBatch is the batch as the Python twin reads it (data["batch"]).
+	PyBatch *ptfile.Dict
+	// Spec is the recipe's own part of the Python spec (spec["model"]).
+	Spec      map[string]any
+	Precision amp.Precision
+	LR        float64
+	Decay     float64 // AdamW weight decay on parameters of two or more dimensions
+	ClipNorm  float64
+
+	opt *nn.Adam
+	tr  *train.Trainer
+}
+
+// Init creates the optimizer and the trainer; call it once the fields are set.
+func (s *SingleModel) Init() error {
+	groups := nn.DecayGroups(nn.Parameters(s.Model), s.Decay)
+	s.opt = nn.NewAdamWGroups(groups, nn.AdamWDefaults(s.LR))
+	tr, err := train.New(s.Model, s.opt, s.Loss, train.Config{
+		MicroBatch: s.Batch.Size(), Accum: 1, Device: torch.CPU, Precision: s.Precision, ClipNorm: s.ClipNorm,
+		MaxNonFinite: -1,
+	})
+	if err != nil {
+		s.opt.Free()
+		return err
+	}
+	s.tr = tr
+	return nil
+}
+
+// Step runs one training step with the trainer.
+func (s *SingleModel) Step() error {
+	_, err := s.tr.Step(s.Batch)
+	return err
+}
+
+// Check computes the loss and gradients at the current weights.
+func (s *SingleModel) Check() (loss float64, grads []nn.Named, err error) {
+	err = s.tr.Thread().DoErr(func() error {
+		return torch.TidyErr(func() error {
+			s.opt.ZeroGrad()
+			var l *torch.Tensor
+			if s.Precision != amp.FP32 && s.Precision != "" {
+				amp.Autocast(torch.CPU, s.Precision.DType(), func() { l = s.Loss(s.Batch) })
+				amp.ClearCache()
+			} else {
+				l = s.Loss(s.Batch)
+			}
+			l = l.ToDType(torch.Float32)
+			loss = l.Item()
+			l.Backward()
+			for _, p := range nn.Parameters(s.Model) {
+				if g := p.T.Grad(); g != nil {
+					grads = append(grads, nn.Named{Name: p.Name, T: g.Clone().Keep()})
+				}
+			}
+			s.opt.ZeroGrad()
+			return nil
+		})
+	})
+	return loss, grads, err
+}
+
+// Export writes the spec, the weights, the batch and the check.
+func (s *SingleModel) Export(path string, check *ptfile.Dict) error {
+	groups := s.opt.Groups()
+	var pyGroups []map[string]any
+	for _, g := range groups {
+		names := make([]string, len(g.Params))
+		for k, p := range g.Params {
+			names[k] = p.Name
+		}
+		pyGroups = append(pyGroups, map[string]any{"params": names, "weight_decay": g.WeightDecay})
+	}
+	g0 := groups[0]
+	spec := map[string]any{
+		"model":     s.Spec,
+		"precision": string(s.Precision),
+		"optim": map[string]any{"lr": s.LR, "beta1": g0.Beta1, "beta2": g0.Beta2, "eps": g0.Eps,
+			"clip_norm": s.ClipNorm, "groups": pyGroups},
+	}
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	var sd []ptfile.NamedTensor
+	for _, p := range nn.StateDict(s.Model) {
+		sd = append(sd, ptfile.NamedTensor{Name: p.Name, T: p.T})
+	}
+	d := ptfile.NewDict("spec", string(js), "model", sd, "batch", s.PyBatch)
+	if check != nil {
+		d.Set("check", check)
+	}
+	return ptfile.Save(path, d)
+}
+
+// Free releases the optimizer, the model and the batch.
+func (s *SingleModel) Free() {
+	if s.opt != nil {
+		s.opt.Free()
+	}
+	nn.Free(s.Model)
+	s.Batch.Free()
+	for _, k := range s.PyBatch.Keys() {
+		if t := s.PyBatch.Tensor(k); t != nil {
+			t.Free()
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package bench
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
+)
+
+// The ASR twin computes what torchfit computes: one step's loss and
+// gradients agree within Tolerance, and Measure times both sides.
+func TestASRTwinMatches(t *testing.T) {
+	root, err := RepoRoot()
+	require.NoError(t, err)
+	py, err := StartPython(root)
+	require.NoError(t, err)
+	defer py.Close()
+	tw, err := Lookup("asr/tiny")
+	require.NoError(t, err)
+	for _, prec := range []amp.Precision{amp.FP32, amp.BF16} {
+		t.Run(string(prec), func(t *testing.T) {
+			res, err := Measure(py, tw, Config{Threads: 1, Precision: prec, Batch: 2, Length: 96, Seed: 3},
+				Options{Reps: 1, Steps: 1, Warmup: 1, Logf: t.Logf}, t.TempDir())
+			require.NoError(t, err)
+			t.Logf("check: %+v", res.Check)
+			require.Len(t, res.Go, 1)
+			require.Len(t, res.Py, 1)
+			require.Greater(t, res.GoPeak, int64(0))
+			require.Greater(t, res.PyPeak, int64(0))
+		})
+	}
+}
+
+// perturbed is a twin whose Python side gets weights that differ from the
+// ones torchfit checked with: the check must catch it.
+type perturbed struct{ Twin }
+
+type perturbedInst struct{ *SingleModel }
+
+func (p perturbed) Build(cfg Config) (Instance, error) {
+	inst, err := p.Twin.Build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return perturbedInst{inst.(*SingleModel)}, nil
+}
+
+func (p perturbedInst) Export(path string, check *ptfile.Dict) error {
+	torch.Main().Do(func() {
+		torch.NoGrad(func() { nn.Parameters(p.Model)[0].T.MulScalarIn(1.01) })
+	})
+	return p.SingleModel.Export(path, check)
+}
+
+func TestMismatchIsCaught(t *testing.T) {
+	root, err := RepoRoot()
+	require.NoError(t, err)
+	py, err := StartPython(root)
+	require.NoError(t, err)
+	defer py.Close()
+	tw, err := Lookup("asr/tiny")
+	require.NoError(t, err)
+	_, err = Measure(py, perturbed{tw}, Config{Threads: 1, Precision: amp.FP32, Batch: 2, Length: 96, Seed: 3},
+		Options{Reps: 1, Steps: 1, Warmup: 1}, t.TempDir())
+	require.ErrorIs(t, err, ErrMismatch)
+}

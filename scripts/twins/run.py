@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""The Python half of `make bench-recipes` (Go package bench).
+
+A server the Go driver starts once and talks to on stdin/stdout, one JSON
+object per line each way. It builds a recipe's Python twin from the weights
+and batch torchfit wrote (torch.save format), checks that one step gives the
+loss and gradients torchfit computed, and times training steps when asked,
+so that Go and Python steps can be interleaved in one run.
+
+Requests and replies:
+  {"op": "load", "script": PATH, "file": PT, "threads": N}
+        -> {"params": number of parameters, "threads": N}
+  {"op": "check"}  one forward/backward at the loaded weights, compared with
+        the file's "check" entry (torchfit's loss and gradients): max_rel is
+        the largest difference of a gradient over its largest element (or
+        the request's "floor" times the model's largest gradient element,
+        when larger)
+        -> {"loss": x, "go_loss": y, "grads": n, "max_abs": a, "max_rel": r,
+            "worst": name, "missing": [...]}
+  {"op": "steps", "n": K}  K training steps -> {"times": [seconds, ...]}
+  {"op": "peak"}  one profiled training step -> {"peak": bytes, "base": bytes}
+  {"op": "quit"}
+An error is replied as {"error": message}.
+
+A recipe script (scripts/twins/<recipe>.py) defines build(spec, tensors)
+returning an object with
+  model   the torch.nn.Module (its state-dict names are torchfit's)
+  loss()  the loss of the batch the file holds (a scalar in the graph)
+and, for loops that are not one model and one optimizer, step() and
+check() of its own. The default step is what torchfit's train.Trainer does
+for one micro-batch: loss under autocast (bf16) or not, loss.item(),
+backward, clip_grad_norm_, AdamW (PyTorch's default implementation) with
+the file's parameter groups, zero_grad(set_to_none=True).
+
+Peak memory: PyTorch 1.13 keeps no CPU allocator statistics, so one
+steady-state step runs under torch.profiler(profile_memory=True), whose
+memory events are every allocation and free of c10's CPU allocator with its
+size; the peak is the maximum of their running sum -- bytes held by tensors
+above the step's starting point, as torchfit's counting allocator reports it
+(PeakAllocated - Allocated before the step). "base" is what the model,
+its gradients, optimizer state and batch hold between steps (unique storages).
+"""
+import importlib.util
+import json
+import sys
+import time
+import traceback
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+
+def load_script(path):
+    spec = importlib.util.spec_from_file_location("twin_" + str(abs(hash(path))), path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Runner:
+    def __init__(self):
+        self.tw = None
+
+    def load(self, req):
+        torch.set_num_threads(int(req["threads"]))
+        data = torch.load(req["file"])
+        spec = json.loads(data["spec"])
+        self.spec = spec
+        self.data = data
+        mod = load_script(req["script"])
+        self.tw = mod.build(spec, data)
+        self.custom_step = getattr(self.tw, "step", None)
+        if self.custom_step is None:
+            self.opt = self.make_opt()
+        return {"params": sum(p.numel() for p in self.tw.model.parameters()), "threads": torch.get_num_threads()}
+
+    def make_opt(self):
+        o = self.spec["optim"]
+        named = dict(self.tw.model.named_parameters())
+        groups = []
+        for g in o["groups"]:
+            groups.append({"params": [named[n] for n in g["params"]], "weight_decay": g["weight_decay"]})
+        return torch.optim.AdamW(groups, lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
+
+    def forward(self):
+        if self.spec.get("precision") == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = self.tw.loss()
+        else:
+            loss = self.tw.loss()
+        if loss.dtype != torch.float32:
+            loss = loss.float()
+        return loss
+
+    def step(self):
+        if self.custom_step is not None:
+            return self.custom_step()
+        loss = self.forward()
+        loss.item()
+        loss.backward()
+        clip = self.spec["optim"].get("clip_norm", 0)
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.tw.model.parameters(), clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    def check(self, req):
+        if hasattr(self.tw, "check"):
+            return self.tw.check()
+        model = self.tw.model
+        model.zero_grad(set_to_none=True)
+        loss = self.forward()
+        loss.backward()
+        want = self.data["check"]
+        out = {"loss": loss.item(), "go_loss": float(want["loss"]), "grads": 0, "max_abs": 0.0,
+               "max_rel": 0.0, "worst": "", "missing": []}
+        go_grads = want["grads"]
+        # A gradient's difference is measured against its own largest
+        # element, or against a fraction ("floor", 1e-3 by default) of the
+        # largest gradient element of the model when its own is smaller: a
+        # bias that a normalisation follows has a gradient of pure rounding
+        # noise.
+        floor = float(req.get("floor", 1e-3)) * max((g.abs().max().item() for g in go_grads.values()), default=0.0)
+        for name, p in model.named_parameters():
+            g = p.grad
+            if name not in go_grads:
+                if g is not None and g.abs().max().item() > 0:
+                    out["missing"].append(name)
+                continue
+            gg = go_grads[name].double()
+            pg = g.double() if g is not None else torch.zeros_like(gg)
+            diff = (gg - pg).abs().max().item()
+            scale = max(gg.abs().max().item(), floor, 1e-30)
+            out["grads"] += 1
+            out.setdefault("rels", []).append([diff / scale, name])
+            if diff / scale > out["max_rel"]:
+                out["max_rel"], out["worst"] = diff / scale, name
+            out["max_abs"] = max(out["max_abs"], diff)
+        out["rels"] = sorted(out.get("rels", []), reverse=True)[:4]
+        model.zero_grad(set_to_none=True)
+        return out
+
+    def steps(self, req):
+        times = []
+        for _ in range(int(req["n"])):
+            t0 = time.perf_counter()
+            self.step()
+            times.append(time.perf_counter() - t0)
+        return {"times": times}
+
+    def peak(self, req):
+        base = held_bytes(self.tw.model, getattr(self, "opt", None), self.data)
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            self.step()
+        events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+        events.sort(key=lambda e: e.start_us())
+        run = peak = 0
+        for e in events:
+            run += e.nbytes()
+            peak = max(peak, run)
+        return {"peak": peak, "base": base}
+
+
+def held_bytes(model, opt, data):
+    seen, total = set(), 0
+
+    def add(t):
+        nonlocal total
+        if not isinstance(t, torch.Tensor):
+            return
+        s = t.storage()
+        key = s.data_ptr()
+        if key in seen or s.size() == 0:
+            return
+        seen.add(key)
+        total += s.nbytes()
+
+    for t in model.state_dict(keep_vars=True).values():
+        add(t)
+        if isinstance(t, torch.nn.Parameter) and t.grad is not None:
+            add(t.grad)
+    if opt is not None:
+        for st in opt.state.values():
+            for v in st.values():
+                add(v)
+    batch = data.get("batch", {})
+    for v in batch.values():
+        add(v)
+    return total
+
+
+def main():
+    r = Runner()
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        req = json.loads(line)
+        op = req.get("op")
+        if op == "quit":
+            break
+        try:
+            if op == "load":
+                out = r.load(req)
+            elif op == "check":
+                out = r.check(req)
+            elif op == "steps":
+                out = r.steps(req)
+            elif op == "peak":
+                out = r.peak(req)
+            else:
+                out = {"error": f"unknown op {op!r}"}
+        except Exception as e:  # reported to the driver, which stops
+            out = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
