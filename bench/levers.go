@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -16,6 +17,11 @@ var levers = map[string]Variant{
 	"blas-prescott": blasVariant("Prescott"),
 	// AVX2 kernels (OpenBLAS's choice for an AVX-512 Zen 4 it takes for a Zen).
 	"blas-haswell": blasVariant("Haswell"),
+	// AdamW as PyTorch runs it: nine ops per parameter (lever 3 off).
+	"unfused-adamw": {Set: func() func() {
+		prev := nn.SetFusedOptimizers(false)
+		return func() { nn.SetFusedOptimizers(prev) }
+	}},
 }
 
 func blasVariant(core string) Variant {

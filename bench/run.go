@@ -303,3 +303,22 @@ func pairRatios(a, b [][]float64) []float64 {
 func (r Result) VariantRatio(name string) float64 {
 	return median(flat(r.Variants[name])) / median(flat(r.Go))
 }
+
+// CountStep builds twin at cfg, runs warm-up steps, and counts the calls
+// one training step makes into libtorch (torch.CountCalls).
+func CountStep(tw Twin, cfg Config, warmup int) ([]torch.CallStat, error) {
+	torch.Main().Do(func() { torch.SetNumThreads(cfg.Threads) })
+	inst, err := tw.Build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer inst.Free()
+	for k := 0; k < warmup; k++ {
+		if err := inst.Step(); err != nil {
+			return nil, err
+		}
+	}
+	var stats []torch.CallStat
+	stats = torch.CountCalls(func() { err = inst.Step() })
+	return stats, err
+}

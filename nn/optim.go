@@ -7,9 +7,22 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/torchfit/torchfit/torch"
 )
+
+// fusedOptimizers selects the fused (one native call) step where an
+// optimizer has one (Adam, AdamW).
+var fusedOptimizers atomic.Bool
+
+func init() { fusedOptimizers.Store(true) }
+
+// SetFusedOptimizers turns the fused optimizer steps on (the default) or
+// off and returns the previous setting. Off, Adam and AdamW run PyTorch's
+// ops parameter by parameter (for comparison; the results agree to float32
+// rounding, see torch.AdamStep).
+func SetFusedOptimizers(on bool) (prev bool) { return fusedOptimizers.Swap(on) }
 
 // Optimizer updates parameters from their gradients.
 //

@@ -95,8 +95,16 @@ func newAdam(kind string, groups []ParamGroup, cfg AdamConfig, decoupled bool) *
 	return o
 }
 
-// Step applies one Adam (AdamW) update.
+// Step applies one Adam (AdamW) update. With fused optimizers on (the
+// default, SetFusedOptimizers) and every parameter, gradient and state a
+// dense contiguous float32 CPU tensor, it is one native call over all
+// parameters (torch.AdamStep), computing what the ops below compute with
+// the same float32 roundings; otherwise it runs the ops parameter by
+// parameter, as PyTorch 1.13's default does.
 func (o *Adam) Step() {
+	if fusedOptimizers.Load() && o.fusedStep() {
+		return
+	}
 	o.forEach(func(g *Group, p, grad *torch.Tensor, st *optimParamState) {
 		m, v := st.bufs["exp_avg"], st.bufs["exp_avg_sq"]
 		if m == nil {
@@ -136,4 +144,83 @@ func (o *Adam) Step() {
 		denom := src.Sqrt().DivScalarIn(bc2Sqrt).AddScalarIn(g.Eps)
 		p.AddcdivIn(m, denom, -stepSize)
 	})
+}
+
+// fusedStep runs the step with torch.AdamStep; false when it does not
+// apply (nothing changed then).
+func (o *Adam) fusedStep() bool {
+	var params, ms, vs, vmaxs []*torch.Tensor
+	var hs []torch.AdamHyper
+	var states []*optimParamState
+	ok := true
+	amsgrad := false
+	for _, g := range o.groups {
+		if g.AMSGrad {
+			amsgrad = true
+		}
+	}
+	torch.NoGrad(func() {
+		torch.Tidy(func() {
+			for _, g := range o.groups {
+				for _, p := range g.Params {
+					st := o.state[p.T]
+					if st == nil {
+						// State is created for a parameter once it has a
+						// gradient, as PyTorch does.
+						grad := p.T.Grad()
+						if grad == nil {
+							continue
+						}
+						st = &optimParamState{bufs: map[string]*torch.Tensor{}}
+						o.state[p.T] = st
+					}
+					m, v := st.bufs["exp_avg"], st.bufs["exp_avg_sq"]
+					if m == nil {
+						m, v = optimZeros(p.T), optimZeros(p.T)
+						st.bufs["exp_avg"], st.bufs["exp_avg_sq"] = m, v
+					}
+					if amsgrad {
+						vm := st.bufs["max_exp_avg_sq"]
+						if vm == nil && g.AMSGrad {
+							vm = optimZeros(p.T)
+							st.bufs["max_exp_avg_sq"] = vm
+						}
+						if vm == nil { // a group without AMSGrad beside one with it
+							ok = false
+							return
+						}
+						vmaxs = append(vmaxs, vm)
+					}
+					step := float64(st.step + 1) // PyTorch counts in float32
+					h := torch.AdamHyper{Beta1: g.Beta1, Beta2: g.Beta2, Eps: g.Eps, Decay: 1, Maximize: g.Maximize,
+						StepSize: g.LR / (1 - math.Pow(g.Beta1, step)), BC2Sqrt: math.Sqrt(1 - math.Pow(g.Beta2, step))}
+					if o.decoupled {
+						if g.WeightDecay != 0 {
+							h.Decay = 1 - g.LR*g.WeightDecay
+						}
+					} else {
+						h.WD = g.WeightDecay
+					}
+					params, ms, vs, hs, states = append(params, p.T), append(ms, m), append(vs, v), append(hs, h), append(states, st)
+				}
+			}
+		})
+	})
+	if !ok {
+		return false
+	}
+	if amsgrad && len(vmaxs) != len(params) {
+		return false
+	}
+	var applied []bool
+	applied, ok = torch.AdamStep(params, ms, vs, vmaxs, hs)
+	if !ok {
+		return false
+	}
+	for k, a := range applied {
+		if a {
+			states[k].step++
+		}
+	}
+	return true
 }

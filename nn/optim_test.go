@@ -251,46 +251,53 @@ func TestOptimMatchesPyTorch(t *testing.T) {
 	var all [][][][]float64 // [case][step][param][element]
 	pyref.Run(t, optimPyScript, optimPyInput(optimCases), &all)
 	require.Len(t, all, len(optimCases))
-	for ci, c := range optimCases {
-		want := all[ci]
-		t.Run(c.name, func(t *testing.T) {
-			require.Len(t, want, optimSteps)
-
-			ps := optimParams()
-			defer optimFree(ps)
-			gs := optimGrads()
-			defer optimFreeGrads(gs)
-			refs := make([]*torch.Tensor, len(ps))
-			for k, p := range ps {
-				refs[k] = p.T.Ref()
-				defer refs[k].Free()
+	for _, fused := range []bool{true, false} {
+		defer SetFusedOptimizers(SetFusedOptimizers(fused))
+		for ci, c := range optimCases {
+			want := all[ci]
+			name := c.name
+			if !fused {
+				name += "/unfused"
 			}
-			opt := c.build(ps)
-			defer opt.Free()
+			t.Run(name, func(t *testing.T) {
+				require.Len(t, want, optimSteps)
 
-			exact, total := 0, 0
-			for s := 0; s < optimSteps; s++ {
-				optimSetGrads(ps, gs[s])
-				opt.Step()
-				opt.ZeroGrad()
+				ps := optimParams()
+				defer optimFree(ps)
+				gs := optimGrads()
+				defer optimFreeGrads(gs)
+				refs := make([]*torch.Tensor, len(ps))
 				for k, p := range ps {
-					got := p.T.Float32s()
-					require.Len(t, got, len(want[s][k]))
-					for i, g := range got {
-						w := want[s][k][i]
-						total++
-						if float64(g) == w {
-							exact++
-						}
-						require.InDelta(t, w, float64(g), 1e-6*math.Max(1, math.Abs(w)),
-							"step %d %s[%d]", s+1, p.Name, i)
-					}
-					require.True(t, p.T.Same(refs[k]), "parameter %s lost its identity", p.Name)
-					require.Nil(t, p.T.Grad(), "ZeroGrad leaves no gradient")
+					refs[k] = p.T.Ref()
+					defer refs[k].Free()
 				}
-			}
-			t.Logf("%d of %d values bitwise equal to PyTorch", exact, total)
-		})
+				opt := c.build(ps)
+				defer opt.Free()
+
+				exact, total := 0, 0
+				for s := 0; s < optimSteps; s++ {
+					optimSetGrads(ps, gs[s])
+					opt.Step()
+					opt.ZeroGrad()
+					for k, p := range ps {
+						got := p.T.Float32s()
+						require.Len(t, got, len(want[s][k]))
+						for i, g := range got {
+							w := want[s][k][i]
+							total++
+							if float64(g) == w {
+								exact++
+							}
+							require.InDelta(t, w, float64(g), 1e-6*math.Max(1, math.Abs(w)),
+								"step %d %s[%d]", s+1, p.Name, i)
+						}
+						require.True(t, p.T.Same(refs[k]), "parameter %s lost its identity", p.Name)
+						require.Nil(t, p.T.Grad(), "ZeroGrad leaves no gradient")
+					}
+				}
+				t.Logf("%d of %d values bitwise equal to PyTorch", exact, total)
+			})
+		}
 	}
 }
 

@@ -39,6 +39,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 1, "seed of weights and batch")
 	out := fs.String("out", "", "also write the table to this file")
 	raw := fs.String("json", "", "write every step time to this JSON file")
+	countOnly := fs.Bool("count", false, "only count the calls into libtorch of one step per twin and precision (no Python)")
 	variants := fs.String("variants", "", "Go variants timed in the same rotation (see bench.Levers): "+strings.Join(bench.LeverNames(), ", "))
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -80,6 +81,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 			}
 			vs = append(vs, v)
 		}
+	}
+	if *countOnly {
+		for _, tw := range tws {
+			for _, p := range ps {
+				cfg := bench.Config{Threads: ths[0], Precision: p, Batch: *batch, Length: *length, Seed: *seed}
+				stats, err := bench.CountStep(tw, cfg, *warmup)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "%s, %s, batch %d, %d thread(s): calls into libtorch in one training step\n", tw.Name(), p, *batch, ths[0])
+				torch.WriteCallStats(stdout, stats)
+				fmt.Fprintln(stdout)
+			}
+		}
+		return nil
 	}
 	root, err := bench.RepoRoot()
 	if err != nil {

@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -86,6 +87,9 @@ type AutocastState struct{ Enabled, DType int32 }
 
 // AutocastEnter applies autocast on the calling thread (deviceType 0 CPU, 1 CUDA).
 func AutocastEnter(deviceType int, enabled bool, dtype int32) (AutocastState, error) {
+	if statsOn.Load() {
+		defer count("(autocast enter)", time.Now())
+	}
 	var prev AutocastState
 	err := check(C.tf_autocast_enter(C.int32_t(deviceType), b32(enabled), C.int32_t(dtype), (*C.tf_autocast_state)(unsafe.Pointer(&prev))))
 	return prev, err
@@ -93,6 +97,9 @@ func AutocastEnter(deviceType int, enabled bool, dtype int32) (AutocastState, er
 
 // AutocastExit restores prev; the outermost exit clears the weight cache.
 func AutocastExit(deviceType int, prev AutocastState) error {
+	if statsOn.Load() {
+		defer count("(autocast exit)", time.Now())
+	}
 	return check(C.tf_autocast_exit(C.int32_t(deviceType), (*C.tf_autocast_state)(unsafe.Pointer(&prev))))
 }
 

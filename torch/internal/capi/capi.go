@@ -25,6 +25,7 @@ import "C"
 
 import (
 	"strings"
+	"time"
 	"unsafe"
 )
 
@@ -52,6 +53,10 @@ func check(e C.tf_err) error {
 	err.Msg = strings.TrimSpace(err.Msg)
 	return err
 }
+
+// Check converts an error a shim-shaped function of another cgo package
+// returned (a tf_err, NULL or a malloc'd string) and frees it.
+func Check(e unsafe.Pointer) error { return check(C.tf_err(e)) }
 
 // Tensor is an owning reference to a libtorch tensor.
 type Tensor = C.tf_tensor
@@ -95,7 +100,14 @@ func FindOp(name, overload string) (Op, error) {
 	defer C.free(unsafe.Pointer(cn))
 	defer C.free(unsafe.Pointer(co))
 	var op Op
-	return op, check(C.tf_op_find(cn, co, &op))
+	err := check(C.tf_op_find(cn, co, &op))
+	if err == nil {
+		if overload != "" {
+			name += "." + overload
+		}
+		nameOp(op, name)
+	}
+	return op, err
 }
 
 // Schema returns the operator's schema text.
@@ -125,15 +137,28 @@ func Call(op Op, args []Val, arena []int64, outs []Val) (n int, scope uint64, er
 	}
 	var cn C.int32_t
 	var cs C.uint64_t
+	if statsOn.Load() {
+		defer countOp(op, time.Now())
+	}
 	err = check(C.tf_op_call(op, a, C.int32_t(len(args)), ar, o, C.int32_t(len(outs)), &cn, &cs))
 	return int(cn), uint64(cs), err
 }
 
 // ScopeSwap sets the calling thread's scope and returns the previous one.
-func ScopeSwap(s uint64) uint64 { return uint64(C.tf_scope_swap(C.uint64_t(s))) }
+func ScopeSwap(s uint64) uint64 {
+	if statsOn.Load() {
+		defer count("(scope swap)", time.Now())
+	}
+	return uint64(C.tf_scope_swap(C.uint64_t(s)))
+}
 
 // CurrentScope returns the calling thread's scope.
-func CurrentScope() uint64 { return uint64(C.tf_scope_current()) }
+func CurrentScope() uint64 {
+	if statsOn.Load() {
+		defer count("(current scope)", time.Now())
+	}
+	return uint64(C.tf_scope_current())
+}
 
 // TensorList converts a returned TF_TENSORS value into handles and frees the C array.
 func TensorList(v Val) []Tensor {
@@ -149,16 +174,27 @@ func TensorList(v Val) []Tensor {
 }
 
 // Free releases a tensor reference.
-func Free(t Tensor) { C.tf_tensor_free(t) }
+func Free(t Tensor) {
+	if statsOn.Load() {
+		defer count("(free)", time.Now())
+	}
+	C.tf_tensor_free(t)
+}
 
 // CloneHandle returns a second reference to the same tensor.
 func CloneHandle(t Tensor) (Tensor, error) {
+	if statsOn.Load() {
+		defer count("(new reference)", time.Now())
+	}
 	var out Tensor
 	return out, check(C.tf_tensor_clone_handle(t, &out))
 }
 
 // FromData copies data (nbytes at ptr) into a new CPU tensor.
 func FromData(ptr unsafe.Pointer, nbytes int, shape []int64, dtype int32) (Tensor, error) {
+	if statsOn.Load() {
+		defer count("(from data)", time.Now())
+	}
 	var sp *C.int64_t
 	if len(shape) > 0 {
 		sp = (*C.int64_t)(unsafe.Pointer(&shape[0]))
@@ -169,6 +205,9 @@ func FromData(ptr unsafe.Pointer, nbytes int, shape []int64, dtype int32) (Tenso
 
 // CopyTo copies the tensor's elements into dst.
 func CopyTo(t Tensor, dst unsafe.Pointer, nbytes int) error {
+	if statsOn.Load() {
+		defer count("(copy out)", time.Now())
+	}
 	return check(C.tf_tensor_copy_to(t, dst, C.size_t(nbytes)))
 }
 
@@ -183,6 +222,9 @@ const MaxDims = 16
 
 // Describe returns the tensor's metadata and shape.
 func Describe(t Tensor, shape, strides *[MaxDims]int64) (Info, error) {
+	if statsOn.Load() {
+		defer count("(tensor info)", time.Now())
+	}
 	var info Info
 	var st *C.int64_t
 	if strides != nil {
@@ -215,17 +257,28 @@ func b32(b bool) C.int32_t {
 
 // Backward runs the autograd engine from t.
 func Backward(t, grad Tensor, retain, create bool) error {
+	if statsOn.Load() {
+		defer count("(backward)", time.Now())
+	}
 	return check(C.tf_backward(t, grad, b32(retain), b32(create)))
 }
 
 // Grad returns t's gradient (nil when none).
 func Grad(t Tensor) (Tensor, error) {
+	if statsOn.Load() {
+		defer count("(grad)", time.Now())
+	}
 	var out Tensor
 	return out, check(C.tf_grad(t, &out))
 }
 
 // SetGrad replaces t's gradient (nil clears it).
-func SetGrad(t, g Tensor) error { return check(C.tf_set_grad(t, g)) }
+func SetGrad(t, g Tensor) error {
+	if statsOn.Load() {
+		defer count("(set grad)", time.Now())
+	}
+	return check(C.tf_set_grad(t, g))
+}
 
 // SetRequiresGrad sets t's requires_grad flag.
 func SetRequiresGrad(t Tensor, on bool) error { return check(C.tf_set_requires_grad(t, b32(on))) }
@@ -264,6 +317,9 @@ func cTensors(ts []Tensor) *C.tf_tensor {
 // GradMode sets the calling thread's grad mode (set < 0 only queries) and
 // returns the previous value.
 func GradMode(set int) (bool, error) {
+	if statsOn.Load() {
+		defer count("(grad mode)", time.Now())
+	}
 	var prev C.int32_t
 	err := check(C.tf_grad_mode(C.int32_t(set), &prev))
 	return prev != 0, err
