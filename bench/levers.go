@@ -17,6 +17,20 @@ var levers = map[string]Variant{
 	"blas-prescott": blasVariant("Prescott"),
 	// AVX2 kernels (OpenBLAS's choice for an AVX-512 Zen 4 it takes for a Zen).
 	"blas-haswell": blasVariant("Haswell"),
+	// glibc's start-up malloc settings, held fixed (lever 2 off): large
+	// activations mmap'ed and unmapped every step.
+	"malloc-glibc": {Set: func() func() {
+		var err error
+		torch.Main().Do(func() { err = torch.SetMallocTuned(false) })
+		if err != nil {
+			return func() {}
+		}
+		return func() {
+			if torch.Malloc().Tuned {
+				torch.Main().Do(func() { torch.SetMallocTuned(true) })
+			}
+		}
+	}},
 	// AdamW as PyTorch runs it: nine ops per parameter (lever 3 off).
 	"unfused-adamw": {Set: func() func() {
 		prev := nn.SetFusedOptimizers(false)

@@ -40,6 +40,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "also write the table to this file")
 	raw := fs.String("json", "", "write every step time to this JSON file")
 	countOnly := fs.Bool("count", false, "only count the calls into libtorch of one step per twin and precision (no Python)")
+	pyEnv := fs.String("python-env", "", "comma-separated KEY=VALUE added to the Python side's environment (e.g. MALLOC_MMAP_THRESHOLD_=33554432)")
 	variants := fs.String("variants", "", "Go variants timed in the same rotation (see bench.Levers): "+strings.Join(bench.LeverNames(), ", "))
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -101,7 +102,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	py, err := bench.StartPython(root)
+	var env []string
+	if *pyEnv != "" {
+		for _, kv := range strings.Split(*pyEnv, ",") {
+			if !strings.Contains(kv, "=") {
+				return fmt.Errorf("bad -python-env %q (KEY=VALUE,...)", *pyEnv)
+			}
+			env = append(env, strings.TrimSpace(kv))
+		}
+	}
+	py, err := bench.StartPython(root, env...)
 	if err != nil {
 		return err
 	}
@@ -113,7 +123,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer os.RemoveAll(dir)
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
 	maj, mi, pa := torch.LibtorchVersion()
-	logf("libtorch %d.%d.%d; BLAS %s", maj, mi, pa, torch.BLAS())
+	logf("libtorch %d.%d.%d; BLAS %s; malloc: %s", maj, mi, pa, torch.BLAS(), torch.Malloc())
+	if len(env) > 0 {
+		logf("Python's environment adds %v", env)
+	}
 	start := time.Now()
 	var results []bench.Result
 	for _, tw := range tws {
