@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/torchfit/torchfit/amp"
@@ -304,21 +305,48 @@ func (r Result) VariantRatio(name string) float64 {
 	return median(flat(r.Variants[name])) / median(flat(r.Go))
 }
 
+// Profile is where one training step's time goes, as Go sees it.
+type Profile struct {
+	Calls []torch.CallStat // calls into libtorch by operator (or shim call)
+	Wall  time.Duration    // the whole step
+}
+
+// Summary splits the step: ops (operator calls, their C++ work and the
+// crossing included), backward (the autograd engine, all C++), shim
+// calls that are not operators (frees, tensor info, scopes, gradients:
+// torchfit's bookkeeping), and Go's own time between calls.
+func (p Profile) Summary() (calls int64, ops, backward, shim, gorest time.Duration) {
+	for _, s := range p.Calls {
+		calls += s.Calls
+		switch {
+		case s.Name == "(backward)":
+			backward += s.Time
+		case strings.HasPrefix(s.Name, "("):
+			shim += s.Time
+		default:
+			ops += s.Time
+		}
+	}
+	return calls, ops, backward, shim, p.Wall - ops - backward - shim
+}
+
 // CountStep builds twin at cfg, runs warm-up steps, and counts the calls
 // one training step makes into libtorch (torch.CountCalls).
-func CountStep(tw Twin, cfg Config, warmup int) ([]torch.CallStat, error) {
+func CountStep(tw Twin, cfg Config, warmup int) (Profile, error) {
 	torch.Main().Do(func() { torch.SetNumThreads(cfg.Threads) })
 	inst, err := tw.Build(cfg)
 	if err != nil {
-		return nil, err
+		return Profile{}, err
 	}
 	defer inst.Free()
 	for k := 0; k < warmup; k++ {
 		if err := inst.Step(); err != nil {
-			return nil, err
+			return Profile{}, err
 		}
 	}
-	var stats []torch.CallStat
-	stats = torch.CountCalls(func() { err = inst.Step() })
-	return stats, err
+	var p Profile
+	t0 := time.Now()
+	p.Calls = torch.CountCalls(func() { err = inst.Step() })
+	p.Wall = time.Since(t0)
+	return p, err
 }

@@ -87,12 +87,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 		for _, tw := range tws {
 			for _, p := range ps {
 				cfg := bench.Config{Threads: ths[0], Precision: p, Batch: *batch, Length: *length, Seed: *seed}
-				stats, err := bench.CountStep(tw, cfg, *warmup)
+				prof, err := bench.CountStep(tw, cfg, *warmup)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintf(stdout, "%s, %s, batch %d, %d thread(s): calls into libtorch in one training step\n", tw.Name(), p, *batch, ths[0])
-				torch.WriteCallStats(stdout, stats)
+				torch.WriteCallStats(stdout, prof.Calls)
+				n, ops, bw, shim, rest := prof.Summary()
+				pc := func(d time.Duration) float64 { return 100 * d.Seconds() / prof.Wall.Seconds() }
+				fmt.Fprintf(stdout, "step %v: %d calls; operators %v (%.1f %%), backward %v (%.1f %%), other shim calls %v (%.1f %%), Go between calls %v (%.1f %%)\n",
+					prof.Wall.Round(time.Microsecond), n, ops.Round(time.Microsecond), pc(ops), bw.Round(time.Microsecond), pc(bw),
+					shim.Round(time.Microsecond), pc(shim), rest.Round(time.Microsecond), pc(rest))
 				fmt.Fprintln(stdout)
 			}
 		}
