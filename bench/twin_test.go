@@ -68,3 +68,20 @@ func TestMismatchIsCaught(t *testing.T) {
 		Options{Reps: 1, Steps: 1, Warmup: 1}, t.TempDir())
 	require.ErrorIs(t, err, ErrMismatch)
 }
+
+// The shape sweep pads the same batches to each multiple: a multiple as
+// long as the longest utterance gives one shape and waste, padding to the
+// longest utterance only gives more shapes and less waste.
+func TestASRShapeSweep(t *testing.T) {
+	rs, err := ASRShapeSweep("tiny", Config{Threads: 1, Precision: amp.FP32, Batch: 2, Length: 64, Seed: 5}, []int{64, 1}, 4, 1)
+	require.NoError(t, err)
+	require.Len(t, rs, 2)
+	require.Equal(t, 64, rs[0].Multiple)
+	require.Equal(t, 1, rs[0].Shapes)
+	require.Greater(t, rs[1].Shapes, 1)
+	require.Greater(t, rs[0].Waste, rs[1].Waste)
+	require.GreaterOrEqual(t, rs[1].Waste, 0.0)
+	for _, r := range rs {
+		require.Len(t, r.Times, 4)
+	}
+}

@@ -40,6 +40,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "also write the table to this file")
 	raw := fs.String("json", "", "write every step time to this JSON file")
 	countOnly := fs.Bool("count", false, "only count the calls into libtorch of one step per twin and precision (no Python)")
+	shapes := fs.String("shapes", "", "only sweep padding multiples of the ASR twin's frames (lever 4, shape bucketing), e.g. 1,32: Go only")
+	shapeSteps := fs.Int("shape-steps", 24, "steps per multiple of -shapes (a new batch of random lengths each)")
 	pyEnv := fs.String("python-env", "", "comma-separated KEY=VALUE added to the Python side's environment (e.g. MALLOC_MMAP_THRESHOLD_=33554432)")
 	variants := fs.String("variants", "", "Go variants timed in the same rotation (see bench.Levers): "+strings.Join(bench.LeverNames(), ", "))
 	if err := fs.Parse(args); err != nil {
@@ -82,6 +84,33 @@ func run(args []string, stdout, stderr io.Writer) error {
 			}
 			vs = append(vs, v)
 		}
+	}
+	if *shapes != "" {
+		var ms []int
+		for _, f := range strings.Split(*shapes, ",") {
+			m, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || m < 1 {
+				return fmt.Errorf("bad -shapes %q", *shapes)
+			}
+			ms = append(ms, m)
+		}
+		for _, tw := range tws {
+			a, ok := tw.(bench.ASRTwin)
+			if !ok {
+				continue
+			}
+			for _, p := range ps {
+				cfg := bench.Config{Threads: ths[0], Precision: p, Batch: *batch, Length: *length, Seed: *seed}
+				rs, err := bench.ASRShapeSweep(a.Preset, cfg, ms, *shapeSteps, *warmup)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "%s, %s, batch %d, %d thread(s), utterances of 50–100 %% of the longest length:\n", tw.Name(), p, *batch, ths[0])
+				bench.ShapeTable(stdout, rs)
+				fmt.Fprintln(stdout)
+			}
+		}
+		return nil
 	}
 	if *countOnly {
 		for _, tw := range tws {
