@@ -147,4 +147,3 @@ func rss() (int64, error) {
 	}
 	return 0, fmt.Errorf("bench: no VmRSS in /proc/self/status")
 }
-
