@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -46,11 +47,32 @@ func TestFusedAdamWMatchesPyTorch100Steps(t *testing.T) {
 	pyref.Run(t, fusedPyScript, map[string]any{"shapes": shapes, "steps": steps}, &want)
 
 	prevThreads := torch.NumThreads()
-	torch.SetNumThreads(2)
 	defer torch.SetNumThreads(prevThreads)
-	for _, fused := range []bool{true, false} {
-		t.Run(map[bool]string{true: "fused", false: "ops"}[fused], func(t *testing.T) {
+	// 1 thread runs the kernel's serial branch, 2 split the large
+	// parameter between threads (at::parallel_for).
+	// Every kernel the CPU runs is forced in turn (the machine picks the
+	// best: AVX-512, AVX2+FMA, or the default build's library fmaf).
+	for _, tc := range []struct {
+		fused   bool
+		kernel  string
+		threads int
+	}{{true, "avx512", 1}, {true, "avx512", 2}, {true, "avx2", 1}, {true, "avx2", 2}, {true, "default", 1}, {false, "", 1}} {
+		fused := tc.fused
+		name := fmt.Sprintf("ops/%d-threads", tc.threads)
+		if fused {
+			name = fmt.Sprintf("fused-%s/%d-threads", tc.kernel, tc.threads)
+		}
+		t.Run(name, func(t *testing.T) {
+			torch.SetNumThreads(tc.threads)
 			defer SetFusedOptimizers(SetFusedOptimizers(fused))
+			if fused {
+				undo, err := torch.ForceFusedKernel(tc.kernel)
+				if err != nil {
+					t.Skipf("%v", err)
+				}
+				defer undo()
+				require.Equal(t, tc.kernel, torch.FusedKernel())
+			}
 			torch.ManualSeed(11)
 			var ps []Named
 			for k, s := range shapes {

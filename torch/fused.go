@@ -66,3 +66,18 @@ func AdamStep(params, expAvg, expAvgSq, maxExpAvgSq []*Tensor, h []AdamHyper) (a
 	}
 	return applied, ok
 }
+
+// FusedKernel names the instruction set AdamStep's kernel uses: "avx512",
+// "avx2" (with FMA) or "default", the best the CPU runs. All compute the
+// same roundings.
+func FusedKernel() string { return fused.Kernel() }
+
+// ForceFusedKernel makes AdamStep use the kernel called name, for tests
+// that run every kernel the CPU can run, and returns what puts the best
+// one back. It fails when the CPU cannot run it.
+func ForceFusedKernel(name string) (undo func(), err error) {
+	if err := fused.ForceKernel(name); err != nil {
+		return nil, &Error{Op: "ForceFusedKernel", Msg: err.Error(), wrapped: err}
+	}
+	return func() { fused.ForceKernel("") }, nil
+}

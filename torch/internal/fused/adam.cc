@@ -18,6 +18,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -45,11 +46,13 @@ bool usable(const at::Tensor& t, const at::Tensor& like) {
          t.is_contiguous() && t.numel() == like.numel();
 }
 
-// update runs elements [lo, hi) of one parameter. Several ISA versions are
-// compiled; the loader picks the best the CPU has (fmaf is one instruction
-// there, a correct but slow library call in the default version).
-__attribute__((target_clones("avx512f", "avx2,fma", "default")))
-void update(const Param& q, int64_t lo, int64_t hi) {
+// update_body runs elements [lo, hi) of one parameter. It is compiled
+// three times, once per instruction set (update_avx512, update_avx2,
+// update_default: fmaf is one instruction in the first two, a correct but
+// slow library call in the last); tf_fused_isa picks the best the CPU has
+// at start-up, or the one a test forces. All three compute the same
+// roundings.
+static inline __attribute__((always_inline)) void update_body(const Param& q, int64_t lo, int64_t hi) {
   const tf_adam_hyper& h = *q.h;
   const float decay = static_cast<float>(h.decay);
   const float wd = static_cast<float>(h.wd);
@@ -84,6 +87,43 @@ void update(const Param& q, int64_t lo, int64_t hi) {
   }
 }
 
+__attribute__((target("avx512f"))) void update_avx512(const Param& q, int64_t lo, int64_t hi) { update_body(q, lo, hi); }
+__attribute__((target("avx2,fma"))) void update_avx2(const Param& q, int64_t lo, int64_t hi) { update_body(q, lo, hi); }
+void update_default(const Param& q, int64_t lo, int64_t hi) { update_body(q, lo, hi); }
+
+using UpdateFn = void (*)(const Param&, int64_t, int64_t);
+const UpdateFn kernels[] = {update_default, update_avx2, update_avx512};
+
+// runs reports whether the CPU runs kernel isa.
+bool runs(int32_t isa) {
+  __builtin_cpu_init();
+  switch (isa) {
+    case TF_FUSED_ISA_DEFAULT:
+      return true;
+    case TF_FUSED_ISA_AVX2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case TF_FUSED_ISA_AVX512:
+      return __builtin_cpu_supports("avx512f");
+  }
+  return false;
+}
+
+int32_t best() {
+  for (int32_t isa = TF_FUSED_ISA_AVX512; isa > TF_FUSED_ISA_DEFAULT; isa--)
+    if (runs(isa)) return isa;
+  return TF_FUSED_ISA_DEFAULT;
+}
+
+std::atomic<int32_t> current{-1};
+
+UpdateFn kernel() {
+  int32_t isa = current.load(std::memory_order_relaxed);
+  if (isa < 0) {
+    isa = best();
+    current.store(isa, std::memory_order_relaxed);
+  }
+  return kernels[isa];
+}
 }  // namespace
 
 extern "C" {
@@ -128,15 +168,27 @@ tf_err tf_fused_adam(const tf_tensor* params, const tf_tensor* exp_avg, const tf
   for (int32_t k = 0; k < np; k++) start[k + 1] = start[k] + ps[k].n;
   // One range over every element of every parameter, split over the
   // threads: small parameters share a chunk, large ones are split.
+  const UpdateFn update_fn = kernel();
   at::parallel_for(0, start[np], 32768, [&](int64_t lo, int64_t hi) {
     int32_t k = static_cast<int32_t>(std::upper_bound(start.begin(), start.end(), lo) - start.begin()) - 1;
     for (; k < np && start[k] < hi; k++) {
       const int64_t a = std::max(lo, start[k]) - start[k];
       const int64_t b = std::min(hi, start[k + 1]) - start[k];
-      if (a < b) update(ps[k], a, b);
+      if (a < b) update_fn(ps[k], a, b);
     }
   });
   TF_CATCH
+}
+
+int32_t tf_fused_isa(int32_t force) {
+  if (force >= 0) {
+    if (force > TF_FUSED_ISA_AVX512 || !runs(force)) return -1;
+    current.store(force, std::memory_order_relaxed);
+    return force;
+  }
+  if (force == -2) current.store(best(), std::memory_order_relaxed);
+  kernel();
+  return current.load(std::memory_order_relaxed);
 }
 
 }  // extern "C"

@@ -10,12 +10,14 @@ package fused
 #cgo CPPFLAGS: -I${SRCDIR}/../capi
 #cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++
 #cgo nocallback tf_fused_adam
+#cgo nocallback tf_fused_isa
 #include <stdlib.h>
 #include "fused.h"
 */
 import "C"
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/torchfit/torchfit/torch/internal/capi"
@@ -53,4 +55,29 @@ func Adam(params, m, v, vmax []capi.Tensor, h []AdamHyper, applied []int32) (sup
 		(*C.tf_tensor)(unsafe.Pointer(&v[0])), pv, (*C.tf_adam_hyper)(unsafe.Pointer(&h[0])), C.int32_t(n),
 		(*C.int32_t)(unsafe.Pointer(&applied[0])), &ok)))
 	return ok != 0, err
+}
+
+// The update kernel's instruction sets, by name.
+var isaNames = []string{"default", "avx2", "avx512"}
+
+// Kernel returns the name of the update kernel in use ("avx512", "avx2"
+// or "default": the best the CPU runs, unless one was forced).
+func Kernel() string { return isaNames[int(C.tf_fused_isa(-1))] }
+
+// ForceKernel selects the update kernel called name ("" selects the best
+// again). It fails when the CPU cannot run it.
+func ForceKernel(name string) error {
+	if name == "" {
+		C.tf_fused_isa(-2)
+		return nil
+	}
+	for k, n := range isaNames {
+		if n == name {
+			if C.tf_fused_isa(C.int32_t(k)) < 0 {
+				return fmt.Errorf("fused: this CPU cannot run the %s kernel", name)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("fused: no kernel %q (have %v)", name, isaNames)
 }

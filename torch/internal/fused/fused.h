@@ -37,6 +37,14 @@ tf_err tf_fused_adam(const tf_tensor* params, const tf_tensor* exp_avg, const tf
                      const tf_tensor* max_exp_avg_sq, const tf_adam_hyper* h, int32_t n, int32_t* applied,
                      int32_t* supported);
 
+// The instruction sets of the update kernel.
+enum { TF_FUSED_ISA_DEFAULT = 0, TF_FUSED_ISA_AVX2 = 1, TF_FUSED_ISA_AVX512 = 2 };
+
+// tf_fused_isa: force >= 0 selects that kernel (-1 when the CPU cannot
+// run it); -1 reports the kernel in use; -2 selects the best one again.
+// Returns the kernel in use.
+int32_t tf_fused_isa(int32_t force);
+
 #ifdef __cplusplus
 }
 #endif
