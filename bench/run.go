@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/torchfit/torchfit/amp"
@@ -93,6 +94,10 @@ type Result struct {
 	// Step seconds by repetition: torchfit, Python, and each variant.
 	Go, Py   [][]float64
 	Variants map[string][][]float64
+	// The same steps' process CPU seconds (user + system, all threads):
+	// on a shared machine, time spent waiting for a core is not in them.
+	GoCPU, PyCPU [][]float64
+	VariantsCPU  map[string][][]float64
 	// Peak bytes of a steady-state step above what was held before it,
 	// and what was held (model, gradients, optimizer state, batch).
 	GoPeak, GoBase, PyPeak, PyBase int64
@@ -101,7 +106,7 @@ type Result struct {
 // Measure checks twin at cfg against Python and times it. py must be a
 // running Python side; dir receives the exchange files.
 func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, error) {
-	res := Result{Twin: tw.Name(), Config: cfg, Variants: map[string][][]float64{}}
+	res := Result{Twin: tw.Name(), Config: cfg, Variants: map[string][][]float64{}, VariantsCPU: map[string][][]float64{}}
 	logf := o.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -162,28 +167,30 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 	if err := py.Do(map[string]any{"op": "load", "script": script, "file": path, "threads": cfg.Threads}, nil); err != nil {
 		return res, err
 	}
-	goSteps := func(n int) ([]float64, error) {
-		ts := make([]float64, 0, n)
+	goSteps := func(n int) (ts, cs []float64, err error) {
 		for k := 0; k < n; k++ {
+			c0 := processCPU()
 			t0 := time.Now()
 			if err := inst.Step(); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			ts = append(ts, time.Since(t0).Seconds())
+			cs = append(cs, processCPU()-c0)
 		}
-		return ts, nil
+		return ts, cs, nil
 	}
-	pySteps := func(n int) ([]float64, error) {
+	pySteps := func(n int) ([]float64, []float64, error) {
 		var r struct {
 			Times []float64 `json:"times"`
+			CPU   []float64 `json:"cpu"`
 		}
 		err := py.Do(map[string]any{"op": "steps", "n": n}, &r)
-		return r.Times, err
+		return r.Times, r.CPU, err
 	}
-	if _, err := goSteps(o.warmup()); err != nil {
+	if _, _, err := goSteps(o.warmup()); err != nil {
 		return res, err
 	}
-	if _, err := pySteps(o.warmup()); err != nil {
+	if _, _, err := pySteps(o.warmup()); err != nil {
 		return res, err
 	}
 	if !o.NoPeak {
@@ -201,35 +208,37 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 	}
 	type side struct {
 		name string
-		run  func() ([]float64, error)
+		run  func() ([]float64, []float64, error)
 	}
-	sides := []side{{"go", func() ([]float64, error) { return goSteps(o.steps()) }}}
+	sides := []side{{"go", func() ([]float64, []float64, error) { return goSteps(o.steps()) }}}
 	for _, v := range o.Variants {
 		v := v
-		sides = append(sides, side{v.Name, func() ([]float64, error) {
+		sides = append(sides, side{v.Name, func() ([]float64, []float64, error) {
 			undo := v.Set()
 			defer undo()
 			return goSteps(o.steps())
 		}})
 	}
-	sides = append(sides, side{"python", func() ([]float64, error) { return pySteps(o.steps()) }})
+	sides = append(sides, side{"python", func() ([]float64, []float64, error) { return pySteps(o.steps()) }})
 	for r := 0; r < o.reps(); r++ {
 		for k := range sides {
 			s := sides[(k+r)%len(sides)] // rotate who goes first
-			ts, err := s.run()
+			ts, cs, err := s.run()
 			if err != nil {
 				return res, fmt.Errorf("bench: %s %s: %w", tw.Name(), s.name, err)
 			}
 			switch s.name {
 			case "go":
-				res.Go = append(res.Go, ts)
+				res.Go, res.GoCPU = append(res.Go, ts), append(res.GoCPU, cs)
 			case "python":
-				res.Py = append(res.Py, ts)
+				res.Py, res.PyCPU = append(res.Py, ts), append(res.PyCPU, cs)
 			default:
 				res.Variants[s.name] = append(res.Variants[s.name], ts)
+				res.VariantsCPU[s.name] = append(res.VariantsCPU[s.name], cs)
 			}
 		}
-		logf("  rep %d: Go %.1f ms, Python %.1f ms", r+1, median(res.Go[r])*1e3, median(res.Py[r])*1e3)
+		logf("  rep %d: Go %.1f ms (CPU %.1f), Python %.1f ms (CPU %.1f)", r+1, median(res.Go[r])*1e3, median(res.GoCPU[r])*1e3,
+			median(res.Py[r])*1e3, median(res.PyCPU[r])*1e3)
 	}
 	return res, nil
 }
@@ -286,6 +295,23 @@ func flat(xss [][]float64) []float64 {
 
 // Ratio is Go's median step over Python's.
 func (r Result) Ratio() float64 { return median(flat(r.Go)) / median(flat(r.Py)) }
+
+// CPURatio is Go's median process CPU time per step over Python's.
+func (r Result) CPURatio() float64 { return median(flat(r.GoCPU)) / median(flat(r.PyCPU)) }
+
+// VariantCPURatio is a variant's median CPU time per step over torchfit's default.
+func (r Result) VariantCPURatio(name string) float64 {
+	return median(flat(r.VariantsCPU[name])) / median(flat(r.GoCPU))
+}
+
+// processCPU is the process's user + system CPU seconds so far.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return math.NaN()
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
 
 // PairRatios are each repetition's Go median over the same repetition's Python median.
 func (r Result) PairRatios() []float64 { return pairRatios(r.Go, r.Py) }

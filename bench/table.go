@@ -11,22 +11,22 @@ import (
 // Table writes results as the markdown table README keeps: per twin,
 // threads and precision, the median step on each side, Go/Python as the
 // ratio of the medians and as the median and range of the per-repetition
-// ratios, each side's step peak above what it holds between steps, and the
+// ratios, the ratio of the median process CPU times per step, each side's step peak above what it holds between steps, and the
 // check's differences.
 func Table(w io.Writer, rs []Result) {
-	fmt.Fprintln(w, "| recipe | threads | precision | batch | Go ms/step | Python ms/step | Go / Python | per pair (median, range) | Go peak | Python peak | check: loss Δ, worst grad Δ |")
-	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---:|---|---:|---:|---|")
+	fmt.Fprintln(w, "| recipe | threads | precision | batch | Go ms/step | Python ms/step | Go / Python | per pair (median, range) | Go / Python CPU time | Go peak | Python peak | check: loss Δ, worst grad Δ |")
+	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---|")
 	for _, r := range rs {
 		pr := r.PairRatios()
-		fmt.Fprintf(w, "| %s | %d | %s | %d | %.1f | %.1f | **%.2f** | %.2f [%.2f–%.2f] | %s | %s | %.0e, %.0e |\n",
+		fmt.Fprintf(w, "| %s | %d | %s | %d | %.1f | %.1f | **%.2f** | %.2f [%.2f–%.2f] | %.2f | %s | %s | %.0e, %.0e |\n",
 			r.Twin, r.Config.Threads, r.Config.Precision, r.Config.Batch,
 			median(flat(r.Go))*1e3, median(flat(r.Py))*1e3, r.Ratio(),
-			median(pr), slices.Min(pr), slices.Max(pr), mib(r.GoPeak), mib(r.PyPeak), r.Check.LossRel(), r.Check.MaxRel)
+			median(pr), slices.Min(pr), slices.Max(pr), r.CPURatio(), mib(r.GoPeak), mib(r.PyPeak), r.Check.LossRel(), r.Check.MaxRel)
 	}
 }
 
-// VariantTable writes each Go variant's median step over torchfit's
-// default, measured in the same rotation (a lever's effect: the variant
+// VariantTable writes each Go variant's median step (and CPU time) over
+// torchfit's default, measured in the same rotation (a lever's effect: the variant
 // is torchfit without it).
 func VariantTable(w io.Writer, rs []Result) {
 	names := map[string]bool{}
@@ -49,7 +49,7 @@ func VariantTable(w io.Writer, rs []Result) {
 		cells := make([]string, len(ns))
 		for k, n := range ns {
 			if _, ok := r.Variants[n]; ok {
-				cells[k] = fmt.Sprintf("%.1f ms (%.2f×)", median(flat(r.Variants[n]))*1e3, r.VariantRatio(n))
+				cells[k] = fmt.Sprintf("%.1f ms (%.2f×; CPU %.2f×)", median(flat(r.Variants[n]))*1e3, r.VariantRatio(n), r.VariantCPURatio(n))
 			}
 		}
 		fmt.Fprintf(w, "| %s | %d | %s | %.1f | %s |\n", r.Twin, r.Config.Threads, r.Config.Precision,

@@ -17,7 +17,8 @@ Requests and replies:
         when larger)
         -> {"loss": x, "go_loss": y, "grads": n, "max_abs": a, "max_rel": r,
             "worst": name, "missing": [...]}
-  {"op": "steps", "n": K}  K training steps -> {"times": [seconds, ...]}
+  {"op": "steps", "n": K}  K training steps -> {"times": [seconds, ...],
+        "cpu": [the process's CPU seconds (user + system), ...]}
   {"op": "peak"}  one profiled training step -> {"peak": bytes, "base": bytes}
   {"op": "quit"}
 An error is replied as {"error": message}.
@@ -141,12 +142,14 @@ class Runner:
         return out
 
     def steps(self, req):
-        times = []
+        times, cpu = [], []
         for _ in range(int(req["n"])):
+            c0 = time.process_time()
             t0 = time.perf_counter()
             self.step()
             times.append(time.perf_counter() - t0)
-        return {"times": times}
+            cpu.append(time.process_time() - c0)
+        return {"times": times, "cpu": cpu}
 
     def peak(self, req):
         base = held_bytes(self.tw.model, getattr(self, "opt", None), self.data)
