@@ -14,12 +14,16 @@ import (
 // ratios, the ratio of the median process CPU times per step, each side's step peak above what it holds between steps, and the
 // check's differences.
 func Table(w io.Writer, rs []Result) {
-	fmt.Fprintln(w, "| recipe | threads | precision | batch | Go ms/step | Python ms/step | Go / Python | per pair (median, range) | Go / Python CPU time | Go peak | Python peak | check: loss Δ, worst grad Δ |")
-	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---|")
+	fmt.Fprintln(w, "| recipe | threads | precision | batch | length | Go ms/step | Python ms/step | Go / Python | per pair (median, range) | Go / Python CPU time | Go peak | Python peak | check: loss Δ, worst grad Δ |")
+	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
 	for _, r := range rs {
 		pr := r.PairRatios()
-		fmt.Fprintf(w, "| %s | %d | %s | %d | %.1f | %.1f | **%.2f** | %.2f [%.2f–%.2f] | %.2f | %s | %s | %.0e, %.0e |\n",
-			r.Twin, r.Config.Threads, r.Config.Precision, r.Config.Batch,
+		length := "default"
+		if r.Config.Length > 0 {
+			length = fmt.Sprint(r.Config.Length)
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %d | %s | %.1f | %.1f | **%.2f** | %.2f [%.2f–%.2f] | %.2f | %s | %s | %.0e, %.0e |\n",
+			r.Twin, r.Config.Threads, r.Config.Precision, r.Config.Batch, length,
 			median(flat(r.Go))*1e3, median(flat(r.Py))*1e3, r.Ratio(),
 			median(pr), slices.Min(pr), slices.Max(pr), r.CPURatio(), mib(r.GoPeak), mib(r.PyPeak), r.Check.LossRel(), r.Check.MaxRel)
 	}

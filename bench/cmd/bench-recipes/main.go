@@ -42,6 +42,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	countOnly := fs.Bool("count", false, "only count the calls into libtorch of one step per twin and precision (no Python)")
 	shapes := fs.String("shapes", "", "only sweep padding multiples of the ASR twin's frames (lever 4, shape bucketing), e.g. 1,32: Go only")
 	shapeSteps := fs.Int("shape-steps", 24, "steps per multiple of -shapes (a new batch of random lengths each)")
+	growBatch := fs.String("grow-batch", "", "measure at each of these batch sizes (e.g. 2,4,8,16,32) and plot cost against batch into -plot")
+	growLength := fs.String("grow-length", "", "measure at each of these lengths (e.g. 160,320,640) and plot cost against length into -plot")
+	plotPNG := fs.String("plot", "bench-growth.png", "the picture -grow-batch or -grow-length draws")
 	pyEnv := fs.String("python-env", "", "comma-separated KEY=VALUE added to the Python side's environment (e.g. MALLOC_MMAP_THRESHOLD_=33554432)")
 	variants := fs.String("variants", "", "Go variants timed in the same rotation (see bench.Levers): "+strings.Join(bench.LeverNames(), ", "))
 	if err := fs.Parse(args); err != nil {
@@ -162,19 +165,47 @@ func run(args []string, stdout, stderr io.Writer) error {
 		logf("Python's environment adds %v", env)
 	}
 	start := time.Now()
+	axis, values := "", []int{0}
+	switch {
+	case *growBatch != "" && *growLength != "":
+		return fmt.Errorf("-grow-batch and -grow-length: one at a time")
+	case *growBatch != "":
+		axis = "batch"
+		values, err = ints(*growBatch)
+	case *growLength != "":
+		axis = "length"
+		values, err = ints(*growLength)
+	}
+	if err != nil {
+		return err
+	}
 	var results []bench.Result
 	for _, tw := range tws {
 		for _, th := range ths {
 			for _, p := range ps {
-				logf("%s, %d thread(s), %s, batch %d", tw.Name(), th, p, *batch)
-				r, err := bench.Measure(py, tw, bench.Config{Threads: th, Precision: p, Batch: *batch, Length: *length, Seed: *seed},
-					bench.Options{Reps: *reps, Steps: *steps, Warmup: *warmup, Variants: vs, Logf: logf}, dir)
-				if err != nil {
-					return err
+				for _, v := range values {
+					cfg := bench.Config{Threads: th, Precision: p, Batch: *batch, Length: *length, Seed: *seed}
+					switch axis {
+					case "batch":
+						cfg.Batch = v
+					case "length":
+						cfg.Length = v
+					}
+					logf("%s, %d thread(s), %s, batch %d, length %d", tw.Name(), th, p, cfg.Batch, cfg.Length)
+					r, err := bench.Measure(py, tw, cfg, bench.Options{Reps: *reps, Steps: *steps, Warmup: *warmup, Variants: vs, Logf: logf}, dir)
+					if err != nil {
+						return err
+					}
+					results = append(results, r)
 				}
-				results = append(results, r)
 			}
 		}
+	}
+	if axis != "" {
+		if err := bench.PlotGrowth(results, axis, *plotPNG); err != nil {
+			return err
+		}
+		logf("wrote %s", *plotPNG)
 	}
 	var b strings.Builder
 	bench.Table(&b, results)
@@ -198,4 +229,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return os.WriteFile(*raw, js, 0o644)
 	}
 	return nil
+}
+
+// ints parses a comma-separated list of positive integers.
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad list %q (positive integers, comma-separated)", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
