@@ -17,9 +17,12 @@ var levers = map[string]Variant{
 	"blas-prescott": blasVariant("Prescott"),
 	// AVX2 kernels (OpenBLAS's choice for an AVX-512 Zen 4 it takes for a Zen).
 	"blas-haswell": blasVariant("Haswell"),
-	// glibc's start-up malloc settings, held fixed (lever 2 off): large
-	// activations mmap'ed and unmapped every step.
-	"malloc-glibc": {Set: func() func() {
+	// glibc's start-up malloc values held fixed (lever 2 off, and glibc's
+	// dynamic mmap threshold off with it): every allocation of 128 KiB or
+	// more mmap'ed and unmapped, the worst case. glibc's real default, whose
+	// threshold rises with the chunks freed, cannot be restored in a running
+	// process: run bench-recipes with TORCHFIT_MALLOC=default for it.
+	"malloc-128k": {Set: func() func() {
 		var err error
 		torch.Main().Do(func() { err = torch.SetMallocTuned(false) })
 		if err != nil {
