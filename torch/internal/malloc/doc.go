@@ -6,8 +6,8 @@
 // training step is mapped, faulted in page by page, zeroed by the kernel
 // and unmapped again; its dynamic threshold rises only as far as the
 // largest chunk freed so far, and the heaps of threads other than the
-// main one give memory back as soon as their top exceeds the trim
-// threshold. A training loop allocates the same sizes step after step, so
+// main one (torchfit runs libtorch on one: torch.Main) give memory back
+// as soon as their top exceeds the trim threshold. A training loop allocates the same sizes step after step, so
 // this package raises, in its init (before package torch's and before any
 // tensor exists), the mmap threshold to glibc's maximum (32 MiB on 64-bit),
 // the trim threshold to 128 MiB and the top pad to 16 MiB
