@@ -6,6 +6,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,8 +20,17 @@ import (
 	"github.com/torchfit/torchfit/torch"
 )
 
+// errUsage marks bad flags (exit status 2).
+var errUsage = errors.New("usage")
+
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "bench-recipes:", err)
+		os.Exit(2)
+	default:
 		fmt.Fprintln(os.Stderr, "bench-recipes:", err)
 		os.Exit(1)
 	}
@@ -48,7 +58,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	pyEnv := fs.String("python-env", "", "comma-separated KEY=VALUE added to the Python side's environment (e.g. MALLOC_MMAP_THRESHOLD_=33554432)")
 	variants := fs.String("variants", "", "Go variants timed in the same rotation (see bench.Levers): "+strings.Join(bench.LeverNames(), ", "))
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	var tws []bench.Twin
 	if *twins == "" {
@@ -57,7 +70,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		for _, n := range strings.Split(*twins, ",") {
 			t, err := bench.Lookup(strings.TrimSpace(n))
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: %v", errUsage, err)
 			}
 			tws = append(tws, t)
 		}
@@ -66,7 +79,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	for _, s := range strings.Split(*threads, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
-			return fmt.Errorf("bad -threads %q", *threads)
+			return fmt.Errorf("%w: bad -threads %q", errUsage, *threads)
 		}
 		ths = append(ths, n)
 	}
@@ -74,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	for _, s := range strings.Split(*precs, ",") {
 		p := amp.Precision(strings.TrimSpace(s))
 		if p != amp.FP32 && p != amp.BF16 {
-			return fmt.Errorf("bad -precisions %q (fp32, bf16)", *precs)
+			return fmt.Errorf("%w: bad -precisions %q (fp32, bf16)", errUsage, *precs)
 		}
 		ps = append(ps, p)
 	}
@@ -83,17 +96,32 @@ func run(args []string, stdout, stderr io.Writer) error {
 		for _, n := range strings.Split(*variants, ",") {
 			v, err := bench.Lever(strings.TrimSpace(n))
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: %v", errUsage, err)
 			}
 			vs = append(vs, v)
 		}
+	}
+	axis, values := "", []int{0}
+	var err error
+	switch {
+	case *growBatch != "" && *growLength != "":
+		return fmt.Errorf("%w: -grow-batch and -grow-length: one at a time", errUsage)
+	case *growBatch != "":
+		axis = "batch"
+		values, err = ints(*growBatch)
+	case *growLength != "":
+		axis = "length"
+		values, err = ints(*growLength)
+	}
+	if err != nil {
+		return err
 	}
 	if *shapes != "" {
 		var ms []int
 		for _, f := range strings.Split(*shapes, ",") {
 			m, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || m < 1 {
-				return fmt.Errorf("bad -shapes %q", *shapes)
+				return fmt.Errorf("%w: bad -shapes %q", errUsage, *shapes)
 			}
 			ms = append(ms, m)
 		}
@@ -143,7 +171,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *pyEnv != "" {
 		for _, kv := range strings.Split(*pyEnv, ",") {
 			if !strings.Contains(kv, "=") {
-				return fmt.Errorf("bad -python-env %q (KEY=VALUE,...)", *pyEnv)
+				return fmt.Errorf("%w: bad -python-env %q (KEY=VALUE,...)", errUsage, *pyEnv)
 			}
 			env = append(env, strings.TrimSpace(kv))
 		}
@@ -165,20 +193,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 		logf("Python's environment adds %v", env)
 	}
 	start := time.Now()
-	axis, values := "", []int{0}
-	switch {
-	case *growBatch != "" && *growLength != "":
-		return fmt.Errorf("-grow-batch and -grow-length: one at a time")
-	case *growBatch != "":
-		axis = "batch"
-		values, err = ints(*growBatch)
-	case *growLength != "":
-		axis = "length"
-		values, err = ints(*growLength)
-	}
-	if err != nil {
-		return err
-	}
 	var results []bench.Result
 	for _, tw := range tws {
 		for _, th := range ths {
@@ -237,7 +251,7 @@ func ints(s string) ([]int, error) {
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("bad list %q (positive integers, comma-separated)", s)
+			return nil, fmt.Errorf("%w: bad list %q (positive integers, comma-separated)", errUsage, s)
 		}
 		out = append(out, n)
 	}
