@@ -91,7 +91,8 @@ func (g *Generator) Forward(z, cond, genre *torch.Tensor) *torch.Tensor {
 	c := g.Cfg
 	h, w := c.seed()
 	return torch.TidyTensor(func() *torch.Tensor {
-		in := torch.Cat([]*torch.Tensor{z, cond.ToDType(z.DType()), g.LabelEmb.Forward(genre).ToDType(z.DType())}, 1)
+		dt := g.FC.Weight.DType()
+		in := torch.Cat([]*torch.Tensor{z.ToDType(dt), cond.ToDType(dt), g.LabelEmb.Forward(genre).ToDType(dt)}, 1)
 		x := g.FC.Forward(in).Relu().Reshape(z.Size(0), c.GenChannels, h, w)
 		x = g.Net.Forward(x)
 		if x.Size(2) != c.Mels || x.Size(3) != c.Frames {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -105,7 +106,14 @@ func PlanClips(cfg GenerateConfig) []Clip {
 			Key: 45 + r.IntN(12), Minor: r.IntN(2) == 0, Seconds: cfg.Seconds, Split: split, Seed: r.Uint64(),
 		}
 		c.ID = fmt.Sprintf("%06d_%s", i, g)
-		c.Path = filepath.Join("clips", c.ID+".wav")
+		// The name carries a hash of what sox is asked to do, so a re-run
+		// with another seed or length never keeps a stale file.
+		h := fnv.New64a()
+		fmt.Fprint(h, c.Seconds)
+		for _, l := range Arrange(c) {
+			fmt.Fprint(h, l.Gain, l.Args())
+		}
+		c.Path = filepath.Join("clips", fmt.Sprintf("%s_%08x.wav", c.ID, h.Sum64()&0xffffffff))
 		clips[i] = c
 	}
 	return clips
@@ -221,7 +229,7 @@ func makeClip(ctx context.Context, cfg GenerateConfig, tmp string, c Clip) (bool
 		defer os.Remove(f)
 		mix = append(mix, "-v", strconv.FormatFloat(l.Gain, 'f', 3, 64), f)
 	}
-	out := filepath.Join(tmp, c.ID+".wav")
+	out := filepath.Join(tmp, filepath.Base(c.Path))
 	args := []string{"-V1"}
 	if len(layers) > 1 {
 		args = append(args, "-m")
@@ -368,6 +376,15 @@ func Arrange(c Clip) []Layer {
 			return []string{"synth", secs(2 * bar), "sine", hz(root - 12), "tremolo", secs(0.2 + r.Float64()*0.3), "40"}
 		})}
 		layers = []Layer{pad, drone}
+		if r.IntN(10) < 4 { // sometimes a sparse plucked line, as folk has
+			layers = append(layers, Layer{Name: "pluck", Gain: 0.35, Chains: fill(beat, func(k int) []string {
+				if r.IntN(3) > 0 {
+					return rest(beat)
+				}
+				t := chordAt(k, 4)
+				return note("pluck", hz(root+24+t[r.IntN(3)]), beat, beat)
+			})})
+		}
 	case "folk":
 		eighth := beat / 2
 		pattern := []int{0, 1, 2, 1, 0, 2, 1, 2}
@@ -387,6 +404,9 @@ func Arrange(c Clip) []Layer {
 			return note("pluck", hz(root+t[[]int{0, 2}[k%2]]), beat, beat)
 		})}
 		layers = []Layer{melody, bass}
+		if r.IntN(2) == 0 { // sometimes a shaker on the eighths
+			layers = append(layers, Layer{Name: "shaker", Gain: 0.25, Chains: fill(eighth, func(k int) []string { return hat(eighth) })})
+		}
 	case "rock":
 		eighth := beat / 2
 		drums := Layer{Name: "drums", Gain: 0.9, Chains: fill(eighth, func(k int) []string {
@@ -399,6 +419,9 @@ func Arrange(c Clip) []Layer {
 			return hat(eighth)
 		})}
 		drive := strconv.Itoa(15 + r.IntN(20))
+		if r.IntN(10) < 3 { // sometimes a clean guitar
+			drive = "0"
+		}
 		guitar := Layer{Name: "guitar", Gain: 0.6, Chains: fill(eighth, func(k int) []string {
 			t := chordAt(k, 8)
 			b := root + t[0]
@@ -432,7 +455,18 @@ func Arrange(c Clip) []Layer {
 			return note("square", hz(root+24+t[k%3]), sixteenth*1.5, 2*sixteenth, "fade", "0", secs(sixteenth*1.5), secs(sixteenth*0.5))
 		})}
 		layers = []Layer{drums, bass, lead}
+		if r.IntN(10) < 3 { // sometimes a pad under it, as ambient has
+			bar := 4 * beat
+			layers = append(layers, Layer{Name: "pad", Gain: 0.4, Chains: fill(bar, func(k int) []string {
+				t := chordAt(k*16, 16)
+				return []string{"synth", secs(bar), "sine", hz(root + 12 + t[0]), "sine", hz(root + 12 + t[1]), "sine", hz(root + 24 + t[2]),
+					"remix", "1-3", "fade", "q", secs(bar / 3), secs(bar), secs(bar / 3)}
+			})})
+		}
 	}
+	// Background noise of a random colour and level in every clip.
+	colour := []string{"pinknoise", "brownnoise", "whitenoise"}[r.IntN(3)]
+	layers = append(layers, Layer{Name: "noise", Gain: 0.02 + 0.12*r.Float64(), Chains: [][]string{{"synth", secs(total), colour}}})
 	return layers
 }
 
