@@ -76,9 +76,9 @@ func (m *Mel) Compute(samples []float32, frames int64) (spec []float32, brightne
 		torch.NoGrad(func() {
 			torch.Tidy(func() {
 				x := torch.FromSlice(samples[:n], []int64{1, n})
-				p := torch.Stft(x, NFFT, Hop, NFFT, m.window, 2).Squeeze()     // (F, T)
+				p := torch.Stft(x, NFFT, Hop, NFFT, m.window, 2).Squeeze()           // (F, T)
 				mel := m.fbank.Matmul(p.Narrow(1, 0, frames).ToDType(torch.Float32)) // (M, frames)
-				pm := mel.MeanDim([]int64{1}, false)                           // (M)
+				pm := mel.MeanDim([]int64{1}, false)                                 // (M)
 				bins := torch.Arange(0, float64(m.Mels), 1, torch.Float32)
 				total := pm.Sum().Item()
 				if total > 0 {
