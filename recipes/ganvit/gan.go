@@ -50,6 +50,20 @@ func (c GANConfig) seed() (h, w int64) {
 
 func groups(ch int64) int64 { return min(8, ch) }
 
+// groupNorm is nn.GroupNorm computed in its parameters' precision: CPU
+// autocast in libtorch 1.13 passes group_norm a bfloat16 input with
+// float32 parameters, which it refuses. Same state dict as nn.GroupNorm.
+type groupNorm struct{ *nn.GroupNorm }
+
+func newGroupNorm(ch int64) groupNorm { return groupNorm{nn.NewGroupNorm(groups(ch), ch)} }
+
+func (g groupNorm) Forward(x *torch.Tensor) *torch.Tensor {
+	if dt := g.Weight.DType(); x.DType() != dt {
+		return torch.TidyTensor(func() *torch.Tensor { return g.GroupNorm.Forward(x.ToDType(dt)) })
+	}
+	return g.GroupNorm.Forward(x)
+}
+
 // Generator maps (z, conditions, genre) to a log-mel spectrogram
 // (N, 1, Mels, Frames) in [−1, 1]: label_emb (genre → Embed), fc (z ‖
 // conditions ‖ embedding → GenChannels·h0·w0), ReLU, then net: Ups blocks
@@ -76,7 +90,7 @@ func NewGenerator(c GANConfig) *Generator {
 	ch := c.GenChannels
 	for i := 0; i < c.Ups; i++ {
 		net.Append(nn.NewConvTranspose2d(ch, ch/2, []int64{4}, torch.ConvOpts{Stride: []int64{2}, Padding: []int64{1}}, true))
-		net.Append(nn.NewGroupNorm(groups(ch/2), ch/2))
+		net.Append(newGroupNorm(ch / 2))
 		net.Append(nn.NewReLU())
 		ch /= 2
 	}
@@ -125,7 +139,7 @@ func NewDiscriminator(c GANConfig) *Discriminator {
 	for i := 0; i < c.Ups; i++ {
 		net.Append(nn.NewConv2d(in, ch, []int64{4}, torch.ConvOpts{Stride: []int64{2}, Padding: []int64{1}}, true))
 		if i > 0 {
-			net.Append(nn.NewGroupNorm(groups(ch), ch))
+			net.Append(newGroupNorm(ch))
 		}
 		net.Append(nn.NewLeakyReLU(0.2))
 		in, ch = ch, ch*2

@@ -34,9 +34,7 @@ func (s Shape) Size() int64 { return s.Mels * s.Frames }
 // power_to_db(melspectrogram(y, sr=22050, n_fft=2048, hop_length=512,
 // n_mels=M), ref=np.max, top_db=80) (Slaney mel scale and area
 // normalisation; centred frames with reflect padding), scaled from
-// [−80, 0] dB to [−1, 1], the generator's tanh range. Brightness is the
-// clip's spectral centroid on the mel axis, as a fraction of the mel range:
-// Σ m·P(m) / Σ P(m) / (M − 1) over the time-averaged mel power P.
+// [−80, 0] dB to [−1, 1], the generator's tanh range.
 type Mel struct {
 	Mels   int64
 	window *torch.Tensor
@@ -64,7 +62,7 @@ func (m *Mel) Close() {
 }
 
 // Compute returns the scaled log-mel spectrogram of samples, the first
-// frames frames of it (Mels × frames, row-major), and the brightness. The
+// frames frames of it (Mels × frames, row-major), and its Brightness. The
 // clip must give at least frames frames.
 func (m *Mel) Compute(samples []float32, frames int64) (spec []float32, brightness float64, err error) {
 	if have := 1 + int64(len(samples))/Hop; have < frames {
@@ -78,19 +76,38 @@ func (m *Mel) Compute(samples []float32, frames int64) (spec []float32, brightne
 				x := torch.FromSlice(samples[:n], []int64{1, n})
 				p := torch.Stft(x, NFFT, Hop, NFFT, m.window, 2).Squeeze()           // (F, T)
 				mel := m.fbank.Matmul(p.Narrow(1, 0, frames).ToDType(torch.Float32)) // (M, frames)
-				pm := mel.MeanDim([]int64{1}, false)                                 // (M)
-				bins := torch.Arange(0, float64(m.Mels), 1, torch.Float32)
-				total := pm.Sum().Item()
-				if total > 0 {
-					brightness = pm.Mul(bins).Sum().Item() / total / float64(m.Mels-1)
-				}
 				db := mel.ClampMin(1e-10).Log().MulScalar(10 / math.Ln10)
 				db = db.SubScalar(db.Max().Item()).ClampMin(-TopDB)
 				spec = db.DivScalar(TopDB / 2).AddScalar(1).Float32s()
 			})
 		})
 	})
-	return spec, brightness, err
+	if err != nil {
+		return nil, 0, err
+	}
+	return spec, Brightness(spec, Shape{m.Mels, frames}), nil
+}
+
+// Brightness is a spectrogram's spectral centroid on the mel axis as a
+// fraction of the mel range, Σ m·P(m) / Σ P(m) / (Mels − 1), where P is
+// the time-averaged mel power recovered from the scaled log-mel values
+// (P = 10^(dB/10), dB = 40·(v − 1)). It is computed the same way for real
+// and generated spectrograms.
+func Brightness(spec []float32, s Shape) float64 {
+	var num, den float64
+	t := int(s.Frames)
+	for m := 0; m < int(s.Mels); m++ {
+		var p float64
+		for _, v := range spec[m*t : (m+1)*t] {
+			p += math.Pow(10, 4*(float64(v)-1))
+		}
+		num += float64(m) * p
+		den += p
+	}
+	if den == 0 || s.Mels < 2 {
+		return 0
+	}
+	return num / den / float64(s.Mels-1)
 }
 
 // SlaneyFilterbank is librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax)

@@ -53,9 +53,9 @@ type Clip struct {
 
 // Splits of the data set.
 const (
-	Train = "train"
-	Valid = "valid"
-	Test  = "test"
+	SplitTrain = "train"
+	SplitValid = "valid"
+	SplitTest  = "test"
 )
 
 // ManifestName is the manifest's file name in a data directory.
@@ -94,12 +94,12 @@ func PlanClips(cfg GenerateConfig) []Clip {
 		g := Genres[i%len(Genres)]
 		r := rand.New(rand.NewPCG(cfg.Seed, uint64(i)))
 		tr := tempoRange[g]
-		split := Train
+		split := SplitTrain
 		switch (i / len(Genres)) % 10 {
 		case 0:
-			split = Test
+			split = SplitTest
 		case 5:
-			split = Valid
+			split = SplitValid
 		}
 		c := Clip{
 			Genre: g, Label: i % len(Genres), Tempo: math.Round((tr[0]+r.Float64()*(tr[1]-tr[0]))*10) / 10,
@@ -525,7 +525,7 @@ func ReadManifest(dir string) ([]Clip, error) {
 		if c.Label < 0 || c.Label >= len(Genres) || Genres[c.Label] != c.Genre {
 			return nil, &DataError{path, fmt.Errorf("line %d: genre %q with label %d (genres: %s)", line, c.Genre, c.Label, strings.Join(Genres, ", "))}
 		}
-		if c.Split != Train && c.Split != Valid && c.Split != Test {
+		if c.Split != SplitTrain && c.Split != SplitValid && c.Split != SplitTest {
 			return nil, &DataError{path, fmt.Errorf("line %d: split %q", line, c.Split)}
 		}
 		if !(c.Tempo > 0 && c.Tempo < 1000) {
