@@ -3,6 +3,7 @@ package ganvit
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/torchfit/torchfit/amp"
@@ -113,11 +114,12 @@ func (c *Classifier) Step(b *data.Batch) (train.StepInfo, error) {
 	return info, nil
 }
 
-// StateBytes is the optimizer state's size (its moment buffers).
+// StateBytes is the optimizer state's size: its per-parameter buffers
+// (Adam's moments), without the 4-byte step counters.
 func StateBytes(o nn.Optimizer) int64 {
 	var n int64
 	for _, s := range o.State() {
-		if len(s.Name) > 6 && s.Name[:6] == "state." {
+		if strings.HasPrefix(s.Name, "state.") && !strings.HasSuffix(s.Name, ".step") {
 			n += s.T.NBytes()
 		}
 	}

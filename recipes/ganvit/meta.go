@@ -25,6 +25,9 @@ type Meta struct {
 	Unfreeze     string    `json:"unfreeze"`
 	NumSynthetic int       `json:"num_synthetic"`
 	Seed         uint64    `json:"seed"`
+	// RunFiles are the checkpoints the run wrote in its directory, this
+	// one included: a resumed run may overwrite them.
+	RunFiles []string `json:"run_files"`
 }
 
 // Shape is the spectrogram shape the models take.

@@ -222,7 +222,7 @@ func makeClip(ctx context.Context, cfg GenerateConfig, tmp string, c Clip) (bool
 	var mix []string
 	for k, l := range layers {
 		f := filepath.Join(tmp, fmt.Sprintf("%s_%d.wav", c.ID, k))
-		args := append([]string{"-V1", "-n", "-r", strconv.Itoa(SampleRate), "-c", "1", "-b", "16", f}, l.Args()...)
+		args := append([]string{"-V1", "-R", "-n", "-r", strconv.Itoa(SampleRate), "-c", "1", "-b", "16", f}, l.Args()...)
 		if err := runSox(ctx, cfg.Sox, args...); err != nil {
 			return false, fmt.Errorf("data: clip %s, layer %s: %w", c.ID, l.Name, err)
 		}
@@ -230,7 +230,7 @@ func makeClip(ctx context.Context, cfg GenerateConfig, tmp string, c Clip) (bool
 		mix = append(mix, "-v", strconv.FormatFloat(l.Gain, 'f', 3, 64), f)
 	}
 	out := filepath.Join(tmp, filepath.Base(c.Path))
-	args := []string{"-V1"}
+	args := []string{"-V1", "-R"} // -R: repeatable noise and dither
 	if len(layers) > 1 {
 		args = append(args, "-m")
 	}

@@ -289,17 +289,12 @@ func (r *run) setUp(ctx context.Context) error {
 			m.ViT = r.meta.ViT
 		}
 		r.meta = m
-		id, files, err := f.Run()
-		if err == nil && id != "" {
-			r.id = id
-			runFiles = files
-		}
-		if err := f.RNG(); err != nil {
+		id, _, err := f.Run()
+		if err != nil {
 			return err
 		}
+		r.id, runFiles = id, m.RunFiles
 		cfg.logf("resuming %s: stage %s, GAN epoch %d (%d steps), classifier epoch %d (%d steps)", cfg.Resume, m.Stage, m.GANEpochs, m.GANSteps, m.Epochs, m.Steps)
-	} else {
-		torch.ManualSeed(cfg.Seed)
 	}
 	if r.id == "" {
 		var b [8]byte
@@ -318,7 +313,16 @@ func (r *run) setUp(ctx context.Context) error {
 	if err := r.loadData(ctx); err != nil {
 		return err
 	}
-	return r.build()
+	// Initial weights depend on the seed alone; a resumed run then
+	// continues the generator's state where its checkpoint left it.
+	torch.ManualSeed(cfg.Seed)
+	if err := r.build(); err != nil {
+		return err
+	}
+	if r.resume != nil {
+		return r.resume.RNG()
+	}
+	return nil
 }
 
 // planned lists the checkpoint files this run would write.
@@ -355,9 +359,16 @@ func (r *run) checkDir() error {
 		if r.own[name] {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
-			clash = append(clash, name)
+		path := filepath.Join(dir, name)
+		if _, err := os.Stat(path); err != nil {
+			continue
 		}
+		// Resuming, a later checkpoint of the same run (its run_id) is
+		// this run's to overwrite.
+		if r.resume != nil && sameRun(path, r.id) {
+			continue
+		}
+		clash = append(clash, name)
 	}
 	if len(clash) > 0 {
 		more := ""
@@ -369,6 +380,17 @@ func (r *run) checkDir() error {
 			dir, strings.Join(clash, ", "), more)}
 	}
 	return nil
+}
+
+// sameRun reports whether the checkpoint at path was written by run id.
+func sameRun(path, id string) bool {
+	f, err := ckpt.Read(path)
+	if err != nil {
+		return false
+	}
+	defer f.Free()
+	got, _, err := f.Run()
+	return err == nil && got == id
 }
 
 func (r *run) loadData(ctx context.Context) error {
@@ -647,15 +669,20 @@ func (r *run) save(name string, ganState, clsState bool) error {
 		w.Schedule("scheduler", r.cls.Sched)
 		w.Scaler("classifier_scaler", r.cls.Scaler)
 	}
-	w.RNG()
-	w.Meta(r.meta.dict())
 	files := append(append([]string(nil), r.written...), name)
-	w.Run(r.id, files)
+	r.meta.RunFiles = files
+	w.Meta(r.meta.dict())
+	w.Run(r.id, nil)
 	path := filepath.Join(r.cfg.CheckpointDir, name)
 	if err := os.MkdirAll(r.cfg.CheckpointDir, 0o755); err != nil {
 		return fmt.Errorf("--checkpoint-dir: %w", err)
 	}
-	if err := w.Save(path); err != nil {
+	// In a scope: the RNG snapshot is the writer's only tensor of its own.
+	err := torch.TidyErr(func() error {
+		w.RNG()
+		return w.Save(path)
+	})
+	if err != nil {
 		return err
 	}
 	r.written = files

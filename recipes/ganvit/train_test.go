@@ -1,0 +1,192 @@
+package ganvit
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/report"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train/ckpt"
+)
+
+func testConfig(t *testing.T, lines *[]string) TrainConfig {
+	return TrainConfig{
+		Data: testData(t), Preset: testPreset, Stage: StageAll, NumSynthetic: 8, Device: torch.CPU, Precision: "fp32",
+		GANAccum: 2, DAccum: 1, GAccum: 4, Accum: 2, GANEpochs: 2, Epochs: 2, LR: 1e-3, GANLR: 2e-4, Warmup: 2, ClipNorm: 1,
+		Unfreeze: Schedule{1: {1}}, EmptyCacheEvery: 10, MemoryEvery: 2, CheckpointDir: filepath.Join(t.TempDir(), "ck"),
+		Workers: 2, Seed: 7, Events: report.Lines(lines),
+	}
+}
+
+// The whole pipeline on 1 s clips: two GAN epochs (accumulation 1 for D,
+// 4 for G over an effective batch of 8), 8 synthetic spectrograms, two
+// classifier epochs with the last layer unfrozen at epoch 1; checkpoints
+// per epoch; eval on the last one; a resume from the GAN's first epoch
+// ends where the straight run ended.
+func TestTrainPipeline(t *testing.T) {
+	var lines []string
+	cfg := testConfig(t, &lines)
+	res, err := Train(context.Background(), cfg)
+	require.NoError(t, err, strings.Join(lines, "\n"))
+	require.Equal(t, 8, res.GANSteps, "32 clips / 8 per step × 2 epochs")
+	require.Equal(t, 32, res.Real)
+	require.Equal(t, 8, res.Synthetic)
+	require.Equal(t, 10, res.Steps, "40 spectrograms / 8 per step × 2 epochs")
+	require.False(t, math.IsNaN(res.TestAcc))
+	require.Equal(t, filepath.Join(cfg.CheckpointDir, "checkpoint_epoch_2.pt"), res.Checkpoint)
+	log := strings.Join(lines, "\n")
+	for _, want := range []string{
+		"discriminator micro-batch 8 × 1, generator 2 × 4",
+		"GAN step 2 | cpu memory: Allocated:",
+		"| Reserved:", "| Max allocated:",
+		"NUM_SYNTHETIC 8 spectrograms generated",
+		"progressive unfreezing {1: [1]}: training encoder layers [], encoder.ln and heads",
+		"epoch 1 (0-based, the schedule's): unfreezing encoder layers [1]",
+		"test accuracy",
+	} {
+		require.Contains(t, log, want)
+	}
+	for _, name := range []string{"checkpoint_gan_epoch_1.pt", "checkpoint_gan_epoch_2.pt", "checkpoint_epoch_1.pt", "checkpoint_epoch_2.pt"} {
+		_, err := os.Stat(filepath.Join(cfg.CheckpointDir, name))
+		require.NoError(t, err, name)
+	}
+
+	// Python's torch.load-compatible parts, named per network.
+	f, err := ckpt.Read(res.Checkpoint)
+	require.NoError(t, err)
+	for _, k := range []string{"generator", "classifier", "optimizer", "scheduler", "meta"} {
+		require.True(t, f.Has(k), k)
+	}
+	meta, err := readMeta(f)
+	f.Free()
+	require.NoError(t, err)
+	require.Equal(t, Shape{16, 44}, meta.Shape())
+	require.Equal(t, 2, meta.Epochs)
+
+	ev, err := Evaluate(context.Background(), EvalConfig{Checkpoint: res.Checkpoint, Data: cfg.Data, Split: SplitTest,
+		Device: torch.CPU, Precision: "fp32", Generated: 3, Batch: 4, Seed: 1})
+	require.NoError(t, err)
+	require.NotNil(t, ev.Accuracy)
+	require.Equal(t, 4, ev.Accuracy.N)
+	require.InDelta(t, res.TestAcc, ev.Accuracy.Value(), 1e-12, "eval gives train's test accuracy")
+	require.Len(t, ev.Genres, len(Genres))
+	for _, g := range ev.Genres {
+		require.Equal(t, 3, g.N)
+	}
+	require.Contains(t, ev.Table(), "| genre asked | generated | classified as asked |")
+
+	// Resume from the GAN's first epoch: the same end.
+	var lines2 []string
+	cfg2 := testConfig(t, &lines2)
+	cfg2.CheckpointDir = cfg.CheckpointDir
+	cfg2.Resume = filepath.Join(cfg.CheckpointDir, "checkpoint_gan_epoch_1.pt")
+	res2, err := Train(context.Background(), cfg2)
+	require.NoError(t, err, strings.Join(lines2, "\n"))
+	require.Equal(t, res.GANSteps, res2.GANSteps)
+	require.Equal(t, res.DLoss, res2.DLoss, "resumed GAN epoch 2 equals the straight run's")
+	require.Equal(t, res.GLoss, res2.GLoss)
+	require.Equal(t, res.TestAcc, res2.TestAcc)
+
+	// Resume from the classifier's first epoch: the synthetic set is made
+	// again from the saved generator, the same end.
+	var lines3 []string
+	cfg3 := testConfig(t, &lines3)
+	cfg3.CheckpointDir = cfg.CheckpointDir
+	cfg3.Resume = filepath.Join(cfg.CheckpointDir, "checkpoint_epoch_1.pt")
+	res3, err := Train(context.Background(), cfg3)
+	require.NoError(t, err, strings.Join(lines3, "\n"))
+	require.Equal(t, res.Steps, res3.Steps)
+	require.Equal(t, res.ValidAcc, res3.ValidAcc)
+	require.Equal(t, res.TestAcc, res3.TestAcc)
+	f, err = ckpt.Read(res.Checkpoint)
+	require.NoError(t, err)
+	defer f.Free()
+	want, err := f.Tensors("classifier")
+	require.NoError(t, err)
+	f3, err := ckpt.Read(res3.Checkpoint)
+	require.NoError(t, err)
+	defer f3.Free()
+	got, err := f3.Tensors("classifier")
+	require.NoError(t, err)
+	for k, v := range want {
+		require.True(t, v.Equal(got[k]), "%s after a resume equals the straight run's", k)
+	}
+}
+
+// Bad input is one line, a user error (exit status 2), found before
+// anything is written: spectrogram shapes that do not match the
+// checkpoint, a corrupt clip, a schedule naming a missing layer, another
+// run's checkpoints in the way.
+func TestTrainBadInput(t *testing.T) {
+	var lines []string
+	base := testConfig(t, &lines)
+	base.GANEpochs, base.Epochs, base.Stage = 1, 1, StageGAN
+	base.Unfreeze = nil
+	res, err := Train(context.Background(), base)
+	require.NoError(t, err)
+	ganCkpt := res.Checkpoint
+
+	corrupt := copyData(t)
+	clips, err := ReadManifest(corrupt)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(filepath.Join(corrupt, clips[0].Path), 30))
+
+	for _, c := range []struct {
+		name string
+		edit func(c *TrainConfig)
+		want string
+	}{
+		{"resume with other mels", func(c *TrainConfig) { c.Resume, c.ShapeSet, c.Preset.Mels = ganCkpt, true, 24 }, "spectrograms of 24 mels × 44 frames do not match the checkpoint"},
+		{"classifier from a GAN of other frames", func(c *TrainConfig) { c.Stage, c.GANCheckpoint, c.Preset.Frames = StageClassifier, ganCkpt, 40 }, "spectrograms of 16 mels × 40 frames do not match the checkpoint"},
+		{"corrupt clip", func(c *TrainConfig) { c.Data = corrupt }, "clip " + filepath.Join(corrupt, clips[0].Path) + ": truncated"},
+		{"schedule names a missing layer", func(c *TrainConfig) { c.Stage, c.Unfreeze = StageAll, Schedule{0: {2}} }, "names encoder layer 2; the ViT has 2 (0 to 1)"},
+		{"schedule past the epochs", func(c *TrainConfig) { c.Stage, c.Unfreeze = StageAll, Schedule{3: {1}} }, "epoch 3 is past the run's 1 epochs"},
+		{"another run's checkpoints", func(c *TrainConfig) { c.CheckpointDir = filepath.Dir(ganCkpt) }, "which this run would overwrite"},
+		{"classifier stage needs a GAN for synthetic data", func(c *TrainConfig) { c.Stage = StageClassifier }, "needs --gan CHECKPOINT"},
+		{"accumulation that does not divide", func(c *TrainConfig) { c.DAccum = 3 }, "--d-grad-accum 3 does not divide the GAN's effective batch 8"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := base
+			cfg.CheckpointDir = filepath.Join(t.TempDir(), "ck")
+			c.edit(&cfg)
+			before := torch.MustMemoryStats(torch.CPU).Allocated
+			_, err := Train(context.Background(), cfg)
+			require.Error(t, err)
+			require.True(t, recipes.IsUserError(err), "%T %v", err, err)
+			require.ErrorContains(t, err, c.want)
+			require.NotContains(t, err.Error(), "\n")
+			require.Equal(t, before, torch.MustMemoryStats(torch.CPU).Allocated, "nothing left allocated")
+			if cfg.CheckpointDir != filepath.Dir(ganCkpt) {
+				_, err = os.Stat(cfg.CheckpointDir)
+				require.True(t, os.IsNotExist(err), "no checkpoint written")
+			}
+		})
+	}
+	// The other run's checkpoint is still there, unchanged in size.
+	st, err := os.Stat(ganCkpt)
+	require.NoError(t, err)
+	require.Greater(t, st.Size(), int64(1000))
+
+	// eval: another shape than the checkpoint's, and a checkpoint that is
+	// not one of this recipe's.
+	_, err = Evaluate(context.Background(), EvalConfig{Checkpoint: ganCkpt, Data: base.Data, Split: SplitTest, Device: torch.CPU, Batch: 4, Mels: 128})
+	var se *ShapeError
+	require.ErrorAs(t, err, &se)
+	require.True(t, recipes.IsUserError(err))
+	other := filepath.Join(t.TempDir(), "other.pt")
+	w := ckpt.NewWriter()
+	lin := nn.NewLinear(2, 2, true)
+	w.Module("model", lin)
+	require.NoError(t, w.Save(other))
+	_, err = Evaluate(context.Background(), EvalConfig{Checkpoint: other, Data: base.Data, Split: SplitTest, Device: torch.CPU, Batch: 4})
+	require.ErrorContains(t, err, "not a ganvit checkpoint")
+	require.True(t, recipes.IsUserError(err))
+}
