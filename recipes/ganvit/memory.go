@@ -92,7 +92,14 @@ func testMemory(c MemoryTestConfig) (MemoryTest, error) {
 	if err := gc.Validate(); err != nil {
 		return res, &UsageError{err}
 	}
-	g, d := NewGenerator(gc), NewDiscriminator(gc)
+	var g *Generator
+	var d *Discriminator
+	if err := torch.Try(func() { g, d = NewGenerator(gc), NewDiscriminator(gc) }); err != nil {
+		if g != nil {
+			nn.Free(g)
+		}
+		return res, oom("GAN", err)
+	}
 	defer func() {
 		if g != nil {
 			nn.Free(g)
@@ -134,9 +141,12 @@ func testMemory(c MemoryTestConfig) (MemoryTest, error) {
 	d = nil
 	torch.EmptyCache()
 
-	v, err := NewViT(vc)
-	if err != nil {
+	if err := vc.Validate(); err != nil {
 		return res, &UsageError{err}
+	}
+	var v *ViT
+	if err := torch.Try(func() { v, _ = NewViT(vc) }); err != nil {
+		return res, oom("ViT", err)
 	}
 	defer nn.Free(v)
 	v.Checkpointing = c.GradCheckpointing

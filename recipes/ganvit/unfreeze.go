@@ -3,6 +3,7 @@ package ganvit
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,7 +42,9 @@ func ParseSchedule(s string) (Schedule, error) {
 		return nil, nil
 	}
 	var raw map[string]any
-	if err := yaml.Unmarshal([]byte(s), &raw); err != nil {
+	// Python writes {8:[11]}; YAML's flow style wants a space after ':'.
+	text := colon.ReplaceAllString(s, ": $1")
+	if err := yaml.Unmarshal([]byte(text), &raw); err != nil {
 		return nil, &ScheduleError{s, fmt.Errorf("want {epoch: [layer indices]}, e.g. {8: [11]}: %v", firstLine(err.Error()))}
 	}
 	if len(raw) == 0 {
@@ -81,6 +84,8 @@ func ParseSchedule(s string) (Schedule, error) {
 	}
 	return out, nil
 }
+
+var colon = regexp.MustCompile(`:(\S)`)
 
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {

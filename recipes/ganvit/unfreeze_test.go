@@ -21,6 +21,7 @@ func TestParseSchedule(t *testing.T) {
 		{"{8: [11], 10: [9, 10]}", Schedule{8: {11}, 10: {9, 10}}, ""},
 		{`{"8": [11]}`, Schedule{8: {11}}, ""},
 		{"{3: 5}", Schedule{3: {5}}, ""},
+		{"{8:[11],10:[9,10]}", Schedule{8: {11}, 10: {9, 10}}, ""},
 		{"", nil, ""},
 		{"{}", nil, ""},
 		{"{x: [1]}", nil, `epoch "x" is not an integer`},
