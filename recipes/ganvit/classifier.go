@@ -82,8 +82,11 @@ func NewClassifier(v *ViT, o ClassifierOptions) (*Classifier, error) {
 	return c, nil
 }
 
-// Free releases the optimizer's state (not the model).
-func (c *Classifier) Free() { c.Opt.Free() }
+// Free releases the optimizer's and the schedule's state (not the model).
+func (c *Classifier) Free() {
+	c.Opt.Free()
+	c.Sched.Free()
+}
 
 // Loss is the cross-entropy of a micro-batch (fields spec, label).
 func (c *Classifier) Loss(mb *data.Batch) *torch.Tensor {

@@ -224,6 +224,7 @@ func TestLoadSpecs(t *testing.T) {
 	require.InDelta(t, 0, m/32, 1e-5, "normalised tempo has mean 0")
 
 	// Host data set and device copy give the same batches.
+	torch.CollectGarbage() // earlier tests' garbage is not freed mid-measurement
 	before := torch.MustMemoryStats(torch.CPU).Allocated
 	dd, err := s.OnDevice(torch.CPU)
 	require.NoError(t, err)

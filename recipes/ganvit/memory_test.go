@@ -16,6 +16,7 @@ import (
 // does not fit in, it prints the seed's OOM advice and returns an
 // *OOMError wrapping torch's out-of-memory error.
 func TestTestMemory(t *testing.T) {
+	torch.CollectGarbage()
 	var out strings.Builder
 	c := MemoryTestConfig{Preset: testPreset, Device: torch.CPU, Precision: amp.FP32, GANAccum: 2, DAccum: 1, GAccum: 2, Accum: 1,
 		Unfreeze: Schedule{0: {1}}, Out: &out}

@@ -651,34 +651,35 @@ func loaderOpts(cfg *TrainConfig, dd *DeviceData, batch int, seed uint64, epoch 
 // save writes a checkpoint: the GAN (networks, optimizers and scaler
 // while it trains), the classifier and its optimizer when it exists.
 func (r *run) save(name string, ganState, clsState bool) error {
-	w := ckpt.NewWriter()
-	if r.gen != nil {
-		w.Module("generator", r.gen)
-	}
-	if r.disc != nil && ganState {
-		w.Module("discriminator", r.disc)
-	}
-	if ganState && r.gan != nil {
-		w.Optimizer("optimizer_g", r.gan.GOpt)
-		w.Optimizer("optimizer_d", r.gan.DOpt)
-		w.Scaler("scaler", r.gan.Scaler)
-	}
-	if r.vit != nil && clsState {
-		w.Module("classifier", r.vit)
-		w.Optimizer("optimizer", r.cls.Opt)
-		w.Schedule("scheduler", r.cls.Sched)
-		w.Scaler("classifier_scaler", r.cls.Scaler)
-	}
 	files := append(append([]string(nil), r.written...), name)
 	r.meta.RunFiles = files
-	w.Meta(r.meta.dict())
-	w.Run(r.id, nil)
 	path := filepath.Join(r.cfg.CheckpointDir, name)
 	if err := os.MkdirAll(r.cfg.CheckpointDir, 0o755); err != nil {
 		return fmt.Errorf("--checkpoint-dir: %w", err)
 	}
-	// In a scope: the RNG snapshot is the writer's only tensor of its own.
+	// In a scope: the tensors the writer makes of its own (the RNG
+	// snapshot, the scalers' and schedule's values) are released after.
 	err := torch.TidyErr(func() error {
+		w := ckpt.NewWriter()
+		if r.gen != nil {
+			w.Module("generator", r.gen)
+		}
+		if r.disc != nil && ganState {
+			w.Module("discriminator", r.disc)
+		}
+		if ganState && r.gan != nil {
+			w.Optimizer("optimizer_g", r.gan.GOpt)
+			w.Optimizer("optimizer_d", r.gan.DOpt)
+			w.Scaler("scaler", r.gan.Scaler)
+		}
+		if r.vit != nil && clsState {
+			w.Module("classifier", r.vit)
+			w.Optimizer("optimizer", r.cls.Opt)
+			w.Schedule("scheduler", r.cls.Sched)
+			w.Scaler("classifier_scaler", r.cls.Scaler)
+		}
+		w.Meta(r.meta.dict())
+		w.Run(r.id, nil)
 		w.RNG()
 		return w.Save(path)
 	})

@@ -34,8 +34,12 @@ func testConfig(t *testing.T, lines *[]string) TrainConfig {
 func TestTrainPipeline(t *testing.T) {
 	var lines []string
 	cfg := testConfig(t, &lines)
+	torch.CollectGarbage()
+	live, bytes := torch.LiveTensors(), torch.MustMemoryStats(torch.CPU).Allocated
 	res, err := Train(context.Background(), cfg)
 	require.NoError(t, err, strings.Join(lines, "\n"))
+	require.Equal(t, live, torch.LiveTensors(), "every tensor released when Train returns, none left for Go's GC")
+	require.Equal(t, bytes, torch.MustMemoryStats(torch.CPU).Allocated)
 	require.Equal(t, 8, res.GANSteps, "32 clips / 8 per step × 2 epochs")
 	require.Equal(t, 32, res.Real)
 	require.Equal(t, 8, res.Synthetic)
@@ -157,6 +161,7 @@ func TestTrainBadInput(t *testing.T) {
 			cfg := base
 			cfg.CheckpointDir = filepath.Join(t.TempDir(), "ck")
 			c.edit(&cfg)
+			torch.CollectGarbage()
 			before := torch.MustMemoryStats(torch.CPU).Allocated
 			_, err := Train(context.Background(), cfg)
 			require.Error(t, err)
@@ -200,6 +205,7 @@ func TestDataOnDeviceSameTrainingMoreMemory(t *testing.T) {
 		cfg := testConfig(t, &lines)
 		cfg.Stage, cfg.GANEpochs, cfg.Unfreeze, cfg.DataOnDevice = StageGAN, 1, nil, onDevice
 		cfg.Workers = 0 // no batches prefetched: the peaks differ by the data set alone
+		torch.CollectGarbage()
 		res, err := Train(context.Background(), cfg)
 		require.NoError(t, err, strings.Join(lines, "\n"))
 		return res, lines

@@ -68,6 +68,7 @@ func TestFrozenLayersHoldNoGradsNorState(t *testing.T) {
 		}}
 	}
 	measure := func(schedule Schedule) (held, state, peak int64, c *Classifier) {
+		torch.CollectGarbage()
 		torch.ManualSeed(1)
 		v, err := NewViT(cfg)
 		require.NoError(t, err)
