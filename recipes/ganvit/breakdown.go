@@ -90,7 +90,7 @@ func measureBreakdown(ctx context.Context, cfg BreakdownConfig) (Breakdown, erro
 		return b, err
 	}
 	if cfg.Clips > 0 && cfg.Clips < specs.Len() {
-		specs.Data, specs.Labels, specs.Tempo, specs.Brightness = specs.Data[:cfg.Clips], specs.Labels[:cfg.Clips], specs.Tempo[:cfg.Clips], specs.Brightness[:cfg.Clips]
+		specs.Truncate(cfg.Clips)
 	}
 	NormOf(specs).Apply(specs)
 	b.Clips = specs.Len()

@@ -98,6 +98,8 @@ func trainFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "gan-lr", Value: 2e-4, Usage: "the GAN's learning rate (Adam, betas 0.5, 0.999)"},
 		&cli.BoolFlag{Name: "data-on-device", Usage: "put the whole data set on the device first, as the seed's notebook did (to measure the mistake)"},
 		&cli.StringFlag{Name: "vit-weights", Usage: "start the classifier from a torchvision ViT state dict (torch.save(model.state_dict()))"},
+		&cli.IntFlag{Name: "keep-last", Value: 3, Usage: "keep this run's newest N checkpoints of each stage (-1: all)"},
+		&cli.IntFlag{Name: "train-clips", Usage: "train on the first N clips of the training split only (0: all): the low-data regime"},
 	)
 }
 
@@ -220,6 +222,9 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	if !(c.Float64("gan-lr") > 0) {
 		return TrainConfig{}, &recipes.ConfigError{Field: "gan-lr", Value: c.Float64("gan-lr"), Reason: "must be a finite number > 0"}
 	}
+	if c.Int("train-clips") < 0 {
+		return TrainConfig{}, &recipes.ConfigError{Field: "train-clips", Value: c.Int("train-clips"), Reason: "must be >= 0 (0: all)"}
+	}
 	if c.Int("gan-epochs") < 1 {
 		return TrainConfig{}, &recipes.ConfigError{Field: "gan-epochs", Value: c.Int("gan-epochs"), Reason: "must be at least 1"}
 	}
@@ -231,7 +236,7 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 		Warmup: cm.Warmup, ClipNorm: cm.ClipNorm, Unfreeze: sched, GradCheckpointing: cm.GradCheckpointing,
 		Pretrained: c.String("vit-weights"), DataOnDevice: c.Bool("data-on-device"), EmptyCacheEvery: cm.EmptyCacheEvery,
 		MemoryEvery: cm.MemoryEvery, CheckpointDir: cm.CheckpointDir, Resume: cm.Resume, Overwrite: cm.Overwrite,
-		Workers: cm.Workers, Seed: cm.Seed, NoOOMAdapt: false, Events: run.Events,
+		Workers: cm.Workers, Seed: cm.Seed, NoOOMAdapt: false, Events: run.Events, TrainClips: c.Int("train-clips"), KeepLast: c.Int("keep-last"),
 	}
 	if cfg.GANCheckpoint != "" {
 		if _, err := os.Stat(cfg.GANCheckpoint); err != nil {

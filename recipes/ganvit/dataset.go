@@ -35,6 +35,18 @@ func (s *Specs) Len() int { return len(s.Data) }
 // and int64 tensors.
 func (s *Specs) Bytes() int64 { return int64(s.Len()) * (4*s.Shape.Size() + 4*CondDim + 8) }
 
+// Truncate keeps the first n spectrograms.
+func (s *Specs) Truncate(n int) {
+	s.Data, s.Labels = s.Data[:n], s.Labels[:n]
+	s.Tempo, s.Brightness = s.Tempo[:n], s.Brightness[:n]
+	if s.Cond != nil {
+		s.Cond = s.Cond[:n]
+	}
+	if s.Clips != nil {
+		s.Clips = s.Clips[:n]
+	}
+}
+
 // Append adds other's spectrograms (of the same shape).
 func (s *Specs) Append(o *Specs) {
 	s.Data = append(s.Data, o.Data...)

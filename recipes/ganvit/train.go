@@ -52,6 +52,10 @@ type TrainConfig struct {
 	Accum                    int // the classifier's (micro-batch Preset.Batch)
 	GANEpochs, Epochs        int
 	MaxSteps                 int // per stage (0: no limit)
+	// TrainClips, when > 0, trains on the first TrainClips clips of the
+	// training split only (the genres alternate, so they stay balanced):
+	// the low-data regime, where synthetic data may help.
+	TrainClips int
 	LR, GANLR                float64
 	Warmup                   int
 	ClipNorm                 float64
@@ -62,6 +66,9 @@ type TrainConfig struct {
 	EmptyCacheEvery          int
 	MemoryEvery              int
 	CheckpointDir            string
+	// KeepLast is how many of this run's newest checkpoints of each kind
+	// (GAN epochs, classifier epochs) stay (0: 3; negative: all).
+	KeepLast int
 	Resume                   string
 	Overwrite                bool
 	Workers                  int
@@ -401,6 +408,9 @@ func (r *run) loadData(ctx context.Context) error {
 	if r.train, err = LoadSpecs(ctx, cfg.Data, SplitTrain, shape, cfg.Workers); err != nil {
 		return err
 	}
+	if n := cfg.TrainClips; n > 0 && n < r.train.Len() {
+		r.train.Truncate(n)
+	}
 	if r.valid, err = LoadSpecs(ctx, cfg.Data, SplitValid, shape, cfg.Workers); err != nil {
 		return err
 	}
@@ -687,8 +697,50 @@ func (r *run) save(name string, ganState, clsState bool) error {
 		return err
 	}
 	r.written = files
-	emitTo(r.cfg.Events, train.CheckpointEvent{Path: path})
+	pruned := r.prune(strings.HasPrefix(name, "checkpoint_gan_"))
+	emitTo(r.cfg.Events, train.CheckpointEvent{Path: path, Pruned: pruned})
 	return nil
+}
+
+// prune deletes this run's oldest checkpoints of one kind (GAN or
+// classifier epochs) beyond the newest KeepLast; other runs' files are
+// never touched.
+func (r *run) prune(gan bool) []string {
+	keep := r.cfg.KeepLast
+	if keep == 0 {
+		keep = 3
+	}
+	if keep < 0 {
+		return nil
+	}
+	var mine []string
+	for _, f := range r.written {
+		if strings.HasPrefix(f, "checkpoint_gan_") == gan {
+			mine = append(mine, f)
+		}
+	}
+	var pruned []string
+	for len(mine) > keep {
+		old := filepath.Join(r.cfg.CheckpointDir, mine[0])
+		if err := os.Remove(old); err == nil || os.IsNotExist(err) {
+			pruned = append(pruned, old)
+		}
+		mine = mine[1:]
+	}
+	if len(pruned) > 0 {
+		gone := map[string]bool{}
+		for _, p := range pruned {
+			gone[filepath.Base(p)] = true
+		}
+		var left []string
+		for _, f := range r.written {
+			if !gone[f] {
+				left = append(left, f)
+			}
+		}
+		r.written = left
+	}
+	return pruned
 }
 
 // emitTo sends e when the sink is set.

@@ -217,3 +217,28 @@ func TestDataOnDeviceSameTrainingMoreMemory(t *testing.T) {
 	require.Contains(t, strings.Join(lines, "\n"), "--data-on-device: the whole training set is on cpu first (the seed's mistake, kept to measure it): 88.50 KiB allocated") // 32 × (16·44·4 + 2·4 + 8) bytes
 	require.Equal(t, int64(32*2832), dev.Peak-host.Peak)
 }
+
+// --train-clips keeps the first clips of the training split, the genres
+// still balanced; validation and test stay whole.
+func TestTrainClips(t *testing.T) {
+	var lines []string
+	cfg := testConfig(t, &lines)
+	cfg.TrainClips, cfg.NumSynthetic, cfg.Unfreeze, cfg.GANEpochs, cfg.Epochs = 8, 0, nil, 1, 1
+	res, err := Train(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Equal(t, 8, res.Real)
+	require.Equal(t, 1, res.GANSteps)
+	require.Contains(t, strings.Join(lines, "\n"), "8 train, 4 valid, 4 test clips")
+	s, err := LoadSpecs(context.Background(), cfg.Data, SplitTrain, Shape{16, 44}, 2)
+	require.NoError(t, err)
+	s.Truncate(8)
+	for k := range Genres {
+		n := 0
+		for _, l := range s.Labels {
+			if int(l) == k {
+				n++
+			}
+		}
+		require.Equal(t, 2, n, Genres[k])
+	}
+}
