@@ -1,32 +1,41 @@
 #!/usr/bin/env bash
-# The GAN + ViT recipe's quality run (README, "GAN + ViT"): clips, the
-# conditional GAN, the ViT on real clips only and on real + synthetic,
-# then each classifier on the held-out test clips and the generator judged
-# per genre by the real-only classifier. CPU preset; about 25 minutes on
-# 2 cores. Settings through the environment:
-#   OUT (out/ganvit) CLIPS (400) CLIP_SECONDS (3) GAN_EPOCHS (25) EPOCHS (20) NUM_SYNTHETIC (400) TORCHFIT (built here)
+# The GAN + ViT recipe's quality runs (README, "GAN + ViT"), CPU preset,
+# in two regimes:
+#   full:     all 320 training clips; the GAN 25 epochs; the ViT 20 epochs
+#             on real clips only, and on real + 400 synthetic;
+#   low-data: the first 32 training clips (8 per genre); the GAN 250
+#             epochs (500 steps) on them; the ViT 600 steps on real only
+#             and on real + 400 synthetic (the same number of steps).
+# Then each classifier on the 40 held-out test clips, and each generator
+# judged per genre by its regime's real-only classifier. About 50 minutes
+# on 2 cores. OUT (out/ganvit) and TORCHFIT (built here) from the
+# environment; REGIMES="full low" chooses.
 set -euo pipefail
 OUT=${OUT:-out/ganvit}
-CLIPS=${CLIPS:-400}
-CLIP_SECONDS=${CLIP_SECONDS:-3}
-GAN_EPOCHS=${GAN_EPOCHS:-25}
-EPOCHS=${EPOCHS:-20}
-NUM_SYNTHETIC=${NUM_SYNTHETIC:-400}
+REGIMES=${REGIMES:-full low}
 mkdir -p "$OUT"
 if [ -z "${TORCHFIT:-}" ]; then
   TORCHFIT="$OUT/torchfit"
   go build -o "$TORCHFIT" ./cmd/torchfit
 fi
 run() { echo "+ $*" >&2; /usr/bin/time -f "  (%e s wall, %U s user CPU)" "$@"; }
-run "$TORCHFIT" ganvit data --out "$OUT/data" --clips "$CLIPS" --seconds "$CLIP_SECONDS"
+run "$TORCHFIT" ganvit data --out "$OUT/data" --clips 400 --seconds 3
 common=(--data "$OUT/data" --device cpu --preset cpu --overwrite --memory-every 100)
-run "$TORCHFIT" ganvit train "${common[@]}" --stage gan --gan-epochs "$GAN_EPOCHS" --checkpoint-dir "$OUT/gan" 2> "$OUT/gan.log"
-GAN="$OUT/gan/checkpoint_gan_epoch_$GAN_EPOCHS.pt"
-run "$TORCHFIT" ganvit train "${common[@]}" --stage classifier --num-synthetic 0 --epochs "$EPOCHS" --checkpoint-dir "$OUT/real" 2> "$OUT/real.log"
-run "$TORCHFIT" ganvit train "${common[@]}" --stage classifier --gan "$GAN" --num-synthetic "$NUM_SYNTHETIC" --epochs "$EPOCHS" --checkpoint-dir "$OUT/mixed" 2> "$OUT/mixed.log"
-REAL="$OUT/real/checkpoint_epoch_$EPOCHS.pt"
-MIXED="$OUT/mixed/checkpoint_epoch_$EPOCHS.pt"
-echo "== real only"; run "$TORCHFIT" ganvit eval --checkpoint "$REAL" --data "$OUT/data" --device cpu --generated 0
-echo "== real + synthetic"; run "$TORCHFIT" ganvit eval --checkpoint "$MIXED" --data "$OUT/data" --device cpu --generated 0
-echo "== the generator, judged by the real-only classifier"
-run "$TORCHFIT" ganvit eval --checkpoint "$GAN" --classifier "$REAL" --data "$OUT/data" --device cpu --generated 100
+for regime in $REGIMES; do
+  d="$OUT/$regime"
+  case $regime in
+    full) clips=0; gan_epochs=25; cls=(--epochs 20) ;;
+    low) clips=32; gan_epochs=250; cls=(--epochs 200 --max-steps 600) ;;
+    *) echo "unknown regime $regime"; exit 2 ;;
+  esac
+  run "$TORCHFIT" ganvit train "${common[@]}" --train-clips $clips --stage gan --gan-epochs $gan_epochs --checkpoint-dir "$d/gan" 2> "$d-gan.log"
+  gan="$d/gan/checkpoint_gan_epoch_$gan_epochs.pt"
+  run "$TORCHFIT" ganvit train "${common[@]}" --train-clips $clips --stage classifier --num-synthetic 0 "${cls[@]}" --checkpoint-dir "$d/real" 2> "$d-real.log"
+  run "$TORCHFIT" ganvit train "${common[@]}" --train-clips $clips --stage classifier --gan "$gan" --num-synthetic 400 "${cls[@]}" --checkpoint-dir "$d/mixed" 2> "$d-mixed.log"
+  real=$(ls -t "$d"/real/checkpoint_epoch_*.pt | head -1)
+  mixed=$(ls -t "$d"/mixed/checkpoint_epoch_*.pt | head -1)
+  echo "== $regime: real only ($real)"; run "$TORCHFIT" ganvit eval --checkpoint "$real" --data "$OUT/data" --device cpu --generated 0
+  echo "== $regime: real + synthetic ($mixed)"; run "$TORCHFIT" ganvit eval --checkpoint "$mixed" --data "$OUT/data" --device cpu --generated 0
+  echo "== $regime: the generator, judged by the real-only classifier"
+  run "$TORCHFIT" ganvit eval --checkpoint "$gan" --classifier "$real" --data "$OUT/data" --device cpu --generated 100
+done

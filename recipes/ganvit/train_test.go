@@ -223,11 +223,22 @@ func TestDataOnDeviceSameTrainingMoreMemory(t *testing.T) {
 func TestTrainClips(t *testing.T) {
 	var lines []string
 	cfg := testConfig(t, &lines)
-	cfg.TrainClips, cfg.NumSynthetic, cfg.Unfreeze, cfg.GANEpochs, cfg.Epochs = 8, 0, nil, 1, 1
+	cfg.TrainClips, cfg.NumSynthetic, cfg.Unfreeze, cfg.GANEpochs, cfg.Epochs, cfg.KeepLast = 8, 0, nil, 2, 2, 1
+	// Another run's file in the directory, not in the way: never pruned.
+	require.NoError(t, os.MkdirAll(cfg.CheckpointDir, 0o755))
+	other := filepath.Join(cfg.CheckpointDir, "checkpoint_gan_epoch_9.pt")
+	require.NoError(t, os.WriteFile(other, []byte("another run's"), 0o644))
 	res, err := Train(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Equal(t, 8, res.Real)
-	require.Equal(t, 1, res.GANSteps)
+	require.Equal(t, 2, res.GANSteps)
+	entries, err := os.ReadDir(cfg.CheckpointDir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	require.Equal(t, []string{"checkpoint_epoch_2.pt", "checkpoint_gan_epoch_2.pt", "checkpoint_gan_epoch_9.pt"}, names, "--keep-last 1: the newest of each stage, and the other run's file")
 	require.Contains(t, strings.Join(lines, "\n"), "8 train, 4 valid, 4 test clips")
 	s, err := LoadSpecs(context.Background(), cfg.Data, SplitTrain, Shape{16, 44}, 2)
 	require.NoError(t, err)
