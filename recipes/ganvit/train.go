@@ -55,26 +55,26 @@ type TrainConfig struct {
 	// TrainClips, when > 0, trains on the first TrainClips clips of the
 	// training split only (the genres alternate, so they stay balanced):
 	// the low-data regime, where synthetic data may help.
-	TrainClips int
-	LR, GANLR                float64
-	Warmup                   int
-	ClipNorm                 float64
-	Unfreeze                 Schedule
-	GradCheckpointing        bool
-	Pretrained               string // a torchvision ViT state dict to start from
-	DataOnDevice             bool
-	EmptyCacheEvery          int
-	MemoryEvery              int
-	CheckpointDir            string
+	TrainClips        int
+	LR, GANLR         float64
+	Warmup            int
+	ClipNorm          float64
+	Unfreeze          Schedule
+	GradCheckpointing bool
+	Pretrained        string // a torchvision ViT state dict to start from
+	DataOnDevice      bool
+	EmptyCacheEvery   int
+	MemoryEvery       int
+	CheckpointDir     string
 	// KeepLast is how many of this run's newest checkpoints of each kind
 	// (GAN epochs, classifier epochs) stay (0: 3; negative: all).
-	KeepLast int
-	Resume                   string
-	Overwrite                bool
-	Workers                  int
-	Seed                     uint64
-	NoOOMAdapt               bool
-	Events                   train.Sink
+	KeepLast   int
+	Resume     string
+	Overwrite  bool
+	Workers    int
+	Seed       uint64
+	NoOOMAdapt bool
+	Events     train.Sink
 }
 
 // TrainResult is what Train did.
