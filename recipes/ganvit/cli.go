@@ -271,9 +271,15 @@ func trainCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Printf("trained %d GAN steps (D loss %.4f, G loss %.4f) and %d classifier steps on %d real + %d synthetic spectrograms; precision %s; valid accuracy %s, test accuracy %s; peak memory %s; checkpoint %s\n",
-				res.GANSteps, res.DLoss, res.GLoss, res.Steps, res.Real, res.Synthetic, res.Precision.Precision, accStr(res.ValidAcc), accStr(res.TestAcc),
-				torch.FormatBytes(res.Peak), res.Checkpoint)
+			var parts []string
+			if cfg.Stage != StageClassifier {
+				parts = append(parts, fmt.Sprintf("trained %d GAN steps (D loss %.4f, G loss %.4f)", res.GANSteps, res.DLoss, res.GLoss))
+			}
+			if cfg.Stage != StageGAN {
+				parts = append(parts, fmt.Sprintf("trained %d classifier steps on %d real + %d synthetic spectrograms: valid accuracy %s, test accuracy %s",
+					res.Steps, res.Real, res.Synthetic, accStr(res.ValidAcc), accStr(res.TestAcc)))
+			}
+			fmt.Printf("%s; precision %s; peak memory %s; checkpoint %s\n", strings.Join(parts, "; "), res.Precision.Precision, torch.FormatBytes(res.Peak), res.Checkpoint)
 			return nil
 		},
 	}
