@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -308,11 +309,10 @@ func (r *run) setUp(ctx context.Context) error {
 		_, _ = rand.Read(b[:])
 		r.id = hex.EncodeToString(b[:])
 	}
-	for _, f := range runFiles {
-		r.own[f] = true
-	}
 	if cfg.Resume != "" {
-		r.own[filepath.Base(cfg.Resume)] = filepath.Dir(cfg.Resume) == filepath.Clean(cfg.CheckpointDir)
+		if err := r.adopt(runFiles); err != nil {
+			return err
+		}
 	}
 	if err := r.checkDir(); err != nil {
 		return err
@@ -328,6 +328,41 @@ func (r *run) setUp(ctx context.Context) error {
 	}
 	if r.resume != nil {
 		return r.resume.RNG()
+	}
+	return nil
+}
+
+// adopt makes the run's checkpoints that the resumed file lists (itself
+// included) this run's when they are in the checkpoint directory, by
+// train.Fit's rule: a listed file changed after the resumed one was
+// written is another run's (it replaced it) and stays out. Adopted files
+// are pruned under KeepLast and listed in later checkpoints, as a
+// straight run's.
+func (r *run) adopt(listed []string) error {
+	dir, resume := r.cfg.CheckpointDir, r.cfg.Resume
+	rs, err := os.Stat(resume)
+	if err != nil {
+		return err
+	}
+	ds, err := os.Stat(filepath.Dir(resume))
+	if err != nil {
+		return err
+	}
+	cs, err := os.Stat(dir)
+	if err != nil || !os.SameFile(ds, cs) {
+		return nil // another directory: nothing there is this run's yet
+	}
+	base := filepath.Base(resume)
+	if !slices.Contains(listed, base) {
+		listed = append(slices.Clone(listed), base) // a file of torchfit before run lists
+	}
+	for _, name := range listed {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || (name != base && fi.ModTime().After(rs.ModTime())) {
+			continue
+		}
+		r.own[name] = true
+		r.written = append(r.written, name)
 	}
 	return nil
 }
@@ -378,13 +413,9 @@ func (r *run) checkDir() error {
 		clash = append(clash, name)
 	}
 	if len(clash) > 0 {
-		more := ""
-		if len(clash) > 3 {
-			more = fmt.Sprintf(" and %d more", len(clash)-3)
-			clash = clash[:3]
-		}
-		return &UsageError{fmt.Errorf("%s holds %s%s, which this run would overwrite: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite",
-			dir, strings.Join(clash, ", "), more)}
+		// train.Fit's refusal, with this command line's ways out.
+		return &UsageError{fmt.Errorf("%w: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite",
+			&train.ConflictError{Dir: dir, Files: clash})}
 	}
 	return nil
 }
@@ -458,7 +489,8 @@ func (r *run) loadData(ctx context.Context) error {
 // build makes the networks the run trains (and loads the checkpoint's).
 func (r *run) build() error {
 	cfg := r.cfg
-	needGAN := cfg.Stage != StageClassifier || cfg.GANCheckpoint != "" || r.resume != nil
+	// A classifier-only run (real data alone) has no generator to resume.
+	needGAN := cfg.Stage != StageClassifier || cfg.GANCheckpoint != "" || (r.resume != nil && r.resume.Has("generator"))
 	if needGAN {
 		r.gen, r.disc = NewGenerator(r.meta.GAN), NewDiscriminator(r.meta.GAN)
 	}

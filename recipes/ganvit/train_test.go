@@ -2,6 +2,7 @@ package ganvit
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/train/ckpt"
 )
 
@@ -153,7 +155,7 @@ func TestTrainBadInput(t *testing.T) {
 		{"corrupt clip", func(c *TrainConfig) { c.Data = corrupt }, "clip " + filepath.Join(corrupt, clips[0].Path) + ": truncated"},
 		{"schedule names a missing layer", func(c *TrainConfig) { c.Stage, c.Unfreeze = StageAll, Schedule{0: {2}} }, "names encoder layer 2; the ViT has 2 (0 to 1)"},
 		{"schedule past the epochs", func(c *TrainConfig) { c.Stage, c.Unfreeze = StageAll, Schedule{3: {1}} }, "epoch 3 is past the run's 1 epochs"},
-		{"another run's checkpoints", func(c *TrainConfig) { c.CheckpointDir = filepath.Dir(ganCkpt) }, "which this run would overwrite"},
+		{"another run's checkpoints", func(c *TrainConfig) { c.CheckpointDir = filepath.Dir(ganCkpt) }, "checkpoint_gan_epoch_1.pt written by another run, which this run would overwrite: pass --resume FILE"},
 		{"classifier stage needs a GAN for synthetic data", func(c *TrainConfig) { c.Stage = StageClassifier }, "needs --gan CHECKPOINT"},
 		{"accumulation that does not divide", func(c *TrainConfig) { c.DAccum = 3 }, "--d-grad-accum 3 does not divide the GAN's effective batch 8"},
 	} {
@@ -168,6 +170,8 @@ func TestTrainBadInput(t *testing.T) {
 			require.True(t, recipes.IsUserError(err), "%T %v", err, err)
 			require.ErrorContains(t, err, c.want)
 			require.NotContains(t, err.Error(), "\n")
+			var ce *train.ConflictError
+			require.Equal(t, strings.Contains(c.want, "another run"), errors.As(err, &ce), "a conflict is train's *ConflictError")
 			require.Equal(t, before, torch.MustMemoryStats(torch.CPU).Allocated, "nothing left allocated")
 			if cfg.CheckpointDir != filepath.Dir(ganCkpt) {
 				_, err = os.Stat(cfg.CheckpointDir)
@@ -252,4 +256,63 @@ func TestTrainClips(t *testing.T) {
 		}
 		require.Equal(t, 2, n, Genres[k])
 	}
+}
+
+// A resumed run continues its own run: the checkpoints its resumed file
+// lists (in the same directory, unchanged since) are its own to prune
+// under --keep-last, so the directory ends as a straight run leaves it;
+// a listed file another run replaced since (--overwrite) is that run's
+// and stays.
+func TestResumeOwnsItsRunsFiles(t *testing.T) {
+	names := func(dir string) []string {
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		var out []string
+		for _, e := range entries {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	var lines []string
+	cfg := testConfig(t, &lines)
+	cfg.Stage, cfg.Unfreeze, cfg.NumSynthetic, cfg.TrainClips, cfg.GANEpochs, cfg.Epochs, cfg.KeepLast = StageClassifier, nil, 0, 8, 1, 2, 2
+	_, err := Train(context.Background(), cfg)
+	require.NoError(t, err, strings.Join(lines, "\n"))
+	dir := cfg.CheckpointDir
+
+	// Another run replaces checkpoint_epoch_1.pt (--overwrite).
+	other := cfg
+	other.Epochs, other.Seed, other.Overwrite, other.KeepLast = 1, 8, true, -1
+	_, err = Train(context.Background(), other)
+	require.NoError(t, err)
+	theirs, err := os.ReadFile(filepath.Join(dir, "checkpoint_epoch_1.pt"))
+	require.NoError(t, err)
+
+	// The first run goes on from its epoch 2 to epoch 4, keeping 1: its
+	// epoch 2 (listed in the file it resumes from) is pruned, the other
+	// run's epoch 1 is not.
+	resumed := cfg
+	resumed.Epochs, resumed.KeepLast = 4, 1
+	resumed.Resume = filepath.Join(dir, "checkpoint_epoch_2.pt")
+	_, err = Train(context.Background(), resumed)
+	require.NoError(t, err, strings.Join(lines, "\n"))
+	require.Equal(t, []string{"checkpoint_epoch_1.pt", "checkpoint_epoch_4.pt"}, names(dir))
+	got, err := os.ReadFile(filepath.Join(dir, "checkpoint_epoch_1.pt"))
+	require.NoError(t, err)
+	require.Equal(t, theirs, got, "the other run's file is untouched")
+
+	// The last checkpoint lists the run's files: a second resume prunes
+	// the first's, as a straight run would.
+	again := cfg
+	again.Epochs, again.KeepLast = 5, 1
+	again.Resume = filepath.Join(dir, "checkpoint_epoch_4.pt")
+	_, err = Train(context.Background(), again)
+	require.NoError(t, err)
+	require.Equal(t, []string{"checkpoint_epoch_1.pt", "checkpoint_epoch_5.pt"}, names(dir))
+	f, err := ckpt.Read(filepath.Join(dir, "checkpoint_epoch_5.pt"))
+	require.NoError(t, err)
+	defer f.Free()
+	m, err := readMeta(f)
+	require.NoError(t, err)
+	require.Equal(t, []string{"checkpoint_epoch_4.pt", "checkpoint_epoch_5.pt"}, m.RunFiles, "listed before the pruning: a run killed in between still knows its files")
 }
