@@ -132,8 +132,8 @@ bench-recipes: deps
 # schedule, at the cpu preset's and the GPU presets' sizes
 # (GANVIT_BENCH=cpu: the cpu preset's only). quality-ganvit: clips, GAN,
 # classifier on real vs real + synthetic, eval (scripts/quality_ganvit.sh,
-# ~25 min). memory-ganvit: the seed's memory breakdown, measured, for the
-# cpu preset and (30 s clips) the gpu preset.
+# 3 CPU-minutes). memory-ganvit: the seed's memory breakdown, measured, for
+# the cpu preset (320 training clips of 3 s) and the gpu preset (64 of 30 s).
 GANVIT_BENCH ?= 1
 bench-ganvit: deps
 	TORCHFIT_BENCH_GANVIT=$(GANVIT_BENCH) $(GO) test $(GOFLAGS_TAGS) ./recipes/ganvit -run 'TestBench' -count=1 -v -timeout 60m
@@ -145,8 +145,8 @@ memory-ganvit: deps
 	$(GO) build $(GOFLAGS_TAGS) -o /tmp/torchfit-ganvit ./cmd/torchfit
 	/tmp/torchfit-ganvit ganvit data --out out/ganvit/data --clips 400 --seconds 3
 	/tmp/torchfit-ganvit ganvit memory-table --data out/ganvit/data --preset cpu
-	/tmp/torchfit-ganvit ganvit data --out out/ganvit/data30 --clips 200 --seconds 30
-	/tmp/torchfit-ganvit ganvit memory-table --data out/ganvit/data30 --preset gpu --mixed-precision no
+	/tmp/torchfit-ganvit ganvit data --out out/ganvit/data30 --clips 80 --seconds 30
+	/tmp/torchfit-ganvit ganvit memory-table --data out/ganvit/data30 --preset gpu --mixed-precision no --clips 64
 
 bench: deps
 	$(GO) test $(GOFLAGS_TAGS) -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
