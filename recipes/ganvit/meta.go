@@ -12,19 +12,24 @@ import (
 // Meta describes a checkpoint's models and where its run stands; it is
 // stored as JSON under meta.model ("recipe": "ganvit").
 type Meta struct {
-	Preset       string    `json:"preset"`
-	GAN          GANConfig `json:"gan"`
-	ViT          ViTConfig `json:"vit"`
-	Norm         Norm      `json:"norm"`
-	Genres       []string  `json:"genres"`
-	Stage        string    `json:"stage"` // "gan" or "classifier": the stage the file was written in
-	GANEpochs    int       `json:"gan_epochs"`
-	GANSteps     int       `json:"gan_steps"`
-	Epochs       int       `json:"epochs"` // classifier epochs done
-	Steps        int       `json:"steps"`
-	Unfreeze     string    `json:"unfreeze"`
-	NumSynthetic int       `json:"num_synthetic"`
-	Seed         uint64    `json:"seed"`
+	Preset    string    `json:"preset"`
+	GAN       GANConfig `json:"gan"`
+	ViT       ViTConfig `json:"vit"`
+	Norm      Norm      `json:"norm"`
+	Genres    []string  `json:"genres"`
+	Stage     string    `json:"stage"` // "gan" or "classifier": the stage the file was written in
+	GANEpochs int       `json:"gan_epochs"`
+	GANSteps  int       `json:"gan_steps"`
+	Epochs    int       `json:"epochs"` // classifier epochs done
+	Steps     int       `json:"steps"`
+	// GANBatch and Batch are the batches of the next GAN or classifier
+	// epoch already trained: a run stopped by --max-steps in the middle
+	// of an epoch goes on from there when resumed.
+	GANBatch     int    `json:"gan_batch,omitempty"`
+	Batch        int    `json:"batch,omitempty"`
+	Unfreeze     string `json:"unfreeze"`
+	NumSynthetic int    `json:"num_synthetic"`
+	Seed         uint64 `json:"seed"`
 	// RunFiles are the checkpoints the run wrote in its directory, this
 	// one included: a resumed run may overwrite them.
 	RunFiles []string `json:"run_files"`
@@ -105,6 +110,9 @@ func readMeta(f *ckpt.File) (Meta, error) {
 		if m.ViT.Classes != int64(len(Genres)) {
 			return bad("ViT: %d classes for %d genres", m.ViT.Classes, len(Genres))
 		}
+	}
+	if m.GANEpochs < 0 || m.GANSteps < 0 || m.Epochs < 0 || m.Steps < 0 || m.GANBatch < 0 || m.Batch < 0 {
+		return bad("negative epochs, steps or batches: %+v", m)
 	}
 	if m.Stage != "gan" && m.Stage != "classifier" {
 		return bad("stage %q", m.Stage)

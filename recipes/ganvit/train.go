@@ -614,11 +614,12 @@ func (r *run) trainGAN(ctx context.Context, res *TrainResult) error {
 	}
 	cfg.logf("GAN training: effective batch %d; discriminator micro-batch %d × %d, generator %d × %d; precision %s; %d epochs",
 		eff, eff/cfg.DAccum, cfg.DAccum, eff/cfg.GAccum, cfg.GAccum, r.prec, cfg.GANEpochs)
-	steps := 0
+	steps, skip := 0, r.meta.GANBatch
 	for epoch := r.meta.GANEpochs + 1; epoch <= cfg.GANEpochs; epoch++ {
-		// A loader per epoch, positioned at its start: the order depends
-		// only on (seed, epoch), so a resumed run sees the same batches.
-		ld, err := data.NewLoader[data.Sample, *data.Batch](loaderSource(r.train, r.dd), data.Collate, loaderOpts(cfg, r.dd, eff, cfg.Seed, epoch-1))
+		// A loader per epoch, positioned at its start (or, resuming, after
+		// the batches done): the order depends only on (seed, epoch), so a
+		// resumed run sees the same batches.
+		ld, err := r.loader(r.train, r.dd, eff, cfg.Seed, epoch, skip, "GAN ")
 		if err != nil {
 			return err
 		}
@@ -657,7 +658,12 @@ func (r *run) trainGAN(ctx context.Context, res *TrainResult) error {
 			res.DLoss, res.GLoss = dSum/float64(n), gSum/float64(n)
 		}
 		res.GANSteps = gan.Steps
-		r.meta.GANEpochs, r.meta.GANSteps, r.meta.Stage = epoch, gan.Steps, StageGAN
+		done := skip + n
+		skip = 0
+		r.meta.GANEpochs, r.meta.GANBatch, r.meta.GANSteps, r.meta.Stage = epoch, 0, gan.Steps, StageGAN
+		if done < ld.Len() { // stopped by --max-steps: this epoch is not done
+			r.meta.GANEpochs, r.meta.GANBatch = epoch-1, done
+		}
 		cfg.logf("GAN epoch %d/%d: %d steps, D loss %.4f, G loss %.4f, %s", epoch, cfg.GANEpochs, n, res.DLoss, res.GLoss, time.Since(start).Round(time.Millisecond))
 		torch.EmptyCache() // the seed's Option 1: after each epoch
 		if err := r.save(ganPath(epoch), true, false); err != nil {
@@ -672,6 +678,27 @@ func (r *run) trainGAN(ctx context.Context, res *TrainResult) error {
 	}
 	res.GANSteps = gan.Steps
 	return nil
+}
+
+// loader returns epoch's loader (counted from 1), after its first skip
+// batches (done before the checkpoint the run resumed from).
+func (r *run) loader(s *Specs, dd *DeviceData, batch int, seed uint64, epoch, skip int, what string) (*data.Loader[data.Sample, *data.Batch], error) {
+	o := loaderOpts(r.cfg, dd, batch, seed, epoch-1)
+	ld, err := data.NewLoader[data.Sample, *data.Batch](loaderSource(s, dd), data.Collate, o)
+	if err != nil || skip == 0 {
+		return ld, err
+	}
+	if skip >= ld.Len() {
+		ld.Close()
+		return nil, &CheckpointError{r.cfg.Resume, fmt.Errorf("stopped after batch %d of %sepoch %d, which has %d batches here: the training set or batch size differs from the run's", skip, what, epoch, ld.Len())}
+	}
+	ld.Close()
+	o.Resume.Batch = skip
+	if ld, err = data.NewLoader[data.Sample, *data.Batch](loaderSource(s, dd), data.Collate, o); err != nil {
+		return nil, err
+	}
+	r.cfg.logf("%sepoch %d: going on after %d of its %d batches done", what, epoch, skip, ld.Len())
+	return ld, nil
 }
 
 func loaderSource(s *Specs, dd *DeviceData) data.Dataset[data.Sample] {
@@ -693,7 +720,9 @@ func loaderOpts(cfg *TrainConfig, dd *DeviceData, batch int, seed uint64, epoch 
 // save writes a checkpoint: the GAN (networks, optimizers and scaler
 // while it trains), the classifier and its optimizer when it exists.
 func (r *run) save(name string, ganState, clsState bool) error {
-	files := append(append([]string(nil), r.written...), name)
+	// A file of this run written again (the epoch a --max-steps stop
+	// left unfinished) moves to the end.
+	files := append(slices.DeleteFunc(slices.Clone(r.written), func(f string) bool { return f == name }), name)
 	r.meta.RunFiles = files
 	path := filepath.Join(r.cfg.CheckpointDir, name)
 	if err := os.MkdirAll(r.cfg.CheckpointDir, 0o755); err != nil {
@@ -885,7 +914,7 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 	}
 	cfg.logf("classifier training: effective batch %d = micro-batch %d × %d; precision %s; checkpointing %v; %d epochs of %d steps",
 		eff, cfg.Preset.Batch, cfg.Accum, r.prec, cfg.GradCheckpointing, cfg.Epochs, perEpoch)
-	steps := 0
+	steps, skip := 0, r.meta.Batch
 	for epoch := r.meta.Epochs + 1; epoch <= cfg.Epochs; epoch++ {
 		if ls, ok := cfg.Unfreeze[epoch-1]; ok {
 			before := StateBytes(cls.Opt)
@@ -895,7 +924,7 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 			cfg.logf("epoch %d (0-based, the schedule's): unfreezing encoder layers %v; training %s (optimizer state so far %s)", epoch-1, ls, r.vit.Trainable(), torch.FormatBytes(before))
 		}
 		emitTo(cfg.Events, train.EpochEvent{Epoch: epoch, Epochs: cfg.Epochs, Batches: perEpoch})
-		ld, err := data.NewLoader[data.Sample, *data.Batch](loaderSource(trainSet, dd), data.Collate, loaderOpts(cfg, dd, eff, cfg.Seed+1, epoch-1))
+		ld, err := r.loader(trainSet, dd, eff, cfg.Seed+1, epoch, skip, "classifier ")
 		if err != nil {
 			return err
 		}
@@ -934,7 +963,12 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 			"train_loss": lossSum / float64(max(1, n)), "valid_accuracy": acc.Value()}})
 		cfg.logf("classifier epoch %d/%d: loss %.4f, valid accuracy %.3f (%d/%d), %s", epoch, cfg.Epochs, lossSum/float64(max(1, n)),
 			acc.Value(), acc.Correct, acc.N, time.Since(start).Round(time.Millisecond))
-		r.meta.Epochs, r.meta.Steps, r.meta.Stage = epoch, cls.Steps, StageClassifier
+		done := skip + n
+		skip = 0
+		r.meta.Epochs, r.meta.Batch, r.meta.Steps, r.meta.Stage = epoch, 0, cls.Steps, StageClassifier
+		if done < ld.Len() { // stopped by --max-steps: this epoch is not done
+			r.meta.Epochs, r.meta.Batch = epoch-1, done
+		}
 		torch.EmptyCache()
 		if err := r.save(clsPath(epoch), false, true); err != nil {
 			return err

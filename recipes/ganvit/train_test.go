@@ -316,3 +316,52 @@ func TestResumeOwnsItsRunsFiles(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"checkpoint_epoch_4.pt", "checkpoint_epoch_5.pt"}, m.RunFiles, "listed before the pruning: a run killed in between still knows its files")
 }
+
+// A run stopped by --max-steps in the middle of an epoch saves where it
+// stands (the batches of the epoch done); resumed, it trains the rest of
+// that epoch and ends as the straight run ends: the GAN stage and the
+// classifier stage.
+func TestResumeMidEpoch(t *testing.T) {
+	for _, stage := range []string{StageGAN, StageClassifier} {
+		t.Run(stage, func(t *testing.T) {
+			var lines []string
+			cfg := testConfig(t, &lines)
+			cfg.Stage, cfg.NumSynthetic, cfg.GANEpochs, cfg.Epochs, cfg.Unfreeze = stage, 0, 2, 2, Schedule{1: {1}}
+			straight, err := Train(context.Background(), cfg)
+			require.NoError(t, err, strings.Join(lines, "\n"))
+
+			cfg.CheckpointDir = filepath.Join(t.TempDir(), "ck")
+			cfg.MaxSteps = 2 // epochs of 4 (GAN) and 4 (classifier) steps
+			stopped, err := Train(context.Background(), cfg)
+			require.NoError(t, err, strings.Join(lines, "\n"))
+			cfg.MaxSteps, cfg.Resume = 0, stopped.Checkpoint
+			resumed, err := Train(context.Background(), cfg)
+			require.NoError(t, err, strings.Join(lines, "\n"))
+			require.Contains(t, strings.Join(lines, "\n"), "2 of its 4 batches done")
+
+			require.Equal(t, straight.GANSteps, resumed.GANSteps)
+			require.Equal(t, straight.Steps, resumed.Steps)
+			key := "classifier"
+			if stage == StageGAN {
+				key = "generator"
+				require.Equal(t, straight.DLoss, resumed.DLoss, "the last epoch's mean losses")
+				require.Equal(t, straight.GLoss, resumed.GLoss)
+			} else {
+				require.Equal(t, straight.ValidAcc, resumed.ValidAcc)
+			}
+			f, err := ckpt.Read(straight.Checkpoint)
+			require.NoError(t, err)
+			defer f.Free()
+			want, err := f.Tensors(key)
+			require.NoError(t, err)
+			g, err := ckpt.Read(resumed.Checkpoint)
+			require.NoError(t, err)
+			defer g.Free()
+			got, err := g.Tensors(key)
+			require.NoError(t, err)
+			for k, v := range want {
+				require.True(t, v.Equal(got[k]), "%s: %s after the resume equals the straight run's", stage, k)
+			}
+		})
+	}
+}
