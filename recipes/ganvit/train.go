@@ -233,8 +233,16 @@ func (r *run) free() {
 	if r.dd != nil {
 		r.dd.Free()
 	}
+	r.releaseResume()
+}
+
+// releaseResume frees the checkpoint the run resumed from once all it
+// needs from it is loaded: it holds a copy of every network and optimizer
+// state in host memory.
+func (r *run) releaseResume() {
 	if r.resume != nil {
 		r.resume.Free()
+		r.resume = nil
 	}
 }
 
@@ -612,6 +620,7 @@ func (r *run) trainGAN(ctx context.Context, res *TrainResult) error {
 			return err
 		}
 	}
+	r.releaseResume() // the classifier stage loads nothing from a GAN-stage file
 	cfg.logf("GAN training: effective batch %d; discriminator micro-batch %d × %d, generator %d × %d; precision %s; %d epochs",
 		eff, eff/cfg.DAccum, cfg.DAccum, eff/cfg.GAccum, cfg.GAccum, r.prec, cfg.GANEpochs)
 	steps, skip := 0, r.meta.GANBatch
@@ -905,6 +914,7 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 		}
 		cls.Steps = r.meta.Steps
 	}
+	r.releaseResume()
 	if cfg.Unfreeze != nil {
 		r.vit.FreezeBackbone()
 		if err := r.vit.UnfreezeLayers(cfg.Unfreeze.Until(r.meta.Epochs - 1)); err != nil {

@@ -329,15 +329,29 @@ func TestResumeMidEpoch(t *testing.T) {
 			cfg.Stage, cfg.NumSynthetic, cfg.GANEpochs, cfg.Epochs, cfg.Unfreeze = stage, 0, 2, 2, Schedule{1: {1}}
 			straight, err := Train(context.Background(), cfg)
 			require.NoError(t, err, strings.Join(lines, "\n"))
+			straightLines := lines
 
+			lines = nil
 			cfg.CheckpointDir = filepath.Join(t.TempDir(), "ck")
 			cfg.MaxSteps = 2 // epochs of 4 (GAN) and 4 (classifier) steps
 			stopped, err := Train(context.Background(), cfg)
 			require.NoError(t, err, strings.Join(lines, "\n"))
+			lines = nil
 			cfg.MaxSteps, cfg.Resume = 0, stopped.Checkpoint
 			resumed, err := Train(context.Background(), cfg)
 			require.NoError(t, err, strings.Join(lines, "\n"))
 			require.Contains(t, strings.Join(lines, "\n"), "2 of its 4 batches done")
+			// The resumed run holds what the straight one holds at step 6:
+			// the checkpoint it read is released once loaded.
+			allocated := func(lines []string) string {
+				for _, l := range lines {
+					if strings.Contains(l, " step 6") && strings.Contains(l, "Allocated:") {
+						return strings.Split(strings.SplitN(l, "Allocated:", 2)[1], "|")[0]
+					}
+				}
+				return "no memory line at step 6"
+			}
+			require.Equal(t, allocated(straightLines), allocated(lines))
 
 			require.Equal(t, straight.GANSteps, resumed.GANSteps)
 			require.Equal(t, straight.Steps, resumed.Steps)
