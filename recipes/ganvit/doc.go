@@ -62,7 +62,9 @@
 // ViT on real + synthetic; checkpoints per epoch (train/ckpt: the
 // networks, optimizers, scalers, schedule, RNG, and a Meta description
 // checked against bounds before any model is built), bit-exact resume from
-// either stage. Presets are the seed's settings: GAN_BATCH_SIZE 24 /
+// either stage, also mid-epoch after a --max-steps stop; a resumed run owns
+// the checkpoints of its run (those the file it resumes from lists,
+// unchanged since), never another run's. Presets are the seed's settings: GAN_BATCH_SIZE 24 /
 // BATCH_SIZE 12 at 128 mels × 1292 frames with ViT-B/16 ("gpu"), its
 // "Tuning for Your GPU" table (8gb, 12gb, 16gb, 24gb), and "cpu". The CUDA
 // cache is emptied every EmptyCacheEvery iterations and after each epoch;
