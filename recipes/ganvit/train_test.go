@@ -327,6 +327,10 @@ func TestResumeMidEpoch(t *testing.T) {
 			var lines []string
 			cfg := testConfig(t, &lines)
 			cfg.Stage, cfg.NumSynthetic, cfg.GANEpochs, cfg.Epochs, cfg.Unfreeze = stage, 0, 2, 2, Schedule{1: {1}}
+			// The memory lines compare: no batches prefetched, no garbage
+			// of earlier tests.
+			cfg.Workers = 0
+			torch.CollectGarbage()
 			straight, err := Train(context.Background(), cfg)
 			require.NoError(t, err, strings.Join(lines, "\n"))
 			straightLines := lines
@@ -336,8 +340,20 @@ func TestResumeMidEpoch(t *testing.T) {
 			cfg.MaxSteps = 2 // epochs of 4 (GAN) and 4 (classifier) steps
 			stopped, err := Train(context.Background(), cfg)
 			require.NoError(t, err, strings.Join(lines, "\n"))
+			// Resumed on a training set with fewer batches than it had
+			// done: one line, the user's.
+			fewer := cfg
+			fewer.Resume, fewer.TrainClips = stopped.Checkpoint, 8
+			torch.CollectGarbage()
+			before := torch.MustMemoryStats(torch.CPU).Allocated
+			_, err = Train(context.Background(), fewer)
+			require.ErrorContains(t, err, "stopped after batch 2 of ")
+			require.True(t, recipes.IsUserError(err), "%T %v", err, err)
+			require.Equal(t, before, torch.MustMemoryStats(torch.CPU).Allocated, "nothing left allocated")
+
 			lines = nil
 			cfg.MaxSteps, cfg.Resume = 0, stopped.Checkpoint
+			torch.CollectGarbage()
 			resumed, err := Train(context.Background(), cfg)
 			require.NoError(t, err, strings.Join(lines, "\n"))
 			require.Contains(t, strings.Join(lines, "\n"), "2 of its 4 batches done")
