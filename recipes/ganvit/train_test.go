@@ -219,7 +219,11 @@ func TestDataOnDeviceSameTrainingMoreMemory(t *testing.T) {
 	require.Equal(t, host.DLoss, dev.DLoss)
 	require.Equal(t, host.GLoss, dev.GLoss)
 	require.Contains(t, strings.Join(lines, "\n"), "--data-on-device: the whole training set is on cpu first (the seed's mistake, kept to measure it): 88.50 KiB allocated") // 32 × (16·44·4 + 2·4 + 8) bytes
-	require.Equal(t, int64(32*2832), dev.Peak-host.Peak)
+	// The peaks differ by the data set, give or take a few bytes that vary
+	// from run to run (24 fewer in about one run of four, also before this
+	// recipe's last changes; not a tensor left to Go's GC: none is).
+	// Exact equality was flaky.
+	require.InDelta(t, 32*2832, dev.Peak-host.Peak, 1024)
 }
 
 // --train-clips keeps the first clips of the training split, the genres
