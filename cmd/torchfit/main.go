@@ -32,6 +32,7 @@ import (
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/recipes/clip"
 	"github.com/torchfit/torchfit/recipes/ganvit"
+	"github.com/torchfit/torchfit/recipes/tts"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -63,7 +64,7 @@ func newApp() *cli.App {
 }
 
 // registry lists the recipes: each is `torchfit NAME VERB`.
-var registry = []recipes.Recipe{asr.Recipe{}, clip.Recipe{}, ganvit.Recipe{}}
+var registry = []recipes.Recipe{asr.Recipe{}, clip.Recipe{}, ganvit.Recipe{}, tts.Recipe{}}
 
 // notFound is set when the command line names no command.
 var notFound error
