@@ -59,7 +59,7 @@ type EvalResult struct {
 // EvalExample is one utterance's transcripts.
 type EvalExample struct {
 	ID, Group, Voice, Reference, Text, Original, TTS string
-	WAV                                               string
+	WAV                                              string
 }
 
 // Evaluate synthesises the split's sentences with seen voices (their

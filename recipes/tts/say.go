@@ -190,7 +190,9 @@ type ReferenceError struct {
 	Err  error
 }
 
-func (e *ReferenceError) Error() string { return fmt.Sprintf("tts: reference clip %s: %v", e.Path, e.Err) }
+func (e *ReferenceError) Error() string {
+	return fmt.Sprintf("tts: reference clip %s: %v", e.Path, e.Err)
+}
 func (e *ReferenceError) Unwrap() error { return e.Err }
 
 // UserError marks it as the user's input (exit status 2).

@@ -576,7 +576,9 @@ func autoBatch(cfg *TrainConfig, m *Model, t *train.Trainer, opt nn.Optimizer, t
 		precision := t.Config().Precision
 		var b strings.Builder
 		plan, err := memplan.Plan(memplan.PlanOptions{Budget: budget, EffectiveBatch: effective, Checkpointing: ckpt, Precisions: []amp.Precision{precision},
-			Report: func(r memplan.Row) { cfg.logf("plan: %v: need %s%s", r.Candidate, torch.FormatBytes(r.Need()), map[bool]string{true: "", false: " (does not fit)"}[r.Fits]) }},
+			Report: func(r memplan.Row) {
+				cfg.logf("plan: %v: need %s%s", r.Candidate, torch.FormatBytes(r.Need()), map[bool]string{true: "", false: " (does not fit)"}[r.Fits])
+			}},
 			func(c memplan.Candidate) (memplan.Measurement, error) {
 				mb, ok := batches[c.MicroBatch]
 				if !ok {
