@@ -185,7 +185,10 @@ const CondFrames = 375
 func (e *CondEncoder) Forward(mel *torch.Tensor, lens []int64) *torch.Tensor {
 	n, t := mel.Size(0), mel.Size(1)
 	x := e.Conv1.Forward(mel.Transpose(1, 2)).Gelu()
-	x = e.Conv2.Forward(x).Gelu().Transpose(1, 2) // (B, T', D)
+	// Transposed before the GELU: libtorch 1.13's GELU backward computes
+	// garbage for a non-contiguous incoming gradient, which a transpose
+	// after it would give it (TestLossesMatchPython caught it).
+	x = e.Conv2.Forward(x).Transpose(1, 2).Gelu() // (B, T', D)
 	tt := x.Size(1)
 	var mask *torch.Tensor
 	if lens != nil {
