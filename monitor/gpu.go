@@ -58,7 +58,11 @@ func OpenNVML(path string) (GPUSource, error) {
 	if path == "" {
 		path = DefaultNVMLLibrary
 	}
-	lib := nvml.New(nvml.WithLibraryPath(path))
+	return openLib(nvml.New(nvml.WithLibraryPath(path)), path)
+}
+
+// openLib opens every device of lib: the real NVML, or a fake in tests.
+func openLib(lib nvml.Interface, path string) (GPUSource, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
 			return nil, fmt.Errorf("%w: %s not found", ErrNoNVML, path)

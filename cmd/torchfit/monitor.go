@@ -34,6 +34,10 @@ func (o *optionalValue) Set(v string) error {
 	return nil
 }
 
+// openGPU opens NVML (tests put a fake in its place: the branch a machine
+// with a GPU takes runs on one without).
+var openGPU = monitor.OpenNVML
+
 func monitorCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "monitor",
@@ -83,6 +87,9 @@ func runMonitor(c *cli.Context) error {
 	logPath := logOpt.value
 	if logOpt.set && logPath == "" && len(args) > 0 && (strings.HasSuffix(args[0], ".jsonl") || strings.HasSuffix(args[0], ".csv")) {
 		logPath, args = args[0], args[1:] // --log-file gpu.csv
+		if len(args) > 0 && args[0] == "--" {
+			args = args[1:] // the flag parser stopped at the name and kept the "--" after it
+		}
 	}
 	if logOpt.set && logPath == "" {
 		logPath = "monitor_" + time.Now().Format("20060102_150405") + ".jsonl"
@@ -102,9 +109,10 @@ func runMonitor(c *cli.Context) error {
 	if duration == 0 && len(args) == 0 && pid == 0 && !term.IsTerminal(int(os.Stdin.Fd())) {
 		return recipes.Usagef("give --duration, --pid or a command to watch (or run it on a terminal and stop it with Ctrl-C)")
 	}
-	gpu, err := monitor.OpenNVML(c.String("nvml-library"))
+	stdout, stderr := c.App.Writer, c.App.ErrWriter
+	gpu, err := openGPU(c.String("nvml-library"))
 	if errors.Is(err, monitor.ErrNoNVML) {
-		fmt.Fprintf(os.Stderr, "torchfit monitor: %v: monitoring the host only\n", err)
+		fmt.Fprintf(stderr, "torchfit monitor: %v: monitoring the host only\n", err)
 		gpu = nil
 	} else if err != nil {
 		return err
@@ -112,7 +120,7 @@ func runMonitor(c *cli.Context) error {
 		defer gpu.Close()
 		if gs, err := gpu.Read(); err == nil {
 			for _, g := range gs {
-				fmt.Fprintf(os.Stderr, "torchfit monitor: GPU %d: %s, %.1f GiB\n", g.Index, g.Name, float64(g.MemTotal)/(1<<30))
+				fmt.Fprintf(stderr, "torchfit monitor: GPU %d: %s, %.1f GiB\n", g.Index, g.Name, float64(g.MemTotal)/(1<<30))
 			}
 		}
 	}
@@ -155,13 +163,13 @@ func runMonitor(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	sum.Write(os.Stdout)
+	sum.Write(stdout)
 	if logPath != "" {
-		fmt.Printf("  log: %s\n", logPath)
+		fmt.Fprintf(stdout, "  log: %s\n", logPath)
 	}
 	if cmd != nil {
 		if sum.Stop != monitor.StopExited { // duration or Ctrl-C: the command goes on; wait for it
-			fmt.Fprintf(os.Stderr, "torchfit monitor: monitoring stopped (%s); waiting for %s to exit\n", sum.StopReason, args[0])
+			fmt.Fprintf(stderr, "torchfit monitor: monitoring stopped (%s); waiting for %s to exit\n", sum.StopReason, args[0])
 		}
 		for cfg.Exited != nil {
 			select {
