@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/train"
@@ -172,6 +173,9 @@ func memoryTestOne(ctx context.Context, cfg TrainConfig, cc CodecConfig, codecW 
 		Count: CountCodes, ClipNorm: cfg.ClipNorm, NoOOMAdapt: true, MaxNonFinite: -1})
 	if err != nil {
 		return err
+	}
+	if n*cfg.GradAccum > tr.Len() {
+		return &recipes.ConfigError{Field: "batch-sizes", Value: n, Reason: fmt.Sprintf("a batch of %d × %d accumulation steps is more than the %d training utterances", n, cfg.GradAccum, tr.Len())}
 	}
 	ld, err := data.NewLoader(tr.Dataset(), Collate(gcfg), data.Options{BatchSize: n * cfg.GradAccum, Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Prefetch: cfg.Prefetch})
 	if err != nil {
