@@ -95,6 +95,13 @@ func TestTTSFromTheCommandLine(t *testing.T) {
 			require.Equal(t, written, must(os.ReadFile(wav)), "the WAV written before is untouched")
 		})
 	}
+
+	// A batch no epoch can fill: refused after the set-up lines, not
+	// "trained 0 steps".
+	r := runCLI(t, bin, append([]string{"tts", "train", "--data", d, "--codec", codec, "--batch-size", "16", "--grad-accum", "2",
+		"--checkpoint-dir", filepath.Join(dir, "big")}, tiny...)...)
+	require.Equal(t, 2, r.code, r.stdout+r.stderr)
+	require.Contains(t, lastLine(r.stderr), "effective batch 32 (× 2 accumulation steps) is more than the 20 training examples")
 }
 
 func must[T any](v T, err error) T {

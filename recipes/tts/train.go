@@ -217,6 +217,10 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 // fitRun runs train.Fit with the recipe's loader, evaluation and result.
 func fitRun(ctx context.Context, cfg *TrainConfig, tr *train.Trainer, corpus *Corpus, ds data.Dataset[data.Sample],
 	collate func([]data.Sample) (*data.Batch, error), meta *ptfile.Dict, start func() error, evaluate func() (Scores, error), res *Result) (Result, error) {
+	if n := ds.Len(); cfg.EffectiveBatch() > n {
+		return *res, &recipes.ConfigError{Field: "batch-size", Value: cfg.BatchSize,
+			Reason: fmt.Sprintf("the effective batch %d (× %d accumulation steps) is more than the %d training examples: no step could be made", cfg.EffectiveBatch(), cfg.GradAccum, n)}
+	}
 	newLoader := func(st *data.State) (train.Loader, error) {
 		return data.NewLoader(ds, collate, data.Options{
 			BatchSize: cfg.EffectiveBatch(), Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Prefetch: cfg.Prefetch, Resume: st,
