@@ -141,6 +141,22 @@ func TestTrainUnderMemoryCapHalvesMicroBatch(t *testing.T) {
 	for _, s := range steps {
 		require.Equal(t, 8, s.Samples, "every step still sees the effective batch of 8")
 	}
+
+	// --auto-batch (the seed's find_optimal_batch_size) under the same cap:
+	// the plan, measured on the longest utterances, keeps the effective
+	// batch and trains without running out of memory.
+	cfg = gptConfig(t, t.TempDir())
+	cfg.MaxSteps, cfg.CheckpointDir, cfg.AutoBatch = 4, "", true
+	log = nil
+	cfg.Events = report.Tee(cfg.Events, report.Lines(&log))
+	res, err = TrainGPT(context.Background(), cfg)
+	require.NoError(t, err, strings.Join(log, "\n"))
+	require.NotNil(t, res.Planned)
+	t.Logf("auto batch under %s: micro-batch %d × %d, checkpointing %v", torch.FormatBytes(p4-(p4-p1)/4),
+		res.Planned.Plan.MicroBatch, res.Planned.Plan.Accum, res.Planned.Plan.Checkpointing)
+	require.Equal(t, 8, res.Planned.Plan.MicroBatch*res.Planned.Plan.Accum)
+	require.Less(t, res.Planned.Plan.MicroBatch, 4, "micro-batch 4 does not fit the cap")
+	require.Zero(t, res.OOMEvents, "the plan fits: %s", strings.Join(log, "\n"))
 }
 
 // TestMemoryTest: each size trains for the duration and is measured; a
