@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,6 +80,18 @@ func TestMonitorWithoutNVML(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	_, err = os.Stat(png)
 	require.NoError(t, err)
+
+	// The guide's line: a bare --log-file names the file by the time.
+	cmd := exec.Command(bin, "monitor", "--log-file", "--duration", "0.2", "--interval", "0.05", "--nvml-library", missing)
+	cmd.Dir = t.TempDir()
+	b, err = cmd.CombinedOutput()
+	require.NoError(t, err, string(b))
+	logs, err := filepath.Glob(filepath.Join(cmd.Dir, "monitor_*.jsonl"))
+	require.NoError(t, err)
+	require.Len(t, logs, 1, string(b))
+	samples, err := monitor.ReadLog(logs[0])
+	require.NoError(t, err)
+	require.NotEmpty(t, samples)
 
 	r = runCLI(t, bin, "monitor", "--nvml-library", missing, "--interval", "0.05", "--", "sh", "-c", "exit 5")
 	require.Equal(t, 1, r.code)
