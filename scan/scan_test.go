@@ -53,6 +53,8 @@ func TestScansEqualSequential(t *testing.T) {
 		{2, 33, 17, 5, 8},
 		{1, 70, 40, 16, 64},
 		{2, 130, 33, 16, 64},
+		{2, 20, 70, 4, 8}, // two channel blocks of the kernel, the second partial
+		{1, 9, 130, 3, 4},
 	}
 	torch.ManualSeed(3)
 	for _, sh := range shapes {
@@ -85,6 +87,34 @@ func TestScansEqualSequential(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The fused kernel's result does not depend on the number of threads: its
+// work is split into fixed blocks, and the sums over blocks are taken in
+// one order.
+func TestFusedThreadsBitwise(t *testing.T) {
+	prev := torch.NumThreads()
+	defer torch.SetNumThreads(prev)
+	torch.ManualSeed(13)
+	torch.Tidy(func() {
+		ins := operandsFor(3, 50, 200, 8, torch.Float32)
+		gy := torch.Randn([]int64{3, 50, 200})
+		var ys, gs [][]float32
+		for _, n := range []int{1, 2, 3} {
+			torch.SetNumThreads(n)
+			y, _, g := run(Fused(16), ins, gy)
+			ys = append(ys, y.Float32s())
+			var all []float32
+			for _, x := range g {
+				all = append(all, x.Float32s()...)
+			}
+			gs = append(gs, all)
+		}
+		require.Equal(t, ys[0], ys[1])
+		require.Equal(t, ys[0], ys[2])
+		require.Equal(t, gs[0], gs[1])
+		require.Equal(t, gs[0], gs[2])
+	})
 }
 
 // The reference itself against an explicit scalar loop (float64): the
@@ -220,4 +250,33 @@ func TestParse(t *testing.T) {
 	schema, err := kernel.Check()
 	require.NoError(t, err)
 	require.Contains(t, schema, "selective_scan")
+}
+
+// The kernel's own exp: with B zero at the second step the last state is
+// exactly exp(Δ·A), which is compared with ATen's from e^5 down to
+// underflow (Δ·A to −800 in float64, −120 in float32): relative error
+// within tol, or below the smallest normal number.
+func TestFusedExpRange(t *testing.T) {
+	for _, tc := range []struct {
+		dt       torch.DType
+		lo, tol  float64
+		smallest float64
+	}{{torch.Float64, -800, 1e-14, 2.3e-308}, {torch.Float32, -120, 3e-7, 1.2e-38}} {
+		torch.Tidy(func() {
+			const b, l, d, n = 1, 2, 70, 8
+			x := torch.Ones([]int64{b, l, d}, tc.dt)
+			delta := torch.Ones([]int64{b, l, d}, tc.dt)
+			A := torch.Arange(0, d*n, 1, tc.dt).MulScalar((tc.lo-5)/float64(d*n-1)).AddScalar(5).View(d, n)
+			B := torch.Cat([]*torch.Tensor{torch.Ones([]int64{b, 1, n}, tc.dt), torch.Zeros([]int64{b, 1, n}, tc.dt)}, 1)
+			C := torch.Ones([]int64{b, l, n}, tc.dt)
+			D := torch.Zeros([]int64{d}, tc.dt)
+			_, got := Fused(2).Apply(x, delta, A, B, C, D)
+			want := A.Exp().Float64s()
+			for k, g := range got.Float64s() {
+				err := math.Abs(g - want[k])
+				require.True(t, err <= tc.tol*math.Abs(want[k]) || err < tc.smallest,
+					"%v: exp(%g) = %g, want %g", tc.dt, A.Float64s()[k], g, want[k])
+			}
+		})
+	}
 }

@@ -8,7 +8,7 @@
 package kernel
 
 /*
-#cgo CXXFLAGS: -std=c++17 -O3 -fPIC -Wno-deprecated-declarations -Wno-unused-parameter
+#cgo CXXFLAGS: -std=c++17 -O3 -fopenmp-simd -fPIC -Wno-deprecated-declarations -Wno-unused-parameter
 #cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++
 #include <stdlib.h>
 #include "kernel.h"
