@@ -18,7 +18,7 @@ TAGS ?=
 FUZZTIME ?= 20s
 BENCHTIME ?= 1s
 
-DEBIAN_PACKAGES := libtorch-dev libgloo-dev libopenblas0-openmp python3-torch python3-torchvision espeak-ng sox g++
+DEBIAN_PACKAGES := libtorch-dev libgloo-dev libopenblas0-openmp python3-torch python3-torchvision espeak-ng sox g++ bible-kjv
 
 ifneq ($(LIBTORCH),)
   TORCH_INCLUDE := $(LIBTORCH)/include
