@@ -150,6 +150,16 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 		return TrainConfig{}, &recipes.ConfigError{Field: "training-preset", Value: c.String("training-preset"), Err: err}
 	}
 	set := func(name string) bool { return c.IsSet(name) }
+	// --training_preset fast is the guide's "test your configuration":
+	// its schedule (steps, warmup, evaluation, saving, logging) wins over
+	// a config file's training section; the command line still wins.
+	schedule := func(name string) bool {
+		if !set(name) {
+			return false
+		}
+		_, fromFile := run.FromFile[name]
+		return !(fromFile && tp.MaxSteps > 0 && tp.MaxSteps < TrainingPresets["default"].MaxSteps)
+	}
 	sizeName := size
 	if set("d-model") {
 		mcfg.DModel, sizeName = c.Int64("d-model"), ""
@@ -195,19 +205,19 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	if set("weight-decay") {
 		tp.WeightDecay = c.Float64("weight-decay")
 	}
-	if set("max-steps") {
+	if schedule("max-steps") {
 		tp.MaxSteps = cm.MaxSteps
 	}
-	if set("warmup") {
+	if schedule("warmup") {
 		tp.WarmupSteps = cm.Warmup
 	}
-	if set("eval-interval") {
+	if schedule("eval-interval") {
 		tp.EvalInterval = c.Int("eval-interval")
 	}
-	if set("checkpoint-every") {
+	if schedule("checkpoint-every") {
 		tp.SaveInterval = cm.CheckpointEvery
 	}
-	if set("logging-steps") {
+	if schedule("logging-steps") {
 		tp.LoggingSteps = c.Int("logging-steps")
 	}
 	if set("adam-beta1") {
@@ -233,11 +243,14 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 		Seed: cm.Seed, Workers: cm.Workers, MemoryEvery: cm.MemoryEvery, MaxNonFinite: cm.MaxNonFinite,
 		EmptyCacheEvery: cm.EmptyCacheEvery, Events: run.Events,
 	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, recipes.Reword(err, run.FromFile)
+	}
 	if vramName != "" {
 		run.Logf("--vram %s: micro-batch %d × accumulation %d, sequences of %d, use_fp16 %v, checkpointing %v",
 			vram.Name, cfg.BatchSize, cfg.GradAccum, cfg.SeqLen, fp16, cfg.Checkpointing)
 	}
-	return cfg, recipes.Reword(cfg.Validate(), run.FromFile)
+	return cfg, nil
 }
 
 func trainCommand() *cli.Command {
@@ -366,13 +379,27 @@ func generateCommand() *cli.Command {
 			if _, err := os.Stat(c.String("checkpoint")); err != nil {
 				return recipes.Usagef("--checkpoint: %v", err)
 			}
-			fmt.Print(c.String("prompt"))
+			// The prompt is printed with the first new token: a checkpoint
+			// that does not load prints nothing but its error.
+			printed := false
+			stream := func(s string) {
+				if !printed {
+					fmt.Print(c.String("prompt"))
+					printed = true
+				}
+				fmt.Print(s)
+			}
 			res, err := Generate(GenerateConfig{Checkpoint: c.String("checkpoint"), Prompt: c.String("prompt"),
 				MaxNewTokens: c.Int("max-new-tokens"), Temperature: c.Float64("temperature"), TopK: c.Int("top-k"),
-				Seed: c.Uint64("seed"), Device: dev, Stream: func(s string) { fmt.Print(s) }})
-			fmt.Println()
+				Seed: c.Uint64("seed"), Device: dev, Stream: stream})
+			if printed {
+				fmt.Println()
+			}
 			if err != nil {
 				return err
+			}
+			if !printed {
+				fmt.Println(c.String("prompt"))
 			}
 			fmt.Fprintf(os.Stderr, "%d prompt tokens in %v; %d new tokens, %.2f ms/token (first half %.2f, second half %.2f: the recurrent state, O(1) per token)\n",
 				res.PromptTokens, res.Prefill.Round(time.Millisecond), res.NewTokens, ms(res.PerToken), ms(res.FirstHalf), ms(res.SecondHalf))
