@@ -104,8 +104,11 @@ func TestPythonTwinLoads(t *testing.T) {
 	cfg := ModelConfig{DModel: 16, NLayers: 2, DState: 4, Expand: 2, VocabSize: 50, MaxSeqLen: 64}.withDefaults()
 	path := filepath.Join(t.TempDir(), "pytorch_model.bin")
 	var out struct {
-		Logits [][][]float64 `json:"logits"`
-		Keys   []string      `json:"keys"`
+		Logits [][][]float64        `json:"logits"`
+		Keys   []string             `json:"keys"`
+		Loss   float64              `json:"loss"`
+		Params []string             `json:"params"`
+		Grads  map[string][]float64 `json:"grads"`
 	}
 	ids := [][]int64{{1, 5, 7, 2, 49, 0, 3, 3, 8, 11, 4}, {9, 9, 1, 0, 2, 30, 31, 45, 6, 7, 2}}
 	pyref.Run(t, pyTwin+`
@@ -120,7 +123,12 @@ with torch.no_grad():
 torch.save(m.state_dict(), inp['path'])
 m.eval()
 logits = m(torch.tensor(inp['ids']))
-emit({'logits': t2l(logits), 'keys': list(m.state_dict().keys())})
+ids = torch.tensor(inp['ids'])
+loss = F.cross_entropy(m(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten(), label_smoothing=0.1)
+loss.backward()
+emit({'logits': t2l(logits), 'keys': list(m.state_dict().keys()), 'loss': loss.item(),
+      'params': [n for n, _ in m.named_parameters()],
+      'grads': {n: p.grad.flatten().tolist() for n, p in m.named_parameters()}})
 `, map[string]any{"path": path, "ids": ids, "cfg": map[string]any{
 		"d_model": cfg.DModel, "n_layers": cfg.NLayers, "d_state": cfg.DState, "expand": cfg.Expand,
 		"dt_rank": cfg.DtRank, "d_conv": cfg.DConv, "padded_vocab": cfg.PaddedVocab()}}, &out)
@@ -163,7 +171,40 @@ emit({'logits': t2l(logits), 'keys': list(m.state_dict().keys())})
 			})
 		})
 	}
+	// The training loss (label smoothing 0.1, through HeadLoss's chunks)
+	// and every parameter's gradient, the tied embedding's once.
+	nn.Train(m, true)
+	m.Scan = scan.Fused(4)
+	var params []string
+	for _, p := range nn.Parameters(m) {
+		params = append(params, p.Name)
+	}
+	require.Equal(t, out.Params, params, "parameters: the tied head's weight is the embedding's, listed once")
+	torch.Tidy(func() {
+		all := torch.FromSlice(flat(ids), []int64{2, int64(len(ids[0]))})
+		l := all.Size(1) - 1
+		loss := m.Loss(all.Narrow(1, 0, l).Contiguous(), all.Narrow(1, 1, l).Contiguous(), 0.1)
+		require.InDelta(t, out.Loss, loss.Item(), 1e-5)
+		loss.Backward()
+		for _, p := range nn.Parameters(m) {
+			g := p.T.Grad()
+			require.NotNil(t, g, p.Name)
+			want := out.Grads[p.Name]
+			got := g.Float64s()
+			require.Len(t, got, len(want), p.Name)
+			for k := range want {
+				require.InDelta(t, want[k], got[k], 1e-5+1e-4*abs(want[k]), "%s[%d]", p.Name, k)
+			}
+		}
+	})
 	_ = os.Remove(path)
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 func flat(ids [][]int64) []int64 {
@@ -172,4 +213,36 @@ func flat(ids [][]int64) []int64 {
 		out = append(out, r...)
 	}
 	return out
+}
+
+// Generation's recurrent step (each layer's convolution window and scan
+// state) gives the logits the whole-sequence forward gives at every later
+// position: after prompts shorter and longer than the convolution, in
+// float64 within 1e-9.
+func TestStepEqualsForward(t *testing.T) {
+	cfg := ModelConfig{DModel: 16, NLayers: 2, DState: 4, Expand: 2, VocabSize: 40, MaxSeqLen: 64}
+	torch.ManualSeed(2)
+	m, err := NewLM(cfg)
+	require.NoError(t, err)
+	defer nn.Free(m)
+	nn.To(m, torch.CPU, torch.Float64)
+	nn.Train(m, false)
+	seq := []int64{3, 1, 4, 1, 5, 9, 2, 6, 5, 3}
+	for _, prompt := range []int{1, 2, 6} {
+		torch.NoGrad(func() {
+			torch.Tidy(func() {
+				full := m.Forward(torch.FromSlice(seq, []int64{1, int64(len(seq))})) // (1, l, v)
+				states := m.NewStates()
+				m.Hidden(torch.FromSlice(seq[:prompt], []int64{1, int64(prompt)}), states)
+				for k := prompt; k < len(seq); k++ {
+					got := m.StepLogits(torch.FromSlice(seq[k:k+1], []int64{1}), states) // (1, v)
+					want := full.Select(1, int64(k))
+					require.LessOrEqual(t, got.Sub(want).Abs().Max().Item(), 1e-9, "prompt %d, position %d", prompt, k)
+				}
+				for _, s := range states {
+					s.Free()
+				}
+			})
+		})
+	}
 }
