@@ -270,8 +270,8 @@ func (c ModelConfig) Params() int64 {
 
 // Formula is the memory of a training step from the model's shapes: what
 // each op keeps for backward, counted tensor by tensor as this recipe's
-// forward creates them (see the comments), plus the largest transient of
-// backward. Weights are float32, gradients float32, AdamW two float32
+// forward creates them (see the comments), plus the head's (HeadLoss)
+// tensors at the step's peak. Weights are float32, gradients float32, AdamW two float32
 // moments per parameter. Under autocast (bf16/fp16) matmul-like ops
 // (linear, conv) output the low precision and keep low-precision copies of
 // their inputs and of the weights (autocast's cache); norms, the residual
@@ -316,34 +316,32 @@ func Formula(c ModelConfig, batch, seq int, p amp.Precision, checkpointing bool,
 	if c.Dropout > 0 {
 		block += T * d * lp // dropout's mask
 	}
-	// The head: the last stream and norm_f, the logits' log-softmax (float32).
-	head := T*d*f32*3 + T*f32 + T*v*f32 + T*8*2 // final stream, norm_f's x̂ and output, rsqrt; log-softmax; ids and targets
+	// The head (HeadLoss): the last stream, norm_f's normalised input and
+	// output, the gradient with respect to the hidden states made in the
+	// forward pass (gh), one chunk's logits (HeadChunkElems float32 values:
+	// the logits of the sequence never exist whole), and three vocabulary ×
+	// width float32 tensors: the head's weight gradient made in the forward
+	// pass (gW), its product with the weight in the surrogate handed to
+	// autograd, and the gradient autograd then makes from it before adding
+	// it to the accumulated one. (Three is what the counting allocator
+	// shows: 3.2 × v·d·4 bytes of the step's peak at widths 128 and 256,
+	// TestFormulaMatchesMeasured.)
+	head := T*d*f32*3 + T*f32 + T*d*f32 + HeadChunkElems*f32 + 3*v*d*f32
 	if p != amp.FP32 {
-		head += T * d * lp // the head's low-precision input
-	}
-	// Backward's largest moment: at the loss, the gradient of the
-	// log-probabilities and of the logits exist beside everything saved
-	// (the logits' gradient in the matmul's precision, the head's weight
-	// gradient made before it is added to the accumulated one).
-	headBack := T*v*f32 + T*v*lp + v*d*f32
-	if p != amp.FP32 {
-		headBack += T * v * f32 // the float32 gradient before the cast back
-	}
-	// The autocast cache: low-precision copies of the weights used by
-	// matmuls (the whole model, the tied embedding through the head).
-	cache := int64(0)
-	if p != amp.FP32 {
-		cache = P * lp
+		// The autocast cache: low-precision copies of every weight used by
+		// a matmul (the whole model, the tied embedding through the head).
+		head += P * lp
 	}
 	var saved int64
 	if checkpointing {
 		// Each block keeps only its inputs (the mixer's output and the
-		// residual stream); backward recomputes one block at a time.
-		saved = L*2*T*d*f32 + block
+		// residual stream); backward recomputes one block at a time, after
+		// the head's tensors are gone: the peak is the larger of the two.
+		saved = L*2*T*d*f32 + max(head, block)
 	} else {
-		saved = L * block
+		saved = L*block + head
 	}
-	bd.Activations = saved + head + headBack + cache
+	bd.Activations = saved
 	return bd
 }
 
