@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -364,9 +363,4 @@ func scanSaved(T, B, e, n, seq int64, p amp.Precision, name string, chunk int64)
 		s += 3 * T * e * n * f32
 	}
 	return s
-}
-
-// sortRows orders rows as the guide's table does.
-func sortRows(rows []EstimateRow) {
-	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Formula.Total() < rows[j].Formula.Total() })
 }
