@@ -92,7 +92,7 @@ var Keys = map[string]string{
 func trainFlags() []cli.Flag {
 	return append(recipes.Flags(Defaults),
 		&cli.StringFlag{Name: "model-size", Aliases: []string{"model_size"}, Usage: "tiny, small, medium or large (default: --vram's, else small)"},
-		&cli.StringFlag{Name: "training-preset", Aliases: []string{"training_preset"}, Value: "default", Usage: "default (the seed's training section) or fast (a few steps: does it fit?)"},
+		&cli.StringFlag{Name: "training-preset", Aliases: []string{"training_preset"}, Value: "default", Usage: "default (the seed's training section), fast (a few steps: does it fit?) or cpu (--vram cpu's: 300 steps at 3e-3)"},
 		&cli.Int64Flag{Name: "d-model", Usage: "model width (the model section's d_model)"},
 		&cli.IntFlag{Name: "n-layers", Usage: "Mamba blocks"},
 		&cli.Int64Flag{Name: "d-state", Usage: "the scan's state size"},
@@ -145,7 +145,11 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	if err != nil {
 		return TrainConfig{}, &recipes.ConfigError{Field: "model-size", Value: size, Err: err}
 	}
-	tp, err := TrainingPreset(c.String("training-preset"))
+	tpName := c.String("training-preset")
+	if !c.IsSet("training-preset") && vram.Training != "" {
+		tpName = vram.Training
+	}
+	tp, err := TrainingPreset(tpName)
 	if err != nil {
 		return TrainConfig{}, &recipes.ConfigError{Field: "training-preset", Value: c.String("training-preset"), Err: err}
 	}

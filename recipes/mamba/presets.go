@@ -37,19 +37,21 @@ type VRAM struct {
 	FP16          bool
 	Checkpointing bool
 	CPUOffload    bool
+	// Training names the training preset it implies ("": default).
+	Training string
 }
 
 // VRAMPresets are --vram's rows. 8gb is the guide's "Ultra-Safe" (1 × 256,
 // accumulation 16, fp16, checkpointing), 16gb its conservative change
 // (batch 2, seq 512, accumulation 8); 24gb+ turns checkpointing off (the
 // guide enables it "for 8-16GB"). cpu is the CPU preset: the tiny model,
-// 8 × 128, float32.
+// 8 × 128, float32, and the cpu training preset.
 var VRAMPresets = map[string]VRAM{
-	"8gb":  {"8gb", "small", 1, 256, 16, true, true, false},
-	"12gb": {"12gb", "small", 2, 512, 8, true, true, false},
-	"16gb": {"16gb", "small", 2, 512, 8, true, true, false},
-	"24gb": {"24gb", "medium", 4, 1024, 4, true, false, false},
-	"cpu":  {"cpu", "tiny", 8, 128, 1, false, false, false},
+	"8gb":  {"8gb", "small", 1, 256, 16, true, true, false, ""},
+	"12gb": {"12gb", "small", 2, 512, 8, true, true, false, ""},
+	"16gb": {"16gb", "small", 2, 512, 8, true, true, false, ""},
+	"24gb": {"24gb", "medium", 4, 1024, 4, true, false, false, ""},
+	"cpu":  {"cpu", "tiny", 8, 128, 1, false, false, false, "cpu"},
 }
 
 // VRAMPreset looks a --vram value up ("24gb+" and "24GB" are 24gb).
@@ -91,6 +93,10 @@ type Training struct {
 var TrainingPresets = map[string]Training{
 	"default": {LR: 3e-4, WeightDecay: 0.1, MaxSteps: 100000, WarmupSteps: 2000, EvalInterval: 1000, SaveInterval: 5000,
 		LoggingSteps: 10, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, MaxGradNorm: 1.0},
+	// cpu is --vram cpu's: the tiny model's schedule for a few CPU minutes
+	// (300 steps of 1,024 tokens, warm-up 30, cosine to 10 %).
+	"cpu": {LR: 3e-3, WeightDecay: 0.1, MaxSteps: 300, WarmupSteps: 30, EvalInterval: 50, SaveInterval: 300,
+		LoggingSteps: 50, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, MaxGradNorm: 1.0},
 	"fast": {LR: 3e-4, WeightDecay: 0.1, MaxSteps: 20, WarmupSteps: 5, EvalInterval: 10, SaveInterval: 20,
 		LoggingSteps: 1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, MaxGradNorm: 1.0},
 }
