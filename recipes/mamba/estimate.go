@@ -97,16 +97,20 @@ func (r EstimateRow) Error() float64 {
 func Estimate(cfg EstimateConfig) ([]EstimateRow, error) {
 	var rows []EstimateRow
 	err := torch.Main().DoErr(func() error {
-		for _, p := range cfg.Presets {
-			row, err := estimateOne(cfg, p)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, row)
-		}
-		return nil
+		return torch.TidyErr(func() error { return estimateAll(cfg, &rows) })
 	})
 	return rows, err
+}
+
+func estimateAll(cfg EstimateConfig, rows *[]EstimateRow) error {
+	for _, p := range cfg.Presets {
+		row, err := estimateOne(cfg, p)
+		if err != nil {
+			return err
+		}
+		*rows = append(*rows, row)
+	}
+	return nil
 }
 
 func estimateOne(cfg EstimateConfig, p EstimatePreset) (EstimateRow, error) {

@@ -120,7 +120,10 @@ type EvalConfig struct {
 
 // Evaluate scores a checkpoint on a data directory's held-out split.
 func Evaluate(cfg EvalConfig) (r EvalResult, err error) {
-	torch.Main().Do(func() { r, err = evaluate(cfg) })
+	// In a tensor scope: whatever loading and scoring leave behind
+	// (initial weights replaced by the checkpoint's, intermediates) is
+	// freed when it ends.
+	torch.Main().Do(func() { err = torch.TidyErr(func() error { r, err = evaluate(cfg); return err }) })
 	return r, err
 }
 

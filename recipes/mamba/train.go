@@ -248,7 +248,9 @@ func cpuTime() time.Duration {
 
 // Train trains (or resumes) a Mamba LM on the token files in cfg.Data.
 func Train(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
-	torch.Main().Do(func() { res, err = trainLM(ctx, cfg) })
+	// In a tensor scope: what set-up leaves behind (initialisers'
+	// intermediates, the offload's copies) is freed when it ends.
+	torch.Main().Do(func() { err = torch.TidyErr(func() error { res, err = trainLM(ctx, cfg); return err }) })
 	return res, err
 }
 
