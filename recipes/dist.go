@@ -87,15 +87,16 @@ func (r *Run) Rank() int {
 }
 
 // OneProcess refuses data parallelism for a recipe that trains in one
-// process (why says why): under a launcher, or given
+// process (why says why): under a launcher, or given --zero or
 // --allreduce-after-backward, it returns a user error, so ranks never
-// train independent copies into one checkpoint directory. (--zero without
-// a launcher is refused by Prepare.)
+// train independent copies into one checkpoint directory.
 func (r *Run) OneProcess(recipe, why string) error {
 	msg := fmt.Sprintf("the %s recipe trains in one process, not data parallel: %s", recipe, why)
 	switch {
 	case r.Group != nil:
 		return Usagef("%s; run `torchfit %s` without torchfit launch or torchrun", msg, recipe)
+	case r.ZeRO:
+		return &ConfigError{Field: "zero", Value: true, Reason: msg}
 	case r.AllReduceAfterBackward:
 		return &ConfigError{Field: "allreduce-after-backward", Value: true, Reason: msg}
 	}

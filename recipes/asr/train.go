@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -315,7 +314,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	}
 	res.Params = nn.NumParams(m)
 	logf("model %s: d_model %d, %d encoder / %d decoder layers, %s parameters (%.2fM), vocabulary %d",
-		preset, mcfg.DModel, mcfg.EncoderLayers, mcfg.DecoderLayers, commas(res.Params), float64(res.Params)/1e6, vocab.Size())
+		preset, mcfg.DModel, mcfg.EncoderLayers, mcfg.DecoderLayers, recipes.Commas(res.Params), float64(res.Params)/1e6, vocab.Size())
 
 	precision, err := train.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
@@ -669,35 +668,11 @@ func checkMeta(meta modelMeta, w map[string]*torch.Tensor) error {
 		prefix string
 		n      int
 	}{{"encoder.layers.", c.EncoderLayers}, {"decoder.layers.", c.DecoderLayers}} {
-		if got := countLayers(w, part.prefix); got != part.n {
+		if got := recipes.CountLayers(w, part.prefix); got != part.n {
 			return fmt.Errorf("model description says %d %s, the weights have %d", part.n, strings.TrimSuffix(strings.ReplaceAll(part.prefix, ".", " "), " "), got)
 		}
 	}
 	return nil
-}
-
-// countLayers returns n when the keys under prefix are those of layers
-// 0…n−1 (and −1 when the numbering has a gap).
-func countLayers(w map[string]*torch.Tensor, prefix string) int {
-	seen := map[int]bool{}
-	for k := range w {
-		rest, ok := strings.CutPrefix(k, prefix)
-		if !ok {
-			continue
-		}
-		num, _, _ := strings.Cut(rest, ".")
-		i, err := strconv.Atoi(num)
-		if err != nil || i < 0 {
-			return -1
-		}
-		seen[i] = true
-	}
-	for i := range len(seen) {
-		if !seen[i] {
-			return -1
-		}
-	}
-	return len(seen)
 }
 
 // ReadModelMeta reads the model configuration and vocabulary stored in a
@@ -839,18 +814,6 @@ func transcribeFiles(checkpoint string, files []string, dev torch.Device) ([]str
 		}
 	}
 	return out, nil
-}
-
-func commas(n int64) string {
-	s := fmt.Sprint(n)
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // countedOptimizer measures the CPU allocator's growth over the wrapped

@@ -391,7 +391,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 	c := mm.Config
 	logf("model %s: ViT %d layers × %d wide, patch %d, %d×%d images; text %d layers × %d wide, context %d; embeddings %d; %s parameters (%.2fM)",
 		mm.Preset, c.VisionLayers, c.VisionWidth, c.VisionPatchSize, c.ImageResolution, c.ImageResolution,
-		c.TransformerLayers, c.TransformerWidth, c.ContextLength, c.EmbedDim, commas(res.Params), float64(res.Params)/1e6)
+		c.TransformerLayers, c.TransformerWidth, c.ContextLength, c.EmbedDim, recipes.Commas(res.Params), float64(res.Params)/1e6)
 	if cfg.Stage == "train" && cfg.Init == "" && cfg.Resume == "" {
 		logf("no --init: training from random weights (the seed fine-tunes a pretrained CLIP: run `torchfit clip pretrain` and pass --init)")
 	}
@@ -575,18 +575,6 @@ func presetOf(c Config) string {
 		}
 	}
 	return "custom"
-}
-
-func commas(n int64) string {
-	s := fmt.Sprint(n)
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // EvalResult is `torchfit clip eval`.

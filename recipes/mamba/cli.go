@@ -60,7 +60,7 @@ func dataCommand() *cli.Command {
 			}
 			m := st.Meta
 			fmt.Printf("corpus in %s: %s training tokens (%s characters), %s held out (%s characters), %s; unigram baseline %.3f nats/token; %s\n",
-				c.String("out"), commas(m.TrainTokens), commas(m.TrainChars), commas(m.ValidTokens), commas(m.ValidChars),
+				c.String("out"), recipes.Commas(m.TrainTokens), recipes.Commas(m.TrainChars), recipes.Commas(m.ValidTokens), recipes.Commas(m.ValidChars),
 				m.Tokenizer, m.Unigram, st.Elapsed.Round(time.Millisecond))
 			return nil
 		},
@@ -337,7 +337,7 @@ func evalCommand() *cli.Command {
 				return err
 			}
 			fmt.Printf("held-out (%s tokens): %.4f nats/token, %.3f bits/char, perplexity %.1f; unigram baseline %.3f nats/token\n",
-				commas(r.Tokens), r.Loss, r.BitsPerChar, r.Perplexity, r.Unigram)
+				recipes.Commas(r.Tokens), r.Loss, r.BitsPerChar, r.Perplexity, r.Unigram)
 			return nil
 		},
 	}

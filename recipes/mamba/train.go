@@ -314,10 +314,10 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) 
 		name = "custom"
 	}
 	logf("model %s: d_model %d, %d layers, d_state %d, expand %d, %s parameters (%.1fM, %s of float32 weights); scan %s (chunks of %d)",
-		name, mcfg.DModel, mcfg.NLayers, mcfg.DState, mcfg.Expand, commas(res.Params), float64(res.Params)/1e6,
+		name, mcfg.DModel, mcfg.NLayers, mcfg.DState, mcfg.Expand, recipes.Commas(res.Params), float64(res.Params)/1e6,
 		torch.FormatBytes(nn.ParamBytes(m)), sc.Name(), max(cfg.ScanChunk, scan.DefaultChunk*boolInt(cfg.ScanChunk == 0)))
 	logf("data %s: %s training tokens, %s held out; unigram baseline %.3f nats/token", cfg.Data,
-		commas(meta.TrainTokens), commas(meta.ValidTokens), meta.Unigram)
+		recipes.Commas(meta.TrainTokens), recipes.Commas(meta.ValidTokens), meta.Unigram)
 	if cfg.Device.IsCUDA() {
 		logf("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set by torchfit)")
 	}
@@ -472,20 +472,4 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// commas formats n with thousands separators.
-func commas(n int64) string {
-	s := fmt.Sprint(n)
-	if n < 0 {
-		return "-" + commas(-n)
-	}
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }

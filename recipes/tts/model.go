@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
@@ -233,7 +231,7 @@ func checkMeta(m modelMeta, w map[string]*torch.Tensor) error {
 			want{"gpt.cond.latents", []int64{g.CondLatents, d}},
 			want{"gpt.blocks.0.fc1.weight", []int64{g.FF, d}},
 		)
-		if n := countLayers(w, "gpt.blocks."); n != g.Layers {
+		if n := recipes.CountLayers(w, "gpt.blocks."); n != g.Layers {
 			return fmt.Errorf("model description says %d layers, the weights have %d", g.Layers, n)
 		}
 	}
@@ -247,30 +245,6 @@ func checkMeta(m modelMeta, w map[string]*torch.Tensor) error {
 		}
 	}
 	return nil
-}
-
-// countLayers returns n when the keys under prefix are those of layers
-// 0…n−1 (−1 when the numbering has a gap).
-func countLayers(w map[string]*torch.Tensor, prefix string) int {
-	seen := map[int]bool{}
-	for k := range w {
-		rest, ok := strings.CutPrefix(k, prefix)
-		if !ok {
-			continue
-		}
-		num, _, _ := strings.Cut(rest, ".")
-		i, err := strconv.Atoi(num)
-		if err != nil || i < 0 {
-			return -1
-		}
-		seen[i] = true
-	}
-	for i := range len(seen) {
-		if !seen[i] {
-			return -1
-		}
-	}
-	return len(seen)
 }
 
 // LoadCodec rebuilds a codec from a `tts train-codec` checkpoint, with the

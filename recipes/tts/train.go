@@ -167,7 +167,7 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		nn.To(c, cfg.Device, torch.Float32)
 	}
 	res.Params = nn.NumParams(c)
-	cfg.logf("codec: %d channels, %d codes of %d dimensions, %d frames per code, %s parameters", ccfg.Channels, ccfg.Codes, ccfg.CodeDim, Down, commas(res.Params))
+	cfg.logf("codec: %d channels, %d codes of %d dimensions, %d frames per code, %s parameters", ccfg.Channels, ccfg.Codes, ccfg.CodeDim, Down, recipes.Commas(res.Params))
 	precision, err := train.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
 		return res, err
@@ -450,7 +450,7 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	}
 	cfg.logf("GPT: %d wide (text embeddings %d), %d layers, %d heads, %d speaker latents, %d phonemes, %d codes; %s parameters (codec %s, frozen)",
 		gcfg.DecoderDim, gcfg.TextEncoderDim, gcfg.Layers, gcfg.Heads, gcfg.CondLatents, gcfg.Vocab, gcfg.Codes,
-		commas(res.Params), commas(nn.NumParams(m.Codec)))
+		recipes.Commas(res.Params), recipes.Commas(nn.NumParams(m.Codec)))
 	precision, err := train.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
 		return res, err
@@ -633,16 +633,4 @@ func autoBatch(cfg *TrainConfig, m *Model, t *train.Trainer, opt nn.Optimizer, t
 	t.SetMicroBatch(micro)
 	cfg.logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d", micro, (effective+micro-1)/micro, effective)
 	return nil
-}
-
-func commas(n int64) string {
-	s := fmt.Sprint(n)
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }

@@ -1,0 +1,48 @@
+package recipes
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/torchfit/torchfit/torch"
+)
+
+// Commas writes n with thousands separators (1,234,567), as the seeds'
+// parameter counts read.
+func Commas(n int64) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && r != '-' && (len(s)-i)%3 == 0 && s[i-1] != '-' {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// CountLayers returns n when the state-dict keys under prefix (e.g.
+// "encoder.layers.") are those of layers 0…n−1, and −1 when the numbering
+// has a gap: how a recipe reads a checkpoint's depth.
+func CountLayers(w map[string]*torch.Tensor, prefix string) int {
+	seen := map[int]bool{}
+	for k := range w {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		num, _, _ := strings.Cut(rest, ".")
+		i, err := strconv.Atoi(num)
+		if err != nil || i < 0 {
+			return -1
+		}
+		seen[i] = true
+	}
+	for i := range len(seen) {
+		if !seen[i] {
+			return -1
+		}
+	}
+	return len(seen)
+}
