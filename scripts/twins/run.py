@@ -28,7 +28,12 @@ returning an object with
   model   the torch.nn.Module (its state-dict names are torchfit's)
   loss()  the loss of the batch the file holds (a scalar in the graph)
 and, for loops that are not one model and one optimizer, step() and
-check() of its own. The default step is what torchfit's train.Trainer does
+check() of its own. A twin whose step is one model and AdamW but whose
+forward/backward is not one loss (accumulation over micro-batches, CLIP's
+grad cache) defines backward() instead of loss(): it accumulates the
+step's gradients and returns the loss as a float; the default step and
+check use it. after_step(), when defined, runs after each optimizer step
+(CLIP clamps its temperature). The default step is what torchfit's train.Trainer does
 for one micro-batch: loss under autocast (bf16) or not, loss.item(),
 backward, clip_grad_norm_, AdamW (PyTorch's default implementation) with
 the file's parameter groups, zero_grad(set_to_none=True).
@@ -71,6 +76,8 @@ class Runner:
         mod = load_script(req["script"])
         self.tw = mod.build(spec, data)
         self.custom_step = getattr(self.tw, "step", None)
+        self.backward = getattr(self.tw, "backward", None)
+        self.after_step = getattr(self.tw, "after_step", None)
         if self.custom_step is None:
             self.opt = self.make_opt()
         return {"params": sum(p.numel() for p in self.tw.model.parameters()), "threads": torch.get_num_threads()}
@@ -96,13 +103,18 @@ class Runner:
     def step(self):
         if self.custom_step is not None:
             return self.custom_step()
-        loss = self.forward()
-        loss.item()
-        loss.backward()
+        if self.backward is not None:
+            self.backward()
+        else:
+            loss = self.forward()
+            loss.item()
+            loss.backward()
         clip = self.spec["optim"].get("clip_norm", 0)
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(self.tw.model.parameters(), clip)
         self.opt.step()
+        if self.after_step is not None:
+            self.after_step()
         self.opt.zero_grad(set_to_none=True)
 
     def check(self, req):
@@ -110,10 +122,14 @@ class Runner:
             return self.tw.check()
         model = self.tw.model
         model.zero_grad(set_to_none=True)
-        loss = self.forward()
-        loss.backward()
+        if self.backward is not None:
+            loss = float(self.backward())
+        else:
+            loss = self.forward()
+            loss.backward()
+            loss = loss.item()
         want = self.data["check"]
-        out = {"loss": loss.item(), "go_loss": float(want["loss"]), "grads": 0, "max_abs": 0.0,
+        out = {"loss": loss, "go_loss": float(want["loss"]), "grads": 0, "max_abs": 0.0,
                "max_rel": 0.0, "worst": "", "missing": []}
         go_grads = want["grads"]
         # A gradient's difference is measured against its own largest
