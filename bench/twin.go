@@ -108,6 +108,10 @@ type SingleModel struct {
 	LR        float64
 	Decay     float64 // AdamW weight decay on parameters of two or more dimensions
 	ClipNorm  float64
+	// Groups are AdamW's parameter groups when the recipe chooses them
+	// itself (nil: weight decay Decay on parameters of two or more
+	// dimensions, none on the others).
+	Groups []nn.ParamGroup
 	// Beta2 and Eps are AdamW's (0: PyTorch's defaults, 0.999 and 1e-8).
 	Beta2, Eps float64
 	// Accum splits the batch into this many micro-batches per step (0 or
@@ -126,7 +130,10 @@ type SingleModel struct {
 
 // Init creates the optimizer and the trainer; call it once the fields are set.
 func (s *SingleModel) Init() error {
-	groups := nn.DecayGroups(nn.Parameters(s.Model), s.Decay)
+	groups := s.Groups
+	if groups == nil {
+		groups = nn.DecayGroups(nn.Parameters(s.Model), s.Decay)
+	}
 	ac := nn.AdamWDefaults(s.LR)
 	if s.Beta2 > 0 {
 		ac.Beta2 = s.Beta2
