@@ -18,7 +18,7 @@ TAGS ?=
 FUZZTIME ?= 20s
 BENCHTIME ?= 1s
 
-DEBIAN_PACKAGES := libtorch-dev libgloo-dev libopenblas0-openmp python3-torch espeak-ng sox g++
+DEBIAN_PACKAGES := libtorch-dev libgloo-dev libopenblas0-openmp python3-torch python3-torchvision espeak-ng sox g++
 
 ifneq ($(LIBTORCH),)
   TORCH_INCLUDE := $(LIBTORCH)/include
@@ -37,7 +37,7 @@ endif
 export CGO_CXXFLAGS CGO_LDFLAGS
 GOFLAGS_TAGS := $(if $(strip $(TAGS)),-tags "$(strip $(TAGS))",)
 
-.PHONY: deps check-libtorch build vet test test-short fuzz demo bench bench-ops bench-checkpoint quality-clip bench-recipes clean
+.PHONY: deps check-libtorch build vet test test-short fuzz demo bench bench-ops bench-checkpoint quality-clip bench-recipes bench-ganvit quality-ganvit memory-ganvit clean
 
 # deps installs what a fresh Debian bookworm machine lacks (idempotent).
 deps:
@@ -125,6 +125,28 @@ quality-clip: deps
 BENCHFLAGS ?=
 bench-recipes: deps
 	$(GO) run $(GOFLAGS_TAGS) ./bench/cmd/bench-recipes -out /tmp/torchfit-bench-recipes.md $(BENCHFLAGS)
+
+# The GAN + ViT recipe's measurements (README, "GAN + ViT"), not in make
+# test. bench-ganvit: GAN iteration time and peak, fp32 vs mixed precision;
+# ViT step peaks with and without checkpointing and under the unfreezing
+# schedule, at the cpu preset's and the GPU presets' sizes
+# (GANVIT_BENCH=cpu: the cpu preset's only). quality-ganvit: clips, GAN,
+# classifier on real vs real + synthetic, eval (scripts/quality_ganvit.sh,
+# 3 CPU-minutes). memory-ganvit: the seed's memory breakdown, measured, for
+# the cpu preset (320 training clips of 3 s) and the gpu preset (64 of 30 s).
+GANVIT_BENCH ?= 1
+bench-ganvit: deps
+	TORCHFIT_BENCH_GANVIT=$(GANVIT_BENCH) $(GO) test $(GOFLAGS_TAGS) ./recipes/ganvit -run 'TestBench' -count=1 -v -timeout 60m
+
+quality-ganvit: deps
+	scripts/quality_ganvit.sh
+
+memory-ganvit: deps
+	$(GO) build $(GOFLAGS_TAGS) -o /tmp/torchfit-ganvit ./cmd/torchfit
+	/tmp/torchfit-ganvit ganvit data --out out/ganvit/data --clips 400 --seconds 3
+	/tmp/torchfit-ganvit ganvit memory-table --data out/ganvit/data --preset cpu
+	/tmp/torchfit-ganvit ganvit data --out out/ganvit/data30 --clips 80 --seconds 30
+	/tmp/torchfit-ganvit ganvit memory-table --data out/ganvit/data30 --preset gpu --mixed-precision no --clips 64
 
 bench: deps
 	$(GO) test $(GOFLAGS_TAGS) -run '^$$' -bench . -benchtime $(BENCHTIME) ./...

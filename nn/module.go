@@ -305,9 +305,11 @@ func To(m Module, d torch.Device, dt torch.DType) {
 			target = t.DType()
 		}
 		var nt *torch.Tensor
-		torch.NoGrad(func() { nt = t.To(d, target).Detach() })
+		// In a scope: To's result, a tensor of its own, would otherwise
+		// live (and hold the storage) until Go's GC finalised it.
+		torch.NoGrad(func() { torch.Tidy(func() { nt = t.To(d, target).Detach().Keep() }) })
 		grad := param && t.RequiresGrad()
-		t.Assign(nt.Keep())
+		t.Assign(nt)
 		if grad {
 			t.SetRequiresGrad(true)
 		}

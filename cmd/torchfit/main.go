@@ -5,6 +5,7 @@
 //	torchfit demo                      the small end-to-end ASR run of `make demo`
 //	torchfit asr data|train|eval|transcribe|memory-table
 //	torchfit clip data|pretrain|train|eval|measure
+//	torchfit ganvit data|train|eval|test-memory|memory-table
 //	torchfit memory                    the memory counter against a known allocation pattern
 //	torchfit plot --metrics m.jsonl    loss and memory curves to PNG
 //	torchfit launch --nproc N -- asr train ...   data-parallel training, as torchrun --no-python
@@ -30,6 +31,7 @@ import (
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/recipes/clip"
+	"github.com/torchfit/torchfit/recipes/ganvit"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -61,7 +63,7 @@ func newApp() *cli.App {
 }
 
 // registry lists the recipes: each is `torchfit NAME VERB`.
-var registry = []recipes.Recipe{asr.Recipe{}, clip.Recipe{}}
+var registry = []recipes.Recipe{asr.Recipe{}, clip.Recipe{}, ganvit.Recipe{}}
 
 // notFound is set when the command line names no command.
 var notFound error

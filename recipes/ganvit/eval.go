@@ -1,0 +1,251 @@
+package ganvit
+
+import (
+	"context"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"strings"
+
+	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train/ckpt"
+)
+
+// EvalConfig configures Evaluate.
+type EvalConfig struct {
+	Checkpoint string
+	// Classifier judges the generated spectrograms (default: the
+	// checkpoint's own classifier).
+	Classifier   string
+	Data, Split  string
+	Device       torch.Device
+	Precision    amp.Precision
+	Generated    int // spectrograms generated per genre (0: none)
+	Batch        int
+	Seed         uint64
+	Mels, Frames int64 // when non-zero: the shape the caller expects (checked)
+	Log          func(string, ...any)
+}
+
+// GenreRow is how the generator did for one genre.
+type GenreRow struct {
+	Genre             string
+	N, Correct        int
+	Asked, Produced   float64 // mean brightness asked for and measured on the generated spectrograms
+	RealAcc, RealN    int     // the judge on the real clips of this genre (correct, of)
+	ProducedBrightErr float64 // mean |produced − asked| brightness
+}
+
+// EvalResult is what Evaluate measured.
+type EvalResult struct {
+	Split      string
+	Accuracy   *Accuracy // nil without a classifier
+	Genres     []GenreRow
+	BrightCorr float64 // correlation of asked and produced brightness over all generated
+	JudgedBy   string
+	Shape      Shape
+}
+
+// Table renders the result.
+func (r EvalResult) Table() string {
+	var b strings.Builder
+	if a := r.Accuracy; a != nil {
+		fmt.Fprintf(&b, "%s split (%d clips): accuracy %.3f; %s\n", r.Split, a.N, a.Value(), perClass(*a))
+	}
+	if len(r.Genres) > 0 {
+		fmt.Fprintf(&b, "generated spectrograms judged by %s (conditions of the %s split's clips):\n", r.JudgedBy, r.Split)
+		fmt.Fprintf(&b, "| genre asked | generated | classified as asked | judge on real clips | brightness asked | brightness produced | mean abs error |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		var n, c int
+		for _, g := range r.Genres {
+			real := "-"
+			if g.RealN > 0 {
+				real = fmt.Sprintf("%.3f", float64(g.RealAcc)/float64(g.RealN))
+			}
+			fmt.Fprintf(&b, "| %s | %d | %.3f | %s | %.3f | %.3f | %.3f |\n", g.Genre, g.N, float64(g.Correct)/float64(max(1, g.N)), real, g.Asked, g.Produced, g.ProducedBrightErr)
+			n, c = n+g.N, c+g.Correct
+		}
+		fmt.Fprintf(&b, "all: %d generated, %.3f classified as the genre asked for; brightness asked vs produced: correlation %.3f\n", n, float64(c)/float64(max(1, n)), r.BrightCorr)
+	}
+	return b.String()
+}
+
+// Evaluate scores a checkpoint: its classifier's accuracy on a split, and
+// its generator per genre — spectrograms generated with the conditions
+// (tempo, brightness) and genre of the split's clips, classified by a
+// classifier (the checkpoint's or cfg.Classifier's), and their measured
+// brightness against the one asked for.
+func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
+	err = torch.Main().DoErr(func() error {
+		res, err = evaluate(ctx, cfg)
+		return err
+	})
+	return res, err
+}
+
+func evaluate(ctx context.Context, cfg EvalConfig) (EvalResult, error) {
+	res := EvalResult{Split: cfg.Split}
+	logf := cfg.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	f, err := ckpt.Read(cfg.Checkpoint)
+	if err != nil {
+		return res, err
+	}
+	defer f.Free()
+	meta, err := readMeta(f)
+	if err != nil {
+		return res, err
+	}
+	shape := meta.Shape()
+	res.Shape = shape
+	want := shape
+	if cfg.Mels > 0 {
+		want.Mels = cfg.Mels
+	}
+	if cfg.Frames > 0 {
+		want.Frames = cfg.Frames
+	}
+	if want != shape {
+		return res, &ShapeError{Path: cfg.Checkpoint, Want: shape, Have: want}
+	}
+	specs, err := LoadSpecs(ctx, cfg.Data, cfg.Split, shape, 0)
+	if err != nil {
+		return res, err
+	}
+	meta.Norm.Apply(specs)
+	logf("%s split: %d clips, spectrograms of %v", cfg.Split, specs.Len(), shape)
+
+	var judge *ViT
+	if f.Has("classifier") {
+		v, err := NewViT(meta.ViT)
+		if err != nil {
+			return res, &CheckpointError{cfg.Checkpoint, err}
+		}
+		defer nn.Free(v)
+		if err := f.Module("classifier", v); err != nil {
+			return res, err
+		}
+		nn.To(v, cfg.Device, torch.Float32)
+		acc, err := Predict(ctx, v, specs, cfg.Device, cfg.Precision, cfg.Batch)
+		if err != nil {
+			return res, err
+		}
+		res.Accuracy = &acc
+		judge, res.JudgedBy = v, cfg.Checkpoint+"'s classifier"
+	}
+	if cfg.Classifier != "" {
+		jf, err := ckpt.Read(cfg.Classifier)
+		if err != nil {
+			return res, err
+		}
+		defer jf.Free()
+		jm, err := readMeta(jf)
+		if err != nil {
+			return res, err
+		}
+		if !jf.Has("classifier") {
+			return res, &CheckpointError{cfg.Classifier, fmt.Errorf("has no classifier")}
+		}
+		if jm.Shape() != shape {
+			return res, &ShapeError{Path: cfg.Classifier, Want: jm.Shape(), Have: shape}
+		}
+		v, err := NewViT(jm.ViT)
+		if err != nil {
+			return res, &CheckpointError{cfg.Classifier, err}
+		}
+		defer nn.Free(v)
+		if err := jf.Module("classifier", v); err != nil {
+			return res, err
+		}
+		nn.To(v, cfg.Device, torch.Float32)
+		judge, res.JudgedBy = v, cfg.Classifier+"'s classifier"
+	}
+	if cfg.Generated == 0 {
+		return res, nil
+	}
+	if judge == nil {
+		logf("no classifier to judge generated spectrograms (pass --classifier CHECKPOINT)")
+		return res, nil
+	}
+	realAcc, err := Predict(ctx, judge, specs, cfg.Device, cfg.Precision, cfg.Batch)
+	if err != nil {
+		return res, err
+	}
+	g := NewGenerator(meta.GAN)
+	defer nn.Free(g)
+	if err := f.Module("generator", g); err != nil {
+		return res, err
+	}
+	nn.To(g, cfg.Device, torch.Float32)
+	nn.Train(g, false)
+	// Conditions: the split's clips of each genre, drawn with replacement.
+	rng := mrand.New(mrand.NewPCG(cfg.Seed, 0xe7a1))
+	gen := &Specs{Shape: shape}
+	for k := range Genres {
+		var idx []int
+		for i, l := range specs.Labels {
+			if int(l) == k {
+				idx = append(idx, i)
+			}
+		}
+		if len(idx) == 0 {
+			continue
+		}
+		for j := 0; j < cfg.Generated; j++ {
+			i := idx[rng.IntN(len(idx))]
+			gen.Cond = append(gen.Cond, specs.Cond[i])
+			gen.Labels = append(gen.Labels, int64(k))
+			gen.Tempo = append(gen.Tempo, specs.Tempo[i])
+			gen.Brightness = append(gen.Brightness, specs.Brightness[i])
+		}
+	}
+	torch.ManualSeed(cfg.Seed)
+	gen.Data, err = GenerateSpecs(g, cfg.Device, cfg.Precision, gen.Cond, gen.Labels, cfg.Batch)
+	if err != nil {
+		return res, err
+	}
+	acc, err := Predict(ctx, judge, gen, cfg.Device, cfg.Precision, cfg.Batch)
+	if err != nil {
+		return res, err
+	}
+	rows := make([]GenreRow, len(Genres))
+	var asked, produced []float64
+	for i, data := range gen.Data {
+		k := gen.Labels[i]
+		r := &rows[k]
+		r.N++
+		if acc.Pred[i] == k {
+			r.Correct++
+		}
+		pb := Brightness(data, shape)
+		r.Asked += gen.Brightness[i]
+		r.Produced += pb
+		r.ProducedBrightErr += math.Abs(pb - gen.Brightness[i])
+		asked, produced = append(asked, gen.Brightness[i]), append(produced, pb)
+	}
+	for k := range rows {
+		rows[k].Genre = Genres[k]
+		rows[k].RealAcc, rows[k].RealN = realAcc.PerClass[k].Correct, realAcc.PerClass[k].N
+		if n := float64(rows[k].N); n > 0 {
+			rows[k].Asked /= n
+			rows[k].Produced /= n
+			rows[k].ProducedBrightErr /= n
+		}
+	}
+	res.Genres = rows
+	res.BrightCorr = correlation(asked, produced)
+	return res, nil
+}
+
+func correlation(a, b []float64) float64 {
+	ma, sa := meanStd(a)
+	mb, sb := meanStd(b)
+	var c float64
+	for i := range a {
+		c += (a[i] - ma) * (b[i] - mb)
+	}
+	return c / float64(max(1, len(a))) / (sa * sb)
+}

@@ -1,0 +1,1008 @@
+package ganvit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/train"
+	"github.com/torchfit/torchfit/train/ckpt"
+)
+
+// Stages of a run.
+const (
+	StageAll        = "all"
+	StageGAN        = "gan"
+	StageClassifier = "classifier"
+)
+
+// TrainConfig configures Train. The CLI fills it from flags and presets.
+type TrainConfig struct {
+	Data   string
+	Preset Preset
+	// ShapeSet says the spectrogram shape was given explicitly (flags),
+	// so a checkpoint of another shape is refused rather than followed.
+	ShapeSet bool
+	Stage    string // all, gan or classifier
+	// GANCheckpoint, for the classifier stage alone: the checkpoint whose
+	// generator makes the synthetic spectrograms (and whose condition
+	// normalisation is used). Empty with NumSynthetic 0: real data only.
+	GANCheckpoint string
+	NumSynthetic  int
+	Device        torch.Device
+	Precision     string // --mixed-precision
+	// GANAccum is both networks' accumulation steps; DAccum and GAccum
+	// override it per network. The GAN's effective batch is
+	// Preset.GANBatch × GANAccum, each network's micro-batch the effective
+	// batch divided by its accumulation.
+	GANAccum, DAccum, GAccum int
+	Accum                    int // the classifier's (micro-batch Preset.Batch)
+	GANEpochs, Epochs        int
+	MaxSteps                 int // per stage (0: no limit)
+	// TrainClips, when > 0, trains on the first TrainClips clips of the
+	// training split only (the genres alternate, so they stay balanced):
+	// the low-data regime, where synthetic data may help.
+	TrainClips        int
+	LR, GANLR         float64
+	Warmup            int
+	ClipNorm          float64
+	Unfreeze          Schedule
+	GradCheckpointing bool
+	Pretrained        string // a torchvision ViT state dict to start from
+	DataOnDevice      bool
+	EmptyCacheEvery   int
+	MemoryEvery       int
+	CheckpointDir     string
+	// KeepLast is how many of this run's newest checkpoints of each kind
+	// (GAN epochs, classifier epochs) stay (0: 3; negative: all).
+	KeepLast   int
+	Resume     string
+	Overwrite  bool
+	Workers    int
+	Seed       uint64
+	NoOOMAdapt bool
+	Events     train.Sink
+}
+
+// TrainResult is what Train did.
+type TrainResult struct {
+	GANSteps, Steps   int
+	DLoss, GLoss      float64
+	Real, Synthetic   int
+	ValidAcc, TestAcc float64 // NaN when the classifier did not train
+	Peak              int64
+	Checkpoint        string
+	Precision         amp.Choice
+}
+
+func (c *TrainConfig) logf(format string, args ...any) {
+	if c.Events != nil {
+		c.Events(train.Message{Text: fmt.Sprintf(format, args...)})
+	}
+}
+
+func (c *TrainConfig) check() error {
+	switch c.Stage {
+	case "":
+		c.Stage = StageAll
+	case StageAll, StageGAN, StageClassifier:
+	default:
+		return fmt.Errorf("--stage %q: want all, gan or classifier", c.Stage)
+	}
+	if c.GANAccum < 1 {
+		c.GANAccum = 1
+	}
+	if c.DAccum < 1 {
+		c.DAccum = c.GANAccum
+	}
+	if c.GAccum < 1 {
+		c.GAccum = c.GANAccum
+	}
+	if c.Accum < 1 {
+		c.Accum = 1
+	}
+	p := c.Preset
+	if p.GANBatch < 1 || p.Batch < 1 || p.NumSynthetic < 0 {
+		return fmt.Errorf("batch sizes %d (GAN) and %d (classifier) must be >= 1", p.GANBatch, p.Batch)
+	}
+	eff := p.GANBatch * c.GANAccum
+	for _, a := range []struct {
+		name string
+		v    int
+	}{{"d-grad-accum", c.DAccum}, {"g-grad-accum", c.GAccum}} {
+		if eff%a.v != 0 {
+			return fmt.Errorf("--%s %d does not divide the GAN's effective batch %d (gan-batch-size × gan-grad-accum)", a.name, a.v, eff)
+		}
+	}
+	if c.Stage == StageClassifier && c.NumSynthetic > 0 && c.GANCheckpoint == "" && c.Resume == "" {
+		return errors.New("--stage classifier with --num-synthetic > 0 needs --gan CHECKPOINT (a trained generator); --num-synthetic 0 trains on real data only")
+	}
+	if c.GANEpochs < 1 || c.Epochs < 1 {
+		return fmt.Errorf("epochs %d (GAN) and %d (classifier) must be >= 1", c.GANEpochs, c.Epochs)
+	}
+	if !(c.GANLR > 0) || !(c.LR > 0) || math.IsInf(c.LR, 0) || math.IsInf(c.GANLR, 0) {
+		return fmt.Errorf("learning rates %v (GAN) and %v (classifier) must be finite and > 0", c.GANLR, c.LR)
+	}
+	return nil
+}
+
+// UsageError is a configuration a command line reports with exit status 2.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// UserError marks it as the user's.
+func (*UsageError) UserError() {}
+
+// run is one Train call's state.
+type run struct {
+	cfg       *TrainConfig
+	prec      amp.Choice
+	meta      Meta
+	id        string
+	own       map[string]bool // checkpoint base names this run may overwrite
+	written   []string
+	monitor   *Monitor
+	train     *Specs
+	valid     *Specs
+	test      *Specs
+	dd        *DeviceData
+	gen       *Generator
+	disc      *Discriminator
+	gan       *GAN
+	vit       *ViT
+	cls       *Classifier
+	resume    *ckpt.File
+	iteration int // GAN and classifier iterations, for the cache cadence
+}
+
+// Train runs the recipe: the conditional GAN on the real training
+// spectrograms, NumSynthetic generated spectrograms, the ViT on real +
+// synthetic, with checkpoints per epoch. It computes on libtorch's main
+// thread.
+func Train(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+	err = torch.Main().DoErr(func() error {
+		res, err = trainOnThread(ctx, &cfg)
+		return err
+	})
+	return res, err
+}
+
+func trainOnThread(ctx context.Context, cfg *TrainConfig) (TrainResult, error) {
+	res := TrainResult{ValidAcc: math.NaN(), TestAcc: math.NaN()}
+	if err := cfg.check(); err != nil {
+		return res, &UsageError{err}
+	}
+	prec, err := amp.ParsePrecision(cfg.Precision, cfg.Device, amp.HostCPU())
+	if err != nil {
+		return res, &UsageError{err}
+	}
+	res.Precision = prec
+	r := &run{cfg: cfg, prec: prec, monitor: &Monitor{Device: cfg.Device}, own: map[string]bool{}}
+	defer r.free()
+	if err := r.setUp(ctx); err != nil {
+		return res, err
+	}
+	torch.ResetPeakMemory(cfg.Device)
+	doGAN := cfg.Stage != StageClassifier && !(r.resume != nil && r.meta.Stage == StageClassifier)
+	if doGAN {
+		if err := r.trainGAN(ctx, &res); err != nil {
+			return res, err
+		}
+	}
+	if cfg.Stage != StageGAN {
+		if err := r.trainClassifier(ctx, &res); err != nil {
+			return res, err
+		}
+	}
+	st, _ := torch.MemoryStats(cfg.Device)
+	res.Peak = st.PeakAllocated
+	if n := len(r.written); n > 0 {
+		res.Checkpoint = filepath.Join(cfg.CheckpointDir, r.written[n-1])
+	}
+	return res, nil
+}
+
+func (r *run) free() {
+	if r.gan != nil {
+		r.gan.Free()
+	}
+	if r.cls != nil {
+		r.cls.Free()
+	}
+	for _, m := range []nn.Module{r.gen, r.disc, r.vit} {
+		if m != nil && !isNil(m) {
+			nn.Free(m)
+		}
+	}
+	if r.dd != nil {
+		r.dd.Free()
+	}
+	r.releaseResume()
+}
+
+// releaseResume frees the checkpoint the run resumed from once all it
+// needs from it is loaded: it holds a copy of every network and optimizer
+// state in host memory.
+func (r *run) releaseResume() {
+	if r.resume != nil {
+		r.resume.Free()
+		r.resume = nil
+	}
+}
+
+func isNil(m nn.Module) bool {
+	switch m := m.(type) {
+	case *Generator:
+		return m == nil
+	case *Discriminator:
+		return m == nil
+	case *ViT:
+		return m == nil
+	}
+	return false
+}
+
+// setUp reads the checkpoint to resume from (its sizes win unless the
+// shape was given explicitly and differs: a ShapeError), loads the data,
+// builds the models and checks the checkpoint directory.
+func (r *run) setUp(ctx context.Context) error {
+	cfg := r.cfg
+	r.meta = Meta{Preset: cfg.Preset.Name, Genres: Genres, GAN: cfg.Preset.GANConfig(len(Genres)), Seed: cfg.Seed,
+		Unfreeze: cfg.Unfreeze.String(), NumSynthetic: cfg.NumSynthetic, Stage: StageGAN}
+	vc, err := cfg.Preset.ViTConfig(len(Genres))
+	if err != nil {
+		return &UsageError{err}
+	}
+	r.meta.ViT = vc
+	if err := r.meta.GAN.Validate(); err != nil {
+		return &UsageError{fmt.Errorf("GAN: %w", err)}
+	}
+	if cfg.Unfreeze != nil {
+		if err := cfg.Unfreeze.Check(vc.Layers, cfg.Epochs); err != nil {
+			return err
+		}
+	}
+	var runFiles []string
+	if cfg.Resume != "" {
+		f, err := ckpt.Read(cfg.Resume)
+		if err != nil {
+			return err
+		}
+		r.resume = f
+		m, err := readMeta(f)
+		if err != nil {
+			return err
+		}
+		if cfg.ShapeSet && m.Shape() != r.meta.Shape() {
+			return &ShapeError{Path: cfg.Resume, Want: m.Shape(), Have: r.meta.Shape()}
+		}
+		if m.Unfreeze != r.meta.Unfreeze && cfg.Unfreeze != nil {
+			return &UsageError{fmt.Errorf("--unfreeze %s differs from the checkpoint's %s", r.meta.Unfreeze, m.Unfreeze)}
+		}
+		if cfg.Unfreeze == nil {
+			cfg.Unfreeze, _ = ParseSchedule(m.Unfreeze)
+		}
+		m.NumSynthetic, m.Seed = cfg.NumSynthetic, cfg.Seed
+		if f.Has("classifier") {
+			r.meta.ViT = m.ViT
+		} else {
+			m.ViT = r.meta.ViT
+		}
+		r.meta = m
+		id, _, err := f.Run()
+		if err != nil {
+			return err
+		}
+		r.id, runFiles = id, m.RunFiles
+		cfg.logf("resuming %s: stage %s, GAN epoch %d (%d steps), classifier epoch %d (%d steps)", cfg.Resume, m.Stage, m.GANEpochs, m.GANSteps, m.Epochs, m.Steps)
+	}
+	if r.id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		r.id = hex.EncodeToString(b[:])
+	}
+	if cfg.Resume != "" {
+		if err := r.adopt(runFiles); err != nil {
+			return err
+		}
+	}
+	if err := r.checkDir(); err != nil {
+		return err
+	}
+	if err := r.loadData(ctx); err != nil {
+		return err
+	}
+	// Initial weights depend on the seed alone; a resumed run then
+	// continues the generator's state where its checkpoint left it.
+	torch.ManualSeed(cfg.Seed)
+	if err := r.build(); err != nil {
+		return err
+	}
+	if r.resume != nil {
+		return r.resume.RNG()
+	}
+	return nil
+}
+
+// adopt makes the run's checkpoints that the resumed file lists (itself
+// included) this run's when they are in the checkpoint directory, by
+// train.Fit's rule: a listed file changed after the resumed one was
+// written is another run's (it replaced it) and stays out. Adopted files
+// are pruned under KeepLast and listed in later checkpoints, as a
+// straight run's.
+func (r *run) adopt(listed []string) error {
+	dir, resume := r.cfg.CheckpointDir, r.cfg.Resume
+	rs, err := os.Stat(resume)
+	if err != nil {
+		return err
+	}
+	ds, err := os.Stat(filepath.Dir(resume))
+	if err != nil {
+		return err
+	}
+	cs, err := os.Stat(dir)
+	if err != nil || !os.SameFile(ds, cs) {
+		return nil // another directory: nothing there is this run's yet
+	}
+	base := filepath.Base(resume)
+	if !slices.Contains(listed, base) {
+		listed = append(slices.Clone(listed), base) // a file of torchfit before run lists
+	}
+	for _, name := range listed {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || (name != base && fi.ModTime().After(rs.ModTime())) {
+			continue
+		}
+		r.own[name] = true
+		r.written = append(r.written, name)
+	}
+	return nil
+}
+
+// planned lists the checkpoint files this run would write.
+func (r *run) planned() []string {
+	var out []string
+	if r.cfg.Stage != StageClassifier {
+		for e := r.meta.GANEpochs + 1; e <= r.cfg.GANEpochs; e++ {
+			out = append(out, ganPath(e))
+		}
+	}
+	if r.cfg.Stage != StageGAN {
+		for e := r.meta.Epochs + 1; e <= r.cfg.Epochs; e++ {
+			out = append(out, clsPath(e))
+		}
+	}
+	return out
+}
+
+func ganPath(epoch int) string { return fmt.Sprintf("checkpoint_gan_epoch_%d.pt", epoch) }
+func clsPath(epoch int) string { return fmt.Sprintf("checkpoint_epoch_%d.pt", epoch) }
+
+// checkDir refuses to start where the run would overwrite another run's
+// checkpoints (unless --overwrite).
+func (r *run) checkDir() error {
+	dir := r.cfg.CheckpointDir
+	if dir == "" {
+		return &UsageError{errors.New("--checkpoint-dir is empty")}
+	}
+	if r.cfg.Overwrite {
+		return nil
+	}
+	var clash []string
+	for _, name := range r.planned() {
+		if r.own[name] {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
+		// Resuming, a later checkpoint of the same run (its run_id) is
+		// this run's to overwrite.
+		if r.resume != nil && sameRun(path, r.id) {
+			continue
+		}
+		clash = append(clash, name)
+	}
+	if len(clash) > 0 {
+		// train.Fit's refusal, with this command line's ways out.
+		return &UsageError{fmt.Errorf("%w: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite",
+			&train.ConflictError{Dir: dir, Files: clash})}
+	}
+	return nil
+}
+
+// sameRun reports whether the checkpoint at path was written by run id.
+func sameRun(path, id string) bool {
+	f, err := ckpt.Read(path)
+	if err != nil {
+		return false
+	}
+	defer f.Free()
+	got, _, err := f.Run()
+	return err == nil && got == id
+}
+
+func (r *run) loadData(ctx context.Context) error {
+	cfg := r.cfg
+	shape := r.meta.Shape()
+	start := time.Now()
+	var err error
+	if r.train, err = LoadSpecs(ctx, cfg.Data, SplitTrain, shape, cfg.Workers); err != nil {
+		return err
+	}
+	if n := cfg.TrainClips; n > 0 && n < r.train.Len() {
+		r.train.Truncate(n)
+	}
+	if r.valid, err = LoadSpecs(ctx, cfg.Data, SplitValid, shape, cfg.Workers); err != nil {
+		return err
+	}
+	if r.test, err = LoadSpecs(ctx, cfg.Data, SplitTest, shape, cfg.Workers); err != nil {
+		return err
+	}
+	if r.resume == nil && cfg.GANCheckpoint == "" {
+		r.meta.Norm = NormOf(r.train)
+	}
+	if cfg.GANCheckpoint != "" && r.resume == nil {
+		f, err := ckpt.Read(cfg.GANCheckpoint)
+		if err != nil {
+			return err
+		}
+		m, err := readMeta(f)
+		f.Free()
+		if err != nil {
+			return err
+		}
+		if m.Shape() != shape {
+			return &ShapeError{Path: cfg.GANCheckpoint, Want: m.Shape(), Have: shape}
+		}
+		r.meta.GAN, r.meta.Norm, r.meta.GANEpochs, r.meta.GANSteps = m.GAN, m.Norm, m.GANEpochs, m.GANSteps
+	}
+	for _, s := range []*Specs{r.train, r.valid, r.test} {
+		r.meta.Norm.Apply(s)
+	}
+	host := r.train.Bytes() + r.valid.Bytes() + r.test.Bytes()
+	cfg.logf("data %s: %d train, %d valid, %d test clips → spectrograms of %v in %s; %s in host memory (not on the device)",
+		cfg.Data, r.train.Len(), r.valid.Len(), r.test.Len(), shape, time.Since(start).Round(time.Millisecond), torch.FormatBytes(host))
+	n := r.meta.Norm
+	cfg.logf("conditions: tempo %.1f ± %.1f BPM, brightness %.3f ± %.3f (normalised to mean 0, std 1)", n.TempoMean, n.TempoStd, n.BrightnessMean, n.BrightnessStd)
+	if cfg.DataOnDevice {
+		before := torch.MustMemoryStats(cfg.Device).Allocated
+		if r.dd, err = r.train.OnDevice(cfg.Device); err != nil {
+			return fmt.Errorf("--data-on-device: %w", err)
+		}
+		after := torch.MustMemoryStats(cfg.Device).Allocated
+		cfg.logf("--data-on-device: the whole training set is on %s first (the seed's mistake, kept to measure it): %s allocated",
+			cfg.Device, torch.FormatBytes(after-before))
+	}
+	return nil
+}
+
+// build makes the networks the run trains (and loads the checkpoint's).
+func (r *run) build() error {
+	cfg := r.cfg
+	// A classifier-only run (real data alone) has no generator to resume.
+	needGAN := cfg.Stage != StageClassifier || cfg.GANCheckpoint != "" || (r.resume != nil && r.resume.Has("generator"))
+	if needGAN {
+		r.gen, r.disc = NewGenerator(r.meta.GAN), NewDiscriminator(r.meta.GAN)
+	}
+	if cfg.Stage != StageGAN {
+		v, err := NewViT(r.meta.ViT)
+		if err != nil {
+			return &UsageError{err}
+		}
+		r.vit = v
+		v.Checkpointing = cfg.GradCheckpointing
+		if cfg.Pretrained != "" && r.resume == nil {
+			if err := loadPretrained(v, cfg.Pretrained, cfg.logf); err != nil {
+				return err
+			}
+		}
+	}
+	src := r.resume
+	if src == nil && cfg.GANCheckpoint != "" {
+		f, err := ckpt.Read(cfg.GANCheckpoint)
+		if err != nil {
+			return err
+		}
+		defer f.Free()
+		src = f
+	}
+	if src != nil && r.gen != nil {
+		if err := src.Module("generator", r.gen); err != nil {
+			return err
+		}
+		if src.Has("discriminator") {
+			if err := src.Module("discriminator", r.disc); err != nil {
+				return err
+			}
+		}
+	}
+	if r.resume != nil && r.vit != nil && r.resume.Has("classifier") {
+		if err := r.resume.Module("classifier", r.vit); err != nil {
+			return err
+		}
+	}
+	if r.gen != nil {
+		cfg.logf("GAN: generator %s parameters, discriminator %s (latent %d, conditions %d + %d genres)",
+			count(nn.NumParams(r.gen)), count(nn.NumParams(r.disc)), r.meta.GAN.Latent, CondDim, len(Genres))
+	}
+	if r.vit != nil {
+		c := r.vit.Cfg
+		cfg.logf("ViT %s: %d layers, hidden %d, %d heads, MLP %d, image %d × %d, patch %d: %s parameters",
+			c.Name, c.Layers, c.Hidden, c.Heads, c.MLP, c.Image, c.Image, c.Patch, count(nn.NumParams(r.vit)))
+	}
+	return nil
+}
+
+func count(n int64) string {
+	switch {
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fk", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+// loadPretrained loads a torchvision ViT state dict; a head of another
+// number of classes is left as initialised.
+func loadPretrained(v *ViT, path string, logf func(string, ...any)) error {
+	_, sd, err := ptfile.LoadTensors(path)
+	if err != nil {
+		return &CheckpointError{path, err}
+	}
+	defer ptfile.FreeAll(sd)
+	head := v.Heads.Head.Weight.Shape()
+	if w, ok := sd["heads.head.weight"]; ok && fmt.Sprint(w.Shape()) != fmt.Sprint(head) {
+		logf("--vit-weights %s: its head has %v classes, this one %d: the head starts from zero", path, w.Shape()[0], head[0])
+		delete(sd, "heads.head.weight")
+		delete(sd, "heads.head.bias")
+		sd["heads.head.weight"], sd["heads.head.bias"] = v.Heads.Head.Weight, v.Heads.Head.Bias
+	}
+	if _, err := nn.LoadStateDict(v, sd, true); err != nil {
+		return &CheckpointError{path, fmt.Errorf("not a torchvision ViT of this shape (%s): %w", v.Cfg.Name, err)}
+	}
+	return nil
+}
+
+// iterationDone empties the CUDA cache every EmptyCacheEvery iterations
+// (the seed's `if i % 10 == 0: torch.cuda.empty_cache()`).
+func (r *run) iterationDone() {
+	r.iteration++
+	if n := r.cfg.EmptyCacheEvery; n > 0 && r.iteration%n == 0 {
+		torch.EmptyCache()
+	}
+}
+
+func (r *run) memoryLines(point, at string) {
+	for _, l := range r.monitor.Lines(point, at) {
+		r.cfg.logf("%s", l)
+	}
+}
+
+func (r *run) trainGAN(ctx context.Context, res *TrainResult) error {
+	cfg := r.cfg
+	eff := cfg.Preset.GANBatch * cfg.GANAccum
+	gan, err := NewGAN(r.gen, r.disc, GANOptions{Device: cfg.Device, Precision: r.prec.Precision, MicroD: eff / cfg.DAccum,
+		MicroG: eff / cfg.GAccum, LR: cfg.GANLR, ClipD: cfg.ClipNorm, ClipG: cfg.ClipNorm, NoOOMAdapt: cfg.NoOOMAdapt, Events: cfg.Events})
+	if err != nil {
+		return err
+	}
+	r.gan = gan
+	gan.Steps = r.meta.GANSteps
+	if r.resume != nil && r.meta.Stage == StageGAN {
+		for _, p := range []struct {
+			key string
+			o   nn.Optimizer
+		}{{"optimizer_g", gan.GOpt}, {"optimizer_d", gan.DOpt}} {
+			if err := r.resume.Optimizer(p.key, p.o); err != nil {
+				return err
+			}
+		}
+		if err := r.resume.Scaler("scaler", gan.Scaler); err != nil {
+			return err
+		}
+	}
+	r.releaseResume() // the classifier stage loads nothing from a GAN-stage file
+	cfg.logf("GAN training: effective batch %d; discriminator micro-batch %d × %d, generator %d × %d; precision %s; %d epochs",
+		eff, eff/cfg.DAccum, cfg.DAccum, eff/cfg.GAccum, cfg.GAccum, r.prec, cfg.GANEpochs)
+	steps, skip := 0, r.meta.GANBatch
+	for epoch := r.meta.GANEpochs + 1; epoch <= cfg.GANEpochs; epoch++ {
+		// A loader per epoch, positioned at its start (or, resuming, after
+		// the batches done): the order depends only on (seed, epoch), so a
+		// resumed run sees the same batches.
+		ld, err := r.loader(r.train, r.dd, eff, cfg.Seed, epoch, skip, "GAN ")
+		if err != nil {
+			return err
+		}
+		emitTo(cfg.Events, train.EpochEvent{Epoch: epoch, Epochs: cfg.GANEpochs, Batches: ld.Len()})
+		start := time.Now()
+		var dSum, gSum float64
+		n := 0
+		for b, err := range ld.Epoch(ctx) {
+			if err != nil {
+				ld.Close()
+				return err
+			}
+			st, err := gan.Step(b)
+			b.Free()
+			if err != nil {
+				ld.Close()
+				return fmt.Errorf("GAN step %d: %w", gan.Steps+1, err)
+			}
+			dSum, gSum, n = dSum+st.DLoss, gSum+st.GLoss, n+1
+			steps++
+			if math.IsNaN(st.DLoss) || math.IsNaN(st.GLoss) {
+				ld.Close()
+				return fmt.Errorf("GAN step %d: the loss is NaN (D %v, G %v); try a lower --gan-lr: %w", st.Step, st.DLoss, st.GLoss, train.ErrNonFinite)
+			}
+			if cfg.MemoryEvery > 0 && gan.Steps%cfg.MemoryEvery == 0 {
+				cfg.logf("GAN step %d: D loss %.4f, G loss %.4f (D micro-batch %d, G %d; %s)", st.Step, st.DLoss, st.GLoss, st.DMicro, st.GMicro, st.Duration.Round(time.Millisecond))
+				r.memoryLines("GAN", fmt.Sprintf("GAN step %d", st.Step))
+			}
+			r.iterationDone()
+			if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
+				break
+			}
+		}
+		ld.Close()
+		if n > 0 {
+			res.DLoss, res.GLoss = dSum/float64(n), gSum/float64(n)
+		}
+		res.GANSteps = gan.Steps
+		done := skip + n
+		skip = 0
+		r.meta.GANEpochs, r.meta.GANBatch, r.meta.GANSteps, r.meta.Stage = epoch, 0, gan.Steps, StageGAN
+		if done < ld.Len() { // stopped by --max-steps: this epoch is not done
+			r.meta.GANEpochs, r.meta.GANBatch = epoch-1, done
+		}
+		cfg.logf("GAN epoch %d/%d: %d steps, D loss %.4f, G loss %.4f, %s", epoch, cfg.GANEpochs, n, res.DLoss, res.GLoss, time.Since(start).Round(time.Millisecond))
+		torch.EmptyCache() // the seed's Option 1: after each epoch
+		if err := r.save(ganPath(epoch), true, false); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
+			break
+		}
+	}
+	res.GANSteps = gan.Steps
+	return nil
+}
+
+// loader returns epoch's loader (counted from 1), after its first skip
+// batches (done before the checkpoint the run resumed from).
+func (r *run) loader(s *Specs, dd *DeviceData, batch int, seed uint64, epoch, skip int, what string) (*data.Loader[data.Sample, *data.Batch], error) {
+	o := loaderOpts(r.cfg, dd, batch, seed, epoch-1)
+	ld, err := data.NewLoader[data.Sample, *data.Batch](loaderSource(s, dd), data.Collate, o)
+	if err != nil || skip == 0 {
+		return ld, err
+	}
+	if skip >= ld.Len() {
+		ld.Close()
+		return nil, &CheckpointError{r.cfg.Resume, fmt.Errorf("stopped after batch %d of %sepoch %d, which has %d batches here: the training set or batch size differs from the run's", skip, what, epoch, ld.Len())}
+	}
+	ld.Close()
+	o.Resume.Batch = skip
+	if ld, err = data.NewLoader[data.Sample, *data.Batch](loaderSource(s, dd), data.Collate, o); err != nil {
+		return nil, err
+	}
+	r.cfg.logf("%sepoch %d: going on after %d of its %d batches done", what, epoch, skip, ld.Len())
+	return ld, nil
+}
+
+func loaderSource(s *Specs, dd *DeviceData) data.Dataset[data.Sample] {
+	if dd != nil {
+		return dd.TensorDataset
+	}
+	return specDataset{s}
+}
+
+func loaderOpts(cfg *TrainConfig, dd *DeviceData, batch int, seed uint64, epoch int) data.Options {
+	o := data.Options{BatchSize: batch, Shuffle: true, Seed: seed, Workers: cfg.Workers, Prefetch: 2, Device: cfg.Device,
+		Resume: &data.State{Epoch: epoch, Seed: seed}}
+	if dd != nil {
+		o.Device, o.Workers = torch.CPU, 0
+	}
+	return o
+}
+
+// save writes a checkpoint: the GAN (networks, optimizers and scaler
+// while it trains), the classifier and its optimizer when it exists.
+func (r *run) save(name string, ganState, clsState bool) error {
+	// A file of this run written again (the epoch a --max-steps stop
+	// left unfinished) moves to the end.
+	files := append(slices.DeleteFunc(slices.Clone(r.written), func(f string) bool { return f == name }), name)
+	r.meta.RunFiles = files
+	path := filepath.Join(r.cfg.CheckpointDir, name)
+	if err := os.MkdirAll(r.cfg.CheckpointDir, 0o755); err != nil {
+		return fmt.Errorf("--checkpoint-dir: %w", err)
+	}
+	// In a scope: the tensors the writer makes of its own (the RNG
+	// snapshot, the scalers' and schedule's values) are released after.
+	err := torch.TidyErr(func() error {
+		w := ckpt.NewWriter()
+		if r.gen != nil {
+			w.Module("generator", r.gen)
+		}
+		if r.disc != nil && ganState {
+			w.Module("discriminator", r.disc)
+		}
+		if ganState && r.gan != nil {
+			w.Optimizer("optimizer_g", r.gan.GOpt)
+			w.Optimizer("optimizer_d", r.gan.DOpt)
+			w.Scaler("scaler", r.gan.Scaler)
+		}
+		if r.vit != nil && clsState {
+			w.Module("classifier", r.vit)
+			w.Optimizer("optimizer", r.cls.Opt)
+			w.Schedule("scheduler", r.cls.Sched)
+			w.Scaler("classifier_scaler", r.cls.Scaler)
+		}
+		w.Meta(r.meta.dict())
+		w.Run(r.id, nil)
+		w.RNG()
+		return w.Save(path)
+	})
+	if err != nil {
+		return err
+	}
+	r.written = files
+	pruned := r.prune(strings.HasPrefix(name, "checkpoint_gan_"))
+	emitTo(r.cfg.Events, train.CheckpointEvent{Path: path, Pruned: pruned})
+	return nil
+}
+
+// prune deletes this run's oldest checkpoints of one kind (GAN or
+// classifier epochs) beyond the newest KeepLast; other runs' files are
+// never touched.
+func (r *run) prune(gan bool) []string {
+	keep := r.cfg.KeepLast
+	if keep == 0 {
+		keep = 3
+	}
+	if keep < 0 {
+		return nil
+	}
+	var mine []string
+	for _, f := range r.written {
+		if strings.HasPrefix(f, "checkpoint_gan_") == gan {
+			mine = append(mine, f)
+		}
+	}
+	var pruned []string
+	for len(mine) > keep {
+		old := filepath.Join(r.cfg.CheckpointDir, mine[0])
+		if err := os.Remove(old); err == nil || os.IsNotExist(err) {
+			pruned = append(pruned, old)
+		}
+		mine = mine[1:]
+	}
+	if len(pruned) > 0 {
+		gone := map[string]bool{}
+		for _, p := range pruned {
+			gone[filepath.Base(p)] = true
+		}
+		var left []string
+		for _, f := range r.written {
+			if !gone[f] {
+				left = append(left, f)
+			}
+		}
+		r.written = left
+	}
+	return pruned
+}
+
+// emitTo sends e when the sink is set.
+func emitTo(s train.Sink, e train.Event) {
+	if s != nil {
+		s(e)
+	}
+}
+
+// Synthesize draws n spectrograms from the generator with conditions and
+// genres of randomly chosen real training clips (seeded), as host memory.
+func Synthesize(g *Generator, real *Specs, n int, seed uint64, dev torch.Device, prec amp.Precision, batch int) (*Specs, error) {
+	s := &Specs{Shape: real.Shape}
+	if n == 0 {
+		return s, nil
+	}
+	rng := mrand.New(mrand.NewPCG(seed, 0x5eed))
+	for i := 0; i < n; i++ {
+		k := rng.IntN(real.Len())
+		s.Cond = append(s.Cond, real.Cond[k])
+		s.Labels = append(s.Labels, real.Labels[k])
+		s.Tempo = append(s.Tempo, real.Tempo[k])
+		s.Brightness = append(s.Brightness, real.Brightness[k])
+	}
+	// The synthetic set depends only on the seed: the global generator is
+	// seeded for it and restored afterwards.
+	var state *torch.Tensor
+	if err := torch.Try(func() { state = torch.RNGState().Keep() }); err != nil {
+		return nil, err
+	}
+	defer func() { torch.SetRNGState(state); state.Free() }()
+	torch.ManualSeed(seed ^ 0x9e3779b97f4a7c15)
+	var err error
+	s.Data, err = GenerateSpecs(g, dev, prec, s.Cond, s.Labels, batch)
+	return s, err
+}
+
+func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
+	cfg := r.cfg
+	trainSet := &Specs{Shape: r.train.Shape}
+	trainSet.Append(r.train)
+	res.Real = r.train.Len()
+	if cfg.NumSynthetic > 0 && r.gen != nil {
+		start := time.Now()
+		if err := torch.Try(func() { nn.To(r.gen, cfg.Device, torch.Float32) }); err != nil {
+			return err
+		}
+		syn, err := Synthesize(r.gen, r.train, cfg.NumSynthetic, cfg.Seed, cfg.Device, r.prec.Precision, cfg.Preset.GANBatch)
+		if err != nil {
+			return fmt.Errorf("synthesising: %w", err)
+		}
+		trainSet.Append(syn)
+		res.Synthetic = syn.Len()
+		cfg.logf("NUM_SYNTHETIC %d spectrograms generated in %s (host memory: %s); the classifier trains on %d real + %d synthetic",
+			syn.Len(), time.Since(start).Round(time.Millisecond), torch.FormatBytes(syn.Bytes()), r.train.Len(), syn.Len())
+	}
+	// The GAN's optimizers and discriminator leave the device; the
+	// generator stays (its weights go into every checkpoint).
+	if r.gan != nil {
+		r.gan.Free()
+		r.gan = nil
+	}
+	if r.disc != nil {
+		nn.Free(r.disc)
+		r.disc = nil
+	}
+	torch.EmptyCache()
+	var dd *DeviceData
+	if cfg.DataOnDevice {
+		var err error
+		if dd, err = trainSet.OnDevice(cfg.Device); err != nil {
+			return fmt.Errorf("--data-on-device: %w", err)
+		}
+		defer dd.Free()
+		if r.dd != nil {
+			r.dd.Free()
+			r.dd = nil
+		}
+	}
+	eff := cfg.Preset.Batch * cfg.Accum
+	perEpoch := (trainSet.Len() + eff - 1) / eff
+	total := perEpoch * cfg.Epochs
+	if cfg.MaxSteps > 0 {
+		total = min(total, cfg.MaxSteps)
+	}
+	cls, err := NewClassifier(r.vit, ClassifierOptions{Device: cfg.Device, Precision: r.prec.Precision, Micro: cfg.Preset.Batch,
+		LR: cfg.LR, ClipNorm: cfg.ClipNorm, Warmup: cfg.Warmup, TotalSteps: total, NoOOMAdapt: cfg.NoOOMAdapt, Events: cfg.Events})
+	if err != nil {
+		return err
+	}
+	r.cls = cls
+	if r.resume != nil && r.meta.Stage == StageClassifier {
+		if err := r.resume.Optimizer("optimizer", cls.Opt); err != nil {
+			return err
+		}
+		if err := r.resume.Schedule("scheduler", cls.Sched); err != nil {
+			return err
+		}
+		if err := r.resume.Scaler("classifier_scaler", cls.Scaler); err != nil {
+			return err
+		}
+		cls.Steps = r.meta.Steps
+	}
+	r.releaseResume()
+	if cfg.Unfreeze != nil {
+		r.vit.FreezeBackbone()
+		if err := r.vit.UnfreezeLayers(cfg.Unfreeze.Until(r.meta.Epochs - 1)); err != nil {
+			return &UsageError{err}
+		}
+		cfg.logf("progressive unfreezing %s: training %s", cfg.Unfreeze, r.vit.Trainable())
+	}
+	cfg.logf("classifier training: effective batch %d = micro-batch %d × %d; precision %s; checkpointing %v; %d epochs of %d steps",
+		eff, cfg.Preset.Batch, cfg.Accum, r.prec, cfg.GradCheckpointing, cfg.Epochs, perEpoch)
+	steps, skip := 0, r.meta.Batch
+	for epoch := r.meta.Epochs + 1; epoch <= cfg.Epochs; epoch++ {
+		if ls, ok := cfg.Unfreeze[epoch-1]; ok {
+			before := StateBytes(cls.Opt)
+			if err := r.vit.UnfreezeLayers(ls); err != nil {
+				return &UsageError{err}
+			}
+			cfg.logf("epoch %d (0-based, the schedule's): unfreezing encoder layers %v; training %s (optimizer state so far %s)", epoch-1, ls, r.vit.Trainable(), torch.FormatBytes(before))
+		}
+		emitTo(cfg.Events, train.EpochEvent{Epoch: epoch, Epochs: cfg.Epochs, Batches: perEpoch})
+		ld, err := r.loader(trainSet, dd, eff, cfg.Seed+1, epoch, skip, "classifier ")
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		var lossSum float64
+		n := 0
+		for b, err := range ld.Epoch(ctx) {
+			if err != nil {
+				ld.Close()
+				return err
+			}
+			info, err := cls.Step(b)
+			b.Free()
+			if err != nil {
+				ld.Close()
+				return fmt.Errorf("classifier step %d: %w", cls.Steps+1, err)
+			}
+			lossSum, n = lossSum+info.Loss, n+1
+			steps++
+			emitTo(cfg.Events, train.StepEvent{StepInfo: info, Epoch: epoch})
+			if cfg.MemoryEvery > 0 && cls.Steps%cfg.MemoryEvery == 0 {
+				r.memoryLines("classifier", fmt.Sprintf("classifier step %d (loss %.4f)", info.Step, info.Loss))
+			}
+			r.iterationDone()
+			if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
+				break
+			}
+		}
+		ld.Close()
+		acc, err := Predict(ctx, r.vit, r.valid, cfg.Device, r.prec.Precision, cfg.Preset.Batch)
+		if err != nil {
+			return err
+		}
+		res.ValidAcc, res.Steps = acc.Value(), cls.Steps
+		emitTo(cfg.Events, train.EvalEvent{Step: cls.Steps, Epoch: epoch, Values: map[string]float64{
+			"train_loss": lossSum / float64(max(1, n)), "valid_accuracy": acc.Value()}})
+		cfg.logf("classifier epoch %d/%d: loss %.4f, valid accuracy %.3f (%d/%d), %s", epoch, cfg.Epochs, lossSum/float64(max(1, n)),
+			acc.Value(), acc.Correct, acc.N, time.Since(start).Round(time.Millisecond))
+		done := skip + n
+		skip = 0
+		r.meta.Epochs, r.meta.Batch, r.meta.Steps, r.meta.Stage = epoch, 0, cls.Steps, StageClassifier
+		if done < ld.Len() { // stopped by --max-steps: this epoch is not done
+			r.meta.Epochs, r.meta.Batch = epoch-1, done
+		}
+		torch.EmptyCache()
+		if err := r.save(clsPath(epoch), false, true); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
+			break
+		}
+	}
+	acc, err := Predict(ctx, r.vit, r.test, cfg.Device, r.prec.Precision, cfg.Preset.Batch)
+	if err != nil {
+		return err
+	}
+	res.TestAcc = acc.Value()
+	cfg.logf("test accuracy %.3f (%d/%d): %s", acc.Value(), acc.Correct, acc.N, perClass(acc))
+	return nil
+}
+
+func perClass(a Accuracy) string {
+	parts := make([]string, len(a.PerClass))
+	for i, c := range a.PerClass {
+		parts[i] = fmt.Sprintf("%s %d/%d", Genres[i], c.Correct, c.N)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,168 @@
+package ganvit
+
+import (
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/torchfit/torchfit/internal/pyref"
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
+)
+
+// torchvision's vit_b_16, built and saved by Python with a fixed seed (its
+// zero-initialised head given random weights so the logits say something),
+// loads strictly into NewViT("b16") and gives the same logits within 1e-4.
+func TestViTLoadsTorchvisionB16(t *testing.T) {
+	dir := t.TempDir()
+	sdPath, xPath := filepath.Join(dir, "vit_b_16.pt"), filepath.Join(dir, "x.pt")
+	var want struct {
+		Logits [][]float64
+		Keys   []string
+	}
+	pyref.Run(t, `
+		import torchvision
+		torch.manual_seed(0)
+		m = torchvision.models.vit_b_16(num_classes=4).eval()
+		torch.nn.init.normal_(m.heads.head.weight, std=0.05)
+		torch.nn.init.normal_(m.heads.head.bias, std=0.05)
+		x = torch.randn(2, 3, 224, 224)
+		with torch.no_grad():
+		    y = m(x)
+		torch.save(m.state_dict(), inp["sd"])
+		torch.save({"x": x}, inp["x"])
+		emit({"Logits": t2l(y), "Keys": list(m.state_dict().keys())})
+	`, map[string]any{"sd": sdPath, "x": xPath}, &want)
+
+	cfg := ViTConfigs["b16"]
+	cfg.Classes = 4
+	v, err := NewViT(cfg)
+	require.NoError(t, err)
+	defer nn.Free(v)
+	var names []string
+	for _, p := range nn.StateDict(v) {
+		names = append(names, p.Name)
+	}
+	require.Equal(t, want.Keys, names, "state-dict names and order")
+
+	_, sd, err := ptfile.LoadTensors(sdPath)
+	require.NoError(t, err)
+	defer ptfile.FreeAll(sd)
+	_, err = nn.LoadStateDict(v, sd, true)
+	require.NoError(t, err)
+	_, xs, err := ptfile.LoadTensors(xPath)
+	require.NoError(t, err)
+	defer ptfile.FreeAll(xs)
+	nn.Train(v, false)
+	var got []float64
+	torch.NoGrad(func() {
+		torch.Tidy(func() { got = v.Forward(xs["x"]).Float64s() })
+	})
+	var worst float64
+	for i, row := range want.Logits {
+		for j, w := range row {
+			worst = math.Max(worst, math.Abs(got[i*len(row)+j]-w))
+		}
+	}
+	require.Greater(t, math.Abs(want.Logits[0][0]-want.Logits[0][1])+math.Abs(want.Logits[1][2]-want.Logits[1][3]), 0.1, "the logits differ between classes")
+	t.Logf("vit_b_16 (86M parameters), 2 images: max |Go − torchvision| logit difference %.2e", worst)
+	require.LessOrEqual(t, worst, 1e-4)
+}
+
+// A small torchvision VisionTransformer in float64: the same loss and the
+// same gradient for every parameter, with and without checkpointing; and
+// with the backbone frozen but one block, only that block, encoder.ln and
+// the head get gradients.
+func TestViTGradientsMatchTorchvision(t *testing.T) {
+	var ref struct {
+		SD    map[string][]float64
+		X     [][][][]float64
+		Y     []int64
+		Loss  float64
+		Grads map[string][]float64
+	}
+	pyref.Run(t, `
+		import torchvision
+		torch.manual_seed(1)
+		m = torchvision.models.VisionTransformer(image_size=32, patch_size=16, num_layers=2, num_heads=2,
+		        hidden_dim=16, mlp_dim=32, num_classes=3).double().train()
+		torch.nn.init.normal_(m.heads.head.weight, std=0.5)
+		torch.nn.init.normal_(m.class_token, std=0.5)
+		x = torch.randn(4, 3, 32, 32, dtype=torch.float64)
+		y = torch.tensor([0, 2, 1, 2])
+		loss = torch.nn.functional.cross_entropy(m(x), y)
+		loss.backward()
+		emit({"SD": {k: v.flatten().tolist() for k, v in m.state_dict().items()}, "X": x.tolist(), "Y": y.tolist(),
+		      "Loss": loss.item(), "Grads": {k: p.grad.flatten().tolist() for k, p in m.named_parameters()}})
+	`, nil, &ref)
+
+	cfg := ViTConfigs["tiny"]
+	cfg.Classes = 3
+	for _, tc := range []struct {
+		name       string
+		checkpoint bool
+		freeze     bool
+	}{{"plain", false, false}, {"checkpointing", true, false}, {"frozen but layer 1", false, true}, {"frozen, checkpointing", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := NewViT(cfg)
+			require.NoError(t, err)
+			defer nn.Free(v)
+			nn.To(v, torch.CPU, torch.Float64)
+			sd := map[string]*torch.Tensor{}
+			for _, p := range nn.StateDict(v) {
+				sd[p.Name] = torch.FromSlice(ref.SD[p.Name], p.T.Shape()).Keep()
+			}
+			_, err = nn.LoadStateDict(v, sd, true)
+			require.NoError(t, err)
+			ptfile.FreeAll(sd)
+			v.Checkpointing = tc.checkpoint
+			if tc.freeze {
+				v.FreezeBackbone()
+				require.NoError(t, v.UnfreezeLayers([]int{1}))
+				require.Error(t, v.UnfreezeLayers([]int{2}))
+			}
+			var loss float64
+			torch.Tidy(func() {
+				x := torch.FromSlice(flat4(ref.X), []int64{4, 3, 32, 32})
+				y := torch.FromSlice(ref.Y, []int64{4})
+				l := torch.CrossEntropy(v.Forward(x), y, nil, torch.ReduceMean, -100, 0)
+				loss = l.Item()
+				l.Backward()
+			})
+			require.InDelta(t, ref.Loss, loss, 1e-12)
+			var worst float64
+			for _, p := range nn.Parameters(v) {
+				g := p.T.Grad()
+				frozen := tc.freeze && !(p.Name == "encoder.ln.weight" || p.Name == "encoder.ln.bias" ||
+					p.Name == "heads.head.weight" || p.Name == "heads.head.bias" || hasPrefix(p.Name, LayerPrefix(1)))
+				if frozen {
+					require.Nil(t, g, "%s is frozen: no gradient", p.Name)
+					continue
+				}
+				require.NotNil(t, g, p.Name)
+				for i, v := range g.Float64s() {
+					worst = math.Max(worst, math.Abs(v-ref.Grads[p.Name][i]))
+				}
+				g.Free()
+			}
+			require.LessOrEqual(t, worst, 1e-12)
+		})
+	}
+}
+
+func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+func flat4(x [][][][]float64) []float64 {
+	var out []float64
+	for _, a := range x {
+		for _, b := range a {
+			for _, c := range b {
+				out = append(out, c...)
+			}
+		}
+	}
+	return out
+}
