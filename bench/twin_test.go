@@ -94,7 +94,8 @@ func TestASRShapeSweep(t *testing.T) {
 // loss and gradients within Tolerance, in float32 and under bf16
 // autocast, and both sides are timed: CLIP's grad-cache step (clip/cpu)
 // and naive accumulation (clip/cpu-naive) over 8 micro-batches of 2;
-// ganvit's ViT classifier on 2 spectrograms.
+// ganvit's ViT classifier and its GAN iteration (both networks' losses and
+// gradients) on 2 spectrograms.
 func TestRecipeTwinsMatch(t *testing.T) {
 	root, err := RepoRoot()
 	require.NoError(t, err)
@@ -104,7 +105,7 @@ func TestRecipeTwinsMatch(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		grads int // parameters with gradients, at least
-	}{{"clip/cpu", 110}, {"clip/cpu-naive", 110}, {"ganvit/vit-cpu", 70}} {
+	}{{"clip/cpu", 110}, {"clip/cpu-naive", 110}, {"ganvit/vit-cpu", 70}, {"ganvit/gan-cpu", 20}} {
 		for _, prec := range []amp.Precision{amp.FP32, amp.BF16} {
 			t.Run(tc.name+"/"+string(prec), func(t *testing.T) {
 				tw, err := Lookup(tc.name)

@@ -27,8 +27,9 @@ A recipe script (scripts/twins/<recipe>.py) defines build(spec, tensors)
 returning an object with
   model   the torch.nn.Module (its state-dict names are torchfit's)
   loss()  the loss of the batch the file holds (a scalar in the graph)
-and, for loops that are not one model and one optimizer, step() and
-check() of its own. A twin whose step is one model and AdamW but whose
+and, for loops that are not one model and one optimizer (a GAN), step()
+of its own (its optimizers listed in an "optimizers" attribute, for the
+memory figures) and check() or backward(). A twin whose step is one model and AdamW but whose
 forward/backward is not one loss (accumulation over micro-batches, CLIP's
 grad cache) defines backward() instead of loss(): it accumulates the
 step's gradients and returns the loss as a float; the default step and
@@ -168,7 +169,8 @@ class Runner:
         return {"times": times, "cpu": cpu}
 
     def peak(self, req):
-        base = held_bytes(self.tw.model, getattr(self, "opt", None), self.data)
+        opts = [self.opt] if hasattr(self, "opt") else getattr(self.tw, "optimizers", [])
+        base = held_bytes(self.tw.model, opts, self.data)
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             self.step()
         events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
@@ -180,7 +182,7 @@ class Runner:
         return {"peak": peak, "base": base}
 
 
-def held_bytes(model, opt, data):
+def held_bytes(model, opts, data):
     seen, total = set(), 0
 
     def add(t):
@@ -198,7 +200,7 @@ def held_bytes(model, opt, data):
         add(t)
         if isinstance(t, torch.nn.Parameter) and t.grad is not None:
             add(t.grad)
-    if opt is not None:
+    for opt in opts:
         for st in opt.state.values():
             for v in st.values():
                 add(v)
