@@ -148,6 +148,11 @@ memory-ganvit: deps
 	/tmp/torchfit-ganvit ganvit data --out out/ganvit/data30 --clips 80 --seconds 30
 	/tmp/torchfit-ganvit ganvit memory-table --data out/ganvit/data30 --preset gpu --mixed-precision no --clips 64
 
+# The TTS recipe's intelligibility table (README): corpus, ASR judge, codec,
+# GPT, tts eval. Long (tens of CPU minutes): never part of make test.
+quality-tts: deps
+	scripts/tts_intelligibility.sh
+
 bench: deps
 	$(GO) test $(GOFLAGS_TAGS) -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
 

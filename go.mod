@@ -3,6 +3,7 @@ module github.com/torchfit/torchfit
 go 1.26.0
 
 require (
+	github.com/NVIDIA/go-nvml v0.12.4-1
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/stretchr/testify v1.10.0
 	github.com/urfave/cli/v2 v2.27.5

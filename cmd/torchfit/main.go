@@ -7,7 +7,9 @@
 //	torchfit clip data|pretrain|train|eval|measure
 //	torchfit ganvit data|train|eval|test-memory|memory-table
 //	torchfit memory                    the memory counter against a known allocation pattern
-//	torchfit plot --metrics m.jsonl    loss and memory curves to PNG
+//	torchfit tts data|train-codec|train|say|eval|memory-test
+//	torchfit monitor [-- command]      GPU (NVML), host CPU and RSS: log, live line, summary
+//	torchfit plot --metrics m.jsonl    loss and memory curves (or a monitor log) to PNG
 //	torchfit launch --nproc N -- asr train ...   data-parallel training, as torchrun --no-python
 //
 // Errors a user can cause (bad flags, config files, hyperparameters,
@@ -32,6 +34,7 @@ import (
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/recipes/clip"
 	"github.com/torchfit/torchfit/recipes/ganvit"
+	"github.com/torchfit/torchfit/recipes/tts"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -57,13 +60,13 @@ func newApp() *cli.App {
 	for _, r := range registry {
 		app.Commands = append(app.Commands, recipes.Command(r))
 	}
-	app.Commands = append(app.Commands, launchCommand(), memoryCommand(), plotCommand())
+	app.Commands = append(app.Commands, launchCommand(), memoryCommand(), plotCommand(), monitorCommand())
 	harden(app.Commands)
 	return app
 }
 
 // registry lists the recipes: each is `torchfit NAME VERB`.
-var registry = []recipes.Recipe{asr.Recipe{}, clip.Recipe{}, ganvit.Recipe{}}
+var registry = []recipes.Recipe{asr.Recipe{}, clip.Recipe{}, ganvit.Recipe{}, tts.Recipe{}}
 
 // notFound is set when the command line names no command.
 var notFound error

@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/torchfit/torchfit/monitor"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
@@ -13,16 +14,20 @@ import (
 func plotCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "plot",
-		Usage: "render loss and memory curves from a metrics JSONL file to PNG",
+		Usage: "render loss and memory curves from a metrics JSONL file (or a `torchfit monitor` log) to PNG",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "metrics", Usage: "metrics JSONL written by training (--metrics; required)"},
+			&cli.StringFlag{Name: "metrics", Aliases: []string{"log"}, Usage: "metrics JSONL written by training (--metrics), or a monitor log (--log-file); required"},
 			&cli.StringFlag{Name: "out", Value: "curves.png", Usage: "PNG to write"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.String("metrics") == "" {
 				return recipes.Usagef("--metrics is required")
 			}
-			if err := report.PlotMetrics(c.String("metrics"), c.String("out")); err != nil {
+			plot := report.PlotMetrics
+			if monitor.IsLog(c.String("metrics")) {
+				plot = monitor.Plot
+			}
+			if err := plot(c.String("metrics"), c.String("out")); err != nil {
 				return recipes.Usagef("%v", err)
 			}
 			fmt.Println("wrote", c.String("out"))

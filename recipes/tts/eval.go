@@ -1,0 +1,331 @@
+package tts
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/torch"
+)
+
+// EvalConfig is `torchfit tts eval`: intelligibility and mel distance on
+// held-out sentences.
+type EvalConfig struct {
+	Checkpoint string // from `tts train`
+	ASR        string // an ASR checkpoint trained on the same corpus (`torchfit asr train --data DIR`)
+	Data       string
+	Split      string // test: held-out sentences, half read by the held-out voice
+	Limit      int    // utterances per group (seen, unseen voices); 0: all
+	Out        string // the WAVs written (tts/, codec/, vocoder/ under it)
+	Device     torch.Device
+	Sample     SampleOptions
+	GLIters    int
+	Logf       func(string, ...any)
+}
+
+// EvalRow is one group's figures: CER of the ASR model on the original
+// recordings (the ceiling), on Griffin-Lim from the original mels (the
+// vocoder's loss), on the codec's reconstruction (the codec's), and on
+// the synthesised speech; mel L1 (natural-log mel, per bin and frame) of
+// the codec's reconstruction and, after dynamic time warping, of the
+// synthesis.
+type EvalRow struct {
+	Group                               string
+	N                                   int
+	CEROriginal, CERVocoder, CERCodec   float64
+	CERTTS                              float64
+	MelL1Codec, MelL1TTS                float64
+	Stopped                             int // syntheses the model ended itself
+	SecondsOriginal, SecondsSynthesised float64
+}
+
+// EvalResult is what Evaluate measured.
+type EvalResult struct {
+	Rows     []EvalRow
+	Examples []EvalExample
+	Elapsed  time.Duration
+}
+
+// EvalExample is one utterance's transcripts.
+type EvalExample struct {
+	ID, Group, Voice, Reference, Text, Original, TTS string
+	WAV                                              string
+}
+
+// Evaluate synthesises the split's sentences with seen voices (their
+// reference clips from the training split) and the unseen voice (another
+// sentence of that voice as reference), transcribes everything with the
+// ASR model, and reports CER and mel L1 per group.
+func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
+	start := time.Now()
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	for _, f := range []struct{ flag, path string }{{"checkpoint", cfg.Checkpoint}, {"asr", cfg.ASR}} {
+		if err := needFile(f.flag, f.path); err != nil {
+			return res, err
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return res, recipes.Usagef("--%s: %v", f.flag, err)
+		}
+	}
+	if cfg.Split == "" {
+		cfg.Split = "test"
+	}
+	var m *Model
+	torch.Main().Do(func() { m, err = LoadModel(cfg.Checkpoint, cfg.Device) })
+	if err != nil {
+		return res, err
+	}
+	defer torch.Main().Do(func() { nn.Free(m) })
+	store, err := OpenFeatures(cfg.Data, false)
+	if err != nil {
+		return res, recipes.Usage(err)
+	}
+	defer store.Close()
+	tr, err := LoadCorpus(cfg.Data, "train", store, m.Vocab, cfg.Sample.Seed)
+	if err != nil {
+		return res, err
+	}
+	te, err := LoadCorpus(cfg.Data, cfg.Split, store, m.Vocab, cfg.Sample.Seed)
+	if err != nil {
+		return res, err
+	}
+	groups := map[string][]int{}
+	for i, u := range te.Utts {
+		g := "unseen voice"
+		if len(tr.BySpeaker[u.Speaker]) > 0 {
+			g = "seen voices"
+		}
+		if cfg.Limit == 0 || len(groups[g]) < cfg.Limit {
+			groups[g] = append(groups[g], i)
+		}
+	}
+	for _, d := range []string{"tts", "codec", "vocoder"} {
+		if err := os.MkdirAll(filepath.Join(cfg.Out, d), 0o755); err != nil {
+			return res, err
+		}
+	}
+	mel, err := NewMel()
+	if err != nil {
+		return res, err
+	}
+	defer mel.Close()
+	names := make([]string, 0, len(groups))
+	for g := range groups {
+		names = append(names, g)
+	}
+	sort.Strings(names)
+	for _, g := range names {
+		idx := groups[g]
+		row := EvalRow{Group: g, N: len(idx)}
+		var orig, voc, cod, syn []string
+		var l1c, l1t float64
+		for k, i := range idx {
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			u := te.Utts[i]
+			var refCorpus *Corpus
+			var ri int
+			if g == "seen voices" {
+				te.Ref = tr
+				ri, refCorpus = te.RefIndex(i), tr
+			} else {
+				te.Ref = nil
+				ri, refCorpus = te.RefIndex(i), te
+			}
+			frames, err := te.Mel(i)
+			if err != nil {
+				return res, err
+			}
+			ref, err := refCorpus.Mel(ri)
+			if err != nil {
+				return res, err
+			}
+			var one evalOne
+			torch.Main().Do(func() {
+				err = torch.Try(func() { one = m.evalOne(mel, frames, ref, te.Text[i], cfg, uint64(i)) })
+			})
+			if err != nil {
+				return res, err
+			}
+			paths := map[string][]float32{"tts": one.tts, "codec": one.codec, "vocoder": one.vocoder}
+			for d, w := range paths {
+				if err := WriteWAV(filepath.Join(cfg.Out, d, u.ID+".wav"), w); err != nil {
+					return res, err
+				}
+			}
+			orig = append(orig, filepath.Join(cfg.Data, filepath.FromSlash(u.Path)))
+			voc = append(voc, filepath.Join(cfg.Out, "vocoder", u.ID+".wav"))
+			cod = append(cod, filepath.Join(cfg.Out, "codec", u.ID+".wav"))
+			syn = append(syn, filepath.Join(cfg.Out, "tts", u.ID+".wav"))
+			l1c += one.l1Codec
+			l1t += one.l1TTS
+			if one.stopped {
+				row.Stopped++
+			}
+			row.SecondsOriginal += u.Duration
+			row.SecondsSynthesised += float64(len(one.tts)) / SampleRate
+			res.Examples = append(res.Examples, EvalExample{ID: u.ID, Group: g, Voice: u.Voice, Reference: refCorpus.Utts[ri].ID, Text: u.Text, WAV: syn[len(syn)-1]})
+			if (k+1)%10 == 0 {
+				cfg.Logf("%s: %d of %d synthesised", g, k+1, len(idx))
+			}
+		}
+		row.MelL1Codec, row.MelL1TTS = l1c/float64(len(idx)), l1t/float64(len(idx))
+		cers := make([]float64, 4)
+		for j, files := range [][]string{orig, voc, cod, syn} {
+			texts, err := asr.TranscribeFiles(cfg.ASR, files, cfg.Device)
+			if err != nil {
+				return res, err
+			}
+			var er asr.ErrorRate
+			for k, t := range texts {
+				er.Add(te.Utts[idx[k]].Text, t)
+			}
+			cers[j] = er.CER()
+			if j == 0 || j == 3 {
+				for k, t := range texts {
+					e := &res.Examples[len(res.Examples)-len(idx)+k]
+					if j == 0 {
+						e.Original = t
+					} else {
+						e.TTS = t
+					}
+				}
+			}
+		}
+		row.CEROriginal, row.CERVocoder, row.CERCodec, row.CERTTS = cers[0], cers[1], cers[2], cers[3]
+		res.Rows = append(res.Rows, row)
+		cfg.Logf("%s: CER original %.3f, vocoder %.3f, codec %.3f, TTS %.3f", g, row.CEROriginal, row.CERVocoder, row.CERCodec, row.CERTTS)
+	}
+	res.Elapsed = time.Since(start)
+	b, _ := json.MarshalIndent(res, "", " ")
+	if err := writeAtomic(filepath.Join(cfg.Out, "eval.json"), b); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+type evalOne struct {
+	tts, codec, vocoder []float32
+	l1Codec, l1TTS      float64
+	stopped             bool
+}
+
+// evalOne synthesises one utterance (normalised frames and reference
+// clip) and resynthesises it through the codec and the vocoder alone.
+func (m *Model) evalOne(mel *Mel, frames, ref []float32, text []int64, cfg EvalConfig, seed uint64) evalOne {
+	var out evalOne
+	dev := m.device()
+	vocode := func(x *torch.Tensor) []float32 { return mel.vocode(x, cfg.GLIters, seed) }
+	torch.Tidy(func() {
+		t := int64(len(frames) / NMels)
+		x := torch.FromSlice(frames, []int64{t, NMels})
+		orig := m.denormalize(x)
+		out.vocoder = vocode(orig)
+		pad := (t+Down-1)/Down*Down - t
+		xin := x.Unsqueeze(0).Pad([]int64{0, 0, 0, pad}, 0).ToDevice(dev)
+		var rec *torch.Tensor
+		torch.NoGrad(func() {
+			rec = m.denormalize(m.Codec.Decode(m.Codec.Encode(xin)).Squeeze().ToDevice(torch.CPU).Narrow(0, 0, t))
+		})
+		out.l1Codec = rec.Sub(orig).Abs().Mean().Item()
+		out.codec = vocode(rec)
+		r := torch.FromSlice(ref, []int64{int64(len(ref) / NMels), NMels}).ToDevice(dev)
+		so := cfg.Sample
+		so.Seed = cfg.Sample.Seed ^ seed
+		var syn *torch.Tensor
+		torch.NoGrad(func() {
+			codes, stopped := m.Generate(m.Latents(r), text, so)
+			out.stopped = stopped
+			if len(codes) == 0 {
+				codes = []int64{0}
+			}
+			syn = m.denormalize(m.Codec.Decode(torch.FromSlice(codes, []int64{1, int64(len(codes))}).ToDevice(dev)).Squeeze().ToDevice(torch.CPU))
+		})
+		out.l1TTS = dtwL1(syn.Float32s(), orig.Float32s())
+		out.tts = vocode(syn)
+	})
+	return out
+}
+
+// dtwL1 is the mean per-bin L1 distance of two log-mel sequences along
+// their dynamic-time-warping path (steps (1,0), (0,1), (1,1)), divided by
+// the path's length.
+func dtwL1(a, b []float32) float64 {
+	n, m := len(a)/NMels, len(b)/NMels
+	if n == 0 || m == 0 {
+		return math.NaN()
+	}
+	dist := func(i, j int) float64 {
+		var s float64
+		for k := range NMels {
+			s += math.Abs(float64(a[i*NMels+k] - b[j*NMels+k]))
+		}
+		return s / NMels
+	}
+	type cell struct {
+		cost float64
+		len  int
+	}
+	prev := make([]cell, m)
+	cur := make([]cell, m)
+	for i := range n {
+		for j := range m {
+			d := dist(i, j)
+			switch {
+			case i == 0 && j == 0:
+				cur[j] = cell{d, 1}
+			case i == 0:
+				cur[j] = cell{cur[j-1].cost + d, cur[j-1].len + 1}
+			case j == 0:
+				cur[j] = cell{prev[j].cost + d, prev[j].len + 1}
+			default:
+				best := prev[j-1]
+				if prev[j].cost < best.cost {
+					best = prev[j]
+				}
+				if cur[j-1].cost < best.cost {
+					best = cur[j-1]
+				}
+				cur[j] = cell{best.cost + d, best.len + 1}
+			}
+		}
+		prev, cur = cur, prev
+	}
+	return prev[m-1].cost / float64(prev[m-1].len)
+}
+
+// Table writes the figures as a Markdown table.
+func (r EvalResult) Table(w io.Writer) {
+	fmt.Fprintln(w, "| voices | utterances | CER original | CER Griffin-Lim of original mels | CER codec resynthesis | CER TTS | mel L1 codec | mel L1 TTS (DTW) | ended by the model | seconds original / TTS |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, x := range r.Rows {
+		fmt.Fprintf(w, "| %s | %d | %.3f | %.3f | %.3f | **%.3f** | %.3f | %.3f | %d | %.1f / %.1f |\n", x.Group, x.N, x.CEROriginal, x.CERVocoder, x.CERCodec,
+			x.CERTTS, x.MelL1Codec, x.MelL1TTS, x.Stopped, x.SecondsOriginal, x.SecondsSynthesised)
+	}
+}
+
+// Transcripts writes a few examples.
+func (r EvalResult) Transcripts(w io.Writer, n int) {
+	seen := map[string]int{}
+	for _, e := range r.Examples {
+		if seen[e.Group] >= n {
+			continue
+		}
+		seen[e.Group]++
+		fmt.Fprintf(w, "%s (%s, %s; reference %s)\n  text:           %s\n  ASR, original:  %s\n  ASR, TTS:       %s\n", e.WAV, e.Group, e.Voice, e.Reference,
+			e.Text, strings.TrimSpace(e.Original), strings.TrimSpace(e.TTS))
+	}
+}

@@ -1,0 +1,331 @@
+package tts
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/train/ckpt"
+)
+
+// Model is what `tts train` trains and `tts say` speaks with: the frozen
+// codec and the GPT, one state dict ("codec.*", "gpt.*") so a checkpoint
+// holds everything synthesis needs.
+type Model struct {
+	nn.Base
+	Codec *Codec
+	GPT   *GPT
+
+	Vocab *Vocab
+	Mean  []float32 // the feature normalisation the model was trained with
+	Std   []float32
+}
+
+// NewModel builds a model; the codec's parameters do not require grad.
+func NewModel(cc CodecConfig, gc GPTConfig) (*Model, error) {
+	c, err := NewCodec(cc)
+	if err != nil {
+		return nil, err
+	}
+	if gc.Codes != cc.Codes {
+		nn.Free(c)
+		return nil, fmt.Errorf("tts: the GPT has %d audio codes, the codec %d", gc.Codes, cc.Codes)
+	}
+	g, err := NewGPT(gc)
+	if err != nil {
+		nn.Free(c)
+		return nil, err
+	}
+	m := &Model{}
+	m.Codec = nn.RegisterModule(&m.Base, "codec", c)
+	m.GPT = nn.RegisterModule(&m.Base, "gpt", g)
+	nn.Freeze(m, "codec.")
+	return m, nil
+}
+
+// Losses are a batch's cross-entropies.
+type Losses struct {
+	Total *torch.Tensor // the training loss (see Loss)
+	// TextSum and CodeSum are the summed cross-entropies of the phoneme
+	// and code targets; Texts and Codes count them; Correct counts the
+	// codes predicted right (top-1).
+	TextSum, CodeSum       *torch.Tensor
+	Texts, Codes, Correct  *torch.Tensor
+	CodeLogits, CodeTarget *torch.Tensor
+}
+
+// Losses runs the model on a batch from Collate (on the device): the
+// frozen codec turns the mels into codes under no-grad, the codes take
+// their places in the token sequences, and the GPT predicts every
+// phoneme and code from what precedes it.
+//
+// The loss is XTTS's 0.01·(text CE) + 1·(code CE), written as a sum over
+// the batch's code targets so that accumulation over micro-batches of any
+// size gives the gradient of the whole batch (train.Config.Count counts
+// code targets): (TextWeight·TextRatio·Σ text CE + CodeWeight·Σ code CE)
+// / codes, TextRatio being the training split's codes per phoneme, so the
+// text term weighs as 0.01 × the mean text CE.
+func (m *Model) Losses(b *data.Batch) Losses {
+	cfg := m.GPT.Cfg
+	var codes *torch.Tensor
+	torch.NoGrad(func() { codes = m.Codec.Encode(b.Fields["mel"]) })
+	ids, cidx := b.Fields["ids"], b.Fields["code_idx"]
+	filled := torch.Where(cidx.GeScalar(0), codes.Gather(1, cidx.ClampMin(0)), ids)
+	lat := m.GPT.Cond.Forward(b.Fields["cond"], b.Lengths["cond"].Int64s())
+	h := m.GPT.Forward(lat, m.GPT.Embed(filled, b.Fields["kind"], b.Fields["pos"]), nil)
+	n, l := cfg.CondLatents, ids.Size(1)
+	hp := h.Narrow(1, n, l-1)
+	tgt := filled.Narrow(1, 1, l-1)
+	tk := b.Fields["tk"].Narrow(1, 1, l-1)
+	ignore := torch.FullLike(tgt, -100)
+	isText, isCode := tk.EqScalar(kindText), tk.EqScalar(kindAudio)
+	textT := torch.Where(isText, tgt, ignore).Reshape(-1)
+	codeT := torch.Where(isCode, tgt, ignore).Reshape(-1)
+	textLogits := m.GPT.TextHead.Forward(hp).Reshape(-1, cfg.Vocab+2)
+	codeLogits := m.GPT.AudioHead.Forward(hp).Reshape(-1, cfg.Codes+2)
+	var out Losses
+	out.TextSum = torch.CrossEntropy(textLogits, textT, nil, torch.ReduceSum, -100, 0)
+	out.CodeSum = torch.CrossEntropy(codeLogits, codeT, nil, torch.ReduceSum, -100, 0)
+	out.Texts = isText.Sum()
+	out.Codes = isCode.Sum()
+	out.Total = out.TextSum.MulScalar(cfg.TextWeight * cfg.TextRatio).Add(out.CodeSum.MulScalar(cfg.CodeWeight)).Div(out.Codes.ClampMin(1))
+	out.CodeLogits, out.CodeTarget = codeLogits, codeT
+	torch.NoGrad(func() {
+		_, pred := codeLogits.MaxDim(-1, false)
+		out.Correct = pred.Eq(codeT).Sum()
+	})
+	return out
+}
+
+// Loss is the training loss of a micro-batch.
+func (m *Model) Loss(b *data.Batch) *torch.Tensor { return m.Losses(b).Total }
+
+// CountCodes is the train.CountFunc of Loss: the micro-batch's code
+// targets (codes and audio stops).
+func CountCodes(mb *data.Batch) float64 {
+	return mb.Fields["tk"].EqScalar(kindAudio).Sum().Item()
+}
+
+// ---- checkpoints ------------------------------------------------------------
+
+// modelMeta is stored in checkpoints ("meta"/"model", JSON).
+type modelMeta struct {
+	Kind  string      `json:"kind"` // "codec" or "gpt"
+	Codec CodecConfig `json:"codec"`
+	GPT   *GPTConfig  `json:"gpt,omitempty"`
+	Vocab []string    `json:"vocab,omitempty"`
+	Mean  []float32   `json:"mean"`
+	Std   []float32   `json:"std"`
+	Data  string      `json:"data,omitempty"`
+	// CodecFile is the codec checkpoint a GPT's codec came from.
+	CodecFile string `json:"codec_file,omitempty"`
+}
+
+func metaDict(m modelMeta) *ptfile.Dict {
+	b, _ := json.Marshal(m)
+	return ptfile.NewDict("recipe", "tts", "model", string(b))
+}
+
+// CheckpointError is a checkpoint that cannot be used: unreadable,
+// corrupt, not a torchfit TTS checkpoint of the kind asked for, or with a
+// model description that disagrees with its weights. Nothing is built from
+// such a file.
+type CheckpointError struct {
+	Path string
+	Err  error
+}
+
+func (e *CheckpointError) Error() string { return fmt.Sprintf("tts: checkpoint %s: %v", e.Path, e.Err) }
+func (e *CheckpointError) Unwrap() error { return e.Err }
+
+// UserError marks it as the user's input (a command line exits 2).
+func (*CheckpointError) UserError() {}
+
+// readCheckpoint reads a TTS checkpoint of the given kind once, checks its
+// description against its weights, and returns both; free releases the
+// weights.
+func readCheckpoint(path, kind string) (meta modelMeta, weights map[string]*torch.Tensor, free func(), err error) {
+	f, err := ckpt.Read(path)
+	if err != nil {
+		var ce *ckpt.Error
+		if errors.Is(err, torch.ErrOutOfMemory) || !errors.As(err, &ce) {
+			return meta, nil, nil, fmt.Errorf("tts: checkpoint %s: %w", path, err)
+		}
+		return meta, nil, nil, &CheckpointError{path, ce.Err}
+	}
+	bad := func(format string, args ...any) (modelMeta, map[string]*torch.Tensor, func(), error) {
+		f.Free()
+		return meta, nil, nil, &CheckpointError{path, fmt.Errorf(format, args...)}
+	}
+	md := f.Meta()
+	var str string
+	if md != nil {
+		if r, _ := md.Get("recipe"); r == "tts" {
+			x, _ := md.Get("model")
+			str, _ = x.(string)
+		}
+	}
+	if str == "" {
+		return bad("not a torchfit TTS checkpoint")
+	}
+	if err := json.Unmarshal([]byte(str), &meta); err != nil {
+		return bad("bad model description: %v", err)
+	}
+	if meta.Kind != kind {
+		want := map[string]string{"codec": "a codec checkpoint (from `tts train-codec`)", "gpt": "a GPT checkpoint (from `tts train`)"}[kind]
+		return bad("is a %s checkpoint, not %s", meta.Kind, want)
+	}
+	if weights, err = f.Tensors("model"); err != nil {
+		return bad("model weights: %v", err)
+	}
+	if err := checkMeta(meta, weights); err != nil {
+		return bad("%v", err)
+	}
+	return meta, weights, f.Free, nil
+}
+
+// checkMeta checks a description's bounds and its sizes against the
+// weights' shapes before anything is built from it.
+func checkMeta(m modelMeta, w map[string]*torch.Tensor) error {
+	if err := m.Codec.Validate(); err != nil {
+		return fmt.Errorf("model description: %w", err)
+	}
+	if len(m.Mean) != NMels || len(m.Std) != NMels {
+		return fmt.Errorf("model description: normalisation of %d/%d bins, want %d", len(m.Mean), len(m.Std), NMels)
+	}
+	prefix := ""
+	if m.Kind == "gpt" {
+		prefix = "codec."
+	}
+	type want struct {
+		key   string
+		shape []int64
+	}
+	ws := []want{
+		{prefix + "codebook", []int64{m.Codec.Codes, m.Codec.CodeDim}},
+		{prefix + "enc_in.weight", []int64{m.Codec.Channels, NMels, 3}},
+	}
+	if m.Kind == "gpt" {
+		g := m.GPT
+		if g == nil {
+			return fmt.Errorf("model description: no GPT")
+		}
+		if err := g.Validate(); err != nil {
+			return fmt.Errorf("model description: %w", err)
+		}
+		if int64(len(m.Vocab)) != g.Vocab {
+			return fmt.Errorf("model description: %d phonemes for a vocabulary of %d", len(m.Vocab), g.Vocab)
+		}
+		d := g.DecoderDim
+		ws = append(ws,
+			want{"gpt.text_embed.weight", []int64{g.Vocab + 2, g.TextEncoderDim}},
+			want{"gpt.audio_embed.weight", []int64{g.Codes + 2, d}},
+			want{"gpt.audio_pos.weight", []int64{g.MaxCodes + 2, d}},
+			want{"gpt.text_pos.weight", []int64{g.MaxText + 2, d}},
+			want{"gpt.cond.latents", []int64{g.CondLatents, d}},
+			want{"gpt.blocks.0.fc1.weight", []int64{g.FF, d}},
+		)
+		if n := countLayers(w, "gpt.blocks."); n != g.Layers {
+			return fmt.Errorf("model description says %d layers, the weights have %d", g.Layers, n)
+		}
+	}
+	for _, x := range ws {
+		t, ok := w[x.key]
+		if !ok {
+			return fmt.Errorf("the weights have no %s", x.key)
+		}
+		if got := t.Shape(); !slices.Equal(got, x.shape) {
+			return fmt.Errorf("model description disagrees with the weights: %s is %v, not %v", x.key, got, x.shape)
+		}
+	}
+	return nil
+}
+
+// countLayers returns n when the keys under prefix are those of layers
+// 0…n−1 (−1 when the numbering has a gap).
+func countLayers(w map[string]*torch.Tensor, prefix string) int {
+	seen := map[int]bool{}
+	for k := range w {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		num, _, _ := strings.Cut(rest, ".")
+		i, err := strconv.Atoi(num)
+		if err != nil || i < 0 {
+			return -1
+		}
+		seen[i] = true
+	}
+	for i := range len(seen) {
+		if !seen[i] {
+			return -1
+		}
+	}
+	return len(seen)
+}
+
+// LoadCodec rebuilds a codec from a `tts train-codec` checkpoint, with the
+// normalisation it was trained with.
+func LoadCodec(path string, dev torch.Device) (c *Codec, mean, std []float32, err error) {
+	meta, w, free, err := readCheckpoint(path, "codec")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer free()
+	if c, err = NewCodec(meta.Codec); err != nil {
+		return nil, nil, nil, &CheckpointError{path, err}
+	}
+	if _, err := nn.LoadStateDict(c, w, true); err != nil {
+		nn.Free(c)
+		return nil, nil, nil, &CheckpointError{path, err}
+	}
+	if dev != torch.CPU {
+		nn.To(c, dev, torch.Float32)
+	}
+	nn.Train(c, false)
+	return c, meta.Mean, meta.Std, nil
+}
+
+// LoadModel rebuilds a model from a `tts train` checkpoint for synthesis.
+func LoadModel(path string, dev torch.Device) (*Model, error) {
+	meta, w, free, err := readCheckpoint(path, "gpt")
+	if err != nil {
+		return nil, err
+	}
+	defer free()
+	vocab, err := NewVocab(meta.Vocab)
+	if err != nil {
+		return nil, &CheckpointError{path, err}
+	}
+	m, err := NewModel(meta.Codec, *meta.GPT)
+	if err != nil {
+		return nil, &CheckpointError{path, err}
+	}
+	if _, err := nn.LoadStateDict(m, w, true); err != nil {
+		nn.Free(m)
+		return nil, &CheckpointError{path, err}
+	}
+	m.Vocab, m.Mean, m.Std = vocab, meta.Mean, meta.Std
+	if dev != torch.CPU {
+		nn.To(m, dev, torch.Float32)
+	}
+	nn.Train(m, false)
+	return m, nil
+}
+
+// usage makes a missing checkpoint flag one line.
+func needFile(flag, path string) error {
+	if path == "" {
+		return recipes.Usagef("--%s is required", flag)
+	}
+	return nil
+}

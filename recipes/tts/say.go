@@ -1,0 +1,345 @@
+package tts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strings"
+
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/torch"
+)
+
+// SampleOptions control sampling of codes: XTTS's defaults are
+// temperature 0.75, top-k 50, top-p 0.85.
+type SampleOptions struct {
+	Temperature float64 // 0: greedy
+	TopK        int     // 0: all
+	TopP        float64 // 0 or 1: all
+	Seed        uint64
+	// MaxCodes bounds the codes generated (0: 10 per phoneme + 50, at
+	// most the model's MaxCodes).
+	MaxCodes int
+}
+
+// DefaultSampleOptions are XTTS's.
+func DefaultSampleOptions() SampleOptions {
+	return SampleOptions{Temperature: 0.75, TopK: 50, TopP: 0.85, Seed: 1}
+}
+
+// Validate checks the options.
+func (o SampleOptions) Validate() error {
+	switch {
+	case !(o.Temperature >= 0 && o.Temperature <= 10):
+		return &recipes.ConfigError{Field: "temperature", Value: o.Temperature, Reason: "must be in [0, 10] (0: greedy)"}
+	case o.TopK < 0:
+		return &recipes.ConfigError{Field: "top-k", Value: o.TopK, Reason: "must be >= 0 (0: all)"}
+	case !(o.TopP >= 0 && o.TopP <= 1):
+		return &recipes.ConfigError{Field: "top-p", Value: o.TopP, Reason: "must be in [0, 1]"}
+	case o.MaxCodes < 0:
+		return &recipes.ConfigError{Field: "max-codes", Value: o.MaxCodes, Reason: "must be >= 0"}
+	}
+	return nil
+}
+
+// Latents returns the speaker latents (1, CondLatents, D) of a reference
+// clip's normalised log-mels (T, NMels); clips longer than CondFrames are
+// cut.
+func (m *Model) Latents(ref *torch.Tensor) *torch.Tensor {
+	return torch.TidyTensor(func() *torch.Tensor {
+		r := ref.Narrow(0, 0, min(ref.Size(0), CondFrames)).Unsqueeze(0)
+		return m.GPT.Cond.Forward(r, nil)
+	})
+}
+
+// Generate samples codes for phoneme ids given speaker latents (1, N, D):
+// the prompt [latents | text start, phonemes, text stop, audio start] goes
+// through the GPT once, then one code at a time, each step attending to
+// the cached keys and values of every earlier position, until the audio
+// stop token or the length bound.
+func (m *Model) Generate(latents *torch.Tensor, text []int64, o SampleOptions) (codes []int64, stopped bool) {
+	cfg := m.GPT.Cfg
+	limit := o.MaxCodes
+	if limit == 0 {
+		limit = 10*len(text) + 50
+	}
+	limit = min(limit, int(cfg.MaxCodes))
+	r := rand.New(rand.NewPCG(o.Seed, 0xc0de5))
+	caches := make([]kvCache, len(m.GPT.Blocks.Items))
+	defer func() {
+		for i := range caches {
+			caches[i].free()
+		}
+	}()
+	dev := latents.Device()
+	torch.NoGrad(func() {
+		var logits []float32
+		torch.Tidy(func() {
+			n := int64(len(text))
+			ids := append(append([]int64{cfg.textStart()}, text...), cfg.textStop(), cfg.audioStart())
+			kind := make([]int64, len(ids))
+			pos := make([]int64, len(ids))
+			for j := range ids {
+				kind[j], pos[j] = kindText, int64(j)
+			}
+			kind[n+2], pos[n+2] = kindAudio, 0
+			t := func(v []int64) *torch.Tensor { return torch.FromSlice(v, []int64{1, int64(len(v))}).ToDevice(dev) }
+			h := m.GPT.Forward(latents, m.GPT.Embed(t(ids), t(kind), t(pos)), caches)
+			logits = m.GPT.AudioHead.Forward(h.Select(1, h.Size(1)-1)).ToDevice(torch.CPU).Float32s()
+		})
+		for j := 1; j <= limit; j++ {
+			logits[cfg.audioStart()] = float32(math.Inf(-1))
+			c := sample(logits, o, r)
+			if c == cfg.audioStop() {
+				stopped = true
+				return
+			}
+			codes = append(codes, c)
+			if j == limit {
+				return
+			}
+			torch.Tidy(func() {
+				one := func(v int64) *torch.Tensor { return torch.FromSlice([]int64{v}, []int64{1, 1}).ToDevice(dev) }
+				h := m.GPT.Forward(nil, m.GPT.Embed(one(c), one(kindAudio), one(int64(j))), caches)
+				logits = m.GPT.AudioHead.Forward(h.Select(1, 0)).ToDevice(torch.CPU).Float32s()
+			})
+		}
+	})
+	return codes, stopped
+}
+
+// sample draws a token from logits with temperature, top-k and top-p
+// (greedy at temperature 0).
+func sample(logits []float32, o SampleOptions, r *rand.Rand) int64 {
+	best := 0
+	for i, v := range logits {
+		if v > logits[best] {
+			best = i
+		}
+	}
+	if o.Temperature == 0 {
+		return int64(best)
+	}
+	type cand struct {
+		i int
+		p float64
+	}
+	cs := make([]cand, 0, len(logits))
+	for i, v := range logits {
+		if !math.IsInf(float64(v), -1) {
+			cs = append(cs, cand{i, (float64(v) - float64(logits[best])) / o.Temperature})
+		}
+	}
+	sort.Slice(cs, func(a, b int) bool { return cs[a].p > cs[b].p || (cs[a].p == cs[b].p && cs[a].i < cs[b].i) })
+	if o.TopK > 0 && len(cs) > o.TopK {
+		cs = cs[:o.TopK]
+	}
+	var z float64
+	for k := range cs {
+		cs[k].p = math.Exp(cs[k].p)
+		z += cs[k].p
+	}
+	if o.TopP > 0 && o.TopP < 1 {
+		var acc float64
+		for k := range cs {
+			acc += cs[k].p / z
+			if acc >= o.TopP {
+				cs = cs[:k+1]
+				break
+			}
+		}
+		z = 0
+		for _, c := range cs {
+			z += c.p
+		}
+	}
+	u := r.Float64() * z
+	for _, c := range cs {
+		if u < c.p {
+			return int64(c.i)
+		}
+		u -= c.p
+	}
+	return int64(cs[len(cs)-1].i)
+}
+
+// SayConfig is `torchfit tts say`.
+type SayConfig struct {
+	Checkpoint string // from `tts train`
+	Text       string
+	Speaker    string // reference clip (WAV)
+	Out        string // WAV to write
+	Device     torch.Device
+	Sample     SampleOptions
+	GLIters    int    // Griffin-Lim iterations
+	Espeak     string // espeak-ng binary
+}
+
+// MinReference is the shortest reference clip accepted, in seconds.
+const MinReference = 0.5
+
+// ReferenceError is a reference clip that cannot condition a voice: not
+// audio, or too short.
+type ReferenceError struct {
+	Path string
+	Err  error
+}
+
+func (e *ReferenceError) Error() string {
+	return fmt.Sprintf("tts: reference clip %s: %v", e.Path, e.Err)
+}
+func (e *ReferenceError) Unwrap() error { return e.Err }
+
+// UserError marks it as the user's input (exit status 2).
+func (*ReferenceError) UserError() {}
+
+// TextError is a text that cannot be spoken: empty, or nothing espeak-ng
+// reads.
+type TextError struct{ Err error }
+
+func (e *TextError) Error() string { return e.Err.Error() }
+func (e *TextError) Unwrap() error { return e.Err }
+
+// UserError marks it as the user's input (exit status 2).
+func (*TextError) UserError() {}
+
+// SayResult is what Say did.
+type SayResult struct {
+	Phonemes string
+	Unknown  int // phonemes outside the model's vocabulary (read as <unk>)
+	Codes    int
+	Stopped  bool // the model ended the utterance (not the length bound)
+	Seconds  float64
+}
+
+// ReadReference reads a reference clip: a WAV file of at least
+// MinReference seconds (a *ReferenceError otherwise).
+func ReadReference(path string) ([]float32, error) {
+	x, err := asr.ReadWAV(path)
+	if err != nil {
+		var ae *asr.AudioError
+		if errors.As(err, &ae) {
+			return nil, &ReferenceError{path, ae.Err}
+		}
+		return nil, &ReferenceError{path, err}
+	}
+	if s := float64(len(x)) / SampleRate; s < MinReference {
+		return nil, &ReferenceError{path, fmt.Errorf("%.2f s long; a speaker needs at least %.1f s", s, MinReference)}
+	}
+	return x, nil
+}
+
+// CheckText refuses a text with nothing to say.
+func CheckText(text string) error {
+	if strings.TrimSpace(text) == "" {
+		return &TextError{fmt.Errorf("%w: --text is empty", ErrEmptyText)}
+	}
+	return nil
+}
+
+// Say synthesises text in the voice of a reference clip to a 16 kHz WAV.
+// Inputs are checked (text, reference clip, checkpoint) before the model
+// is built.
+func Say(ctx context.Context, cfg SayConfig) (res SayResult, err error) {
+	if err := CheckText(cfg.Text); err != nil {
+		return res, err
+	}
+	if err := cfg.Sample.Validate(); err != nil {
+		return res, err
+	}
+	if cfg.GLIters < 1 || cfg.GLIters > 1000 {
+		return res, &recipes.ConfigError{Field: "griffin-lim-iters", Value: cfg.GLIters, Reason: "must be in [1, 1000]"}
+	}
+	if err := needFile("checkpoint", cfg.Checkpoint); err != nil {
+		return res, err
+	}
+	ref, err := ReadReference(cfg.Speaker)
+	if err != nil {
+		return res, err
+	}
+	espeak := cfg.Espeak
+	if espeak == "" {
+		espeak = "espeak-ng"
+	}
+	ph, err := Phonemes(ctx, espeak, cfg.Text)
+	if errors.Is(err, ErrEmptyText) {
+		return res, &TextError{err}
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Phonemes = ph
+	torch.Main().Do(func() {
+		var m *Model
+		if m, err = LoadModel(cfg.Checkpoint, cfg.Device); err != nil {
+			return
+		}
+		defer nn.Free(m)
+		var wav []float32
+		wav, res, err = m.say(ph, ref, cfg)
+		if err == nil {
+			err = WriteWAV(cfg.Out, wav)
+		}
+	})
+	return res, err
+}
+
+// say runs synthesis on libtorch's thread.
+func (m *Model) say(ph string, ref []float32, cfg SayConfig) ([]float32, SayResult, error) {
+	res := SayResult{Phonemes: ph}
+	ids, unk := m.Vocab.Encode(ph)
+	res.Unknown = unk
+	if int64(len(ids)) > m.GPT.Cfg.MaxText {
+		return nil, res, &TextError{fmt.Errorf("tts: the text has %d phonemes; the model reads at most %d (split it into sentences)", len(ids), m.GPT.Cfg.MaxText)}
+	}
+	mel, err := NewMel()
+	if err != nil {
+		return nil, res, err
+	}
+	defer mel.Close()
+	var logmel *torch.Tensor
+	err = torch.Try(func() {
+		logmel = torch.TidyTensor(func() *torch.Tensor {
+			lm, err := mel.LogMel(ref)
+			if err != nil {
+				panic(&torch.Error{Op: "LogMel", Msg: err.Error()})
+			}
+			lat := m.Latents(m.normalize(lm).ToDevice(m.device()))
+			codes, stopped := m.Generate(lat, ids, cfg.Sample)
+			res.Codes, res.Stopped = len(codes), stopped
+			if len(codes) == 0 {
+				codes = []int64{0}
+			}
+			out := m.Codec.Decode(torch.FromSlice(codes, []int64{1, int64(len(codes))}).ToDevice(m.device()))
+			return m.denormalize(out.Squeeze().ToDevice(torch.CPU))
+		})
+	})
+	if err != nil {
+		return nil, res, err
+	}
+	defer logmel.Free()
+	wav, err := mel.Vocode(logmel, cfg.GLIters, cfg.Sample.Seed)
+	res.Seconds = float64(len(wav)) / SampleRate
+	return wav, res, err
+}
+
+func (m *Model) device() torch.Device { return m.Codec.Codebook.Device() }
+
+// normalize and denormalize apply the training split's per-bin statistics
+// to (T, NMels) log-mels.
+func (m *Model) normalize(x *torch.Tensor) *torch.Tensor {
+	mean := torch.FromSlice(m.Mean, []int64{NMels})
+	std := torch.FromSlice(m.Std, []int64{NMels})
+	return x.Sub(mean).Div(std)
+}
+
+func (m *Model) denormalize(x *torch.Tensor) *torch.Tensor {
+	mean := torch.FromSlice(m.Mean, []int64{NMels})
+	std := torch.FromSlice(m.Std, []int64{NMels})
+	return x.Mul(std).Add(mean)
+}

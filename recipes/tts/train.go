@@ -1,0 +1,648 @@
+package tts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/memplan"
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/train"
+)
+
+// TrainConfig is `torchfit tts train` and `train-codec`: the harness's
+// shared settings and the recipe's own.
+type TrainConfig struct {
+	recipes.Common
+	// Codec is the codec checkpoint the GPT trains over (train).
+	Codec string
+	// GPT sizes the GPT (train; Vocab, Codes and TextRatio are filled in
+	// from the data and the codec).
+	GPT GPTConfig
+	// CodecCfg sizes the codec (train-codec) and CropFrames is the length
+	// of its training crops.
+	CodecCfg   CodecConfig
+	CropFrames int
+	// MemoryMapping reads the feature cache through a memory map
+	// (data.enable_memory_mapping).
+	MemoryMapping bool
+	// ValidLimit bounds the validation utterances scored per epoch (0:
+	// all).
+	ValidLimit int
+	// Events receives the run's events (nil: none).
+	Events train.Sink
+}
+
+// Result is what a training run reports.
+type Result struct {
+	Params      int64
+	Steps       int
+	MicroBatch  int
+	Accum       int
+	Valid       Scores // at the end
+	Start       Scores // before training (zero when resumed)
+	Checkpoint  string
+	PeakMemory  int64
+	OOMEvents   int
+	Interrupted bool
+	Found       *memplan.FindResult
+	Planned     *memplan.Result
+	Precision   amp.Choice
+}
+
+// Scores are a model's validation figures.
+type Scores struct {
+	Loss     float64 // the training loss
+	Recon    float64 // codec: mean squared error of the normalised mels
+	CodeCE   float64 // GPT: mean cross-entropy of the code targets (nats)
+	TextCE   float64 // GPT: mean cross-entropy of the phoneme targets
+	CodeAcc  float64 // GPT: top-1 accuracy of the code targets
+	CodesUse int     // codec: distinct codes used on the validation split
+}
+
+func (c *TrainConfig) logf(format string, args ...any) {
+	if c.Events != nil {
+		c.Events(train.Message{Text: fmt.Sprintf(format, args...)})
+	}
+}
+
+func (c *TrainConfig) check() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if c.ValidLimit < 0 {
+		return &recipes.ConfigError{Field: "valid-limit", Value: c.ValidLimit, Reason: "must be >= 0"}
+	}
+	if _, err := os.Stat(filepath.Join(c.Data, "train.jsonl")); err != nil {
+		return recipes.Usagef("tts: no corpus in %s: create one with `torchfit tts data --out %s`", c.Data, c.Data)
+	}
+	return nil
+}
+
+// openData opens the feature cache and the train and valid splits.
+func openData(cfg *TrainConfig, vocab *Vocab) (store *FeatureStore, tr, va *Corpus, err error) {
+	if store, err = OpenFeatures(cfg.Data, cfg.MemoryMapping); err != nil {
+		return nil, nil, nil, recipes.Usage(err)
+	}
+	if tr, err = LoadCorpus(cfg.Data, "train", store, vocab, cfg.Seed); err == nil {
+		va, err = LoadCorpus(cfg.Data, "valid", store, vocab, cfg.Seed)
+	}
+	if err != nil {
+		store.Close()
+		return nil, nil, nil, err
+	}
+	va.Ref = tr // validation utterances are conditioned on training clips of their speaker
+	if cfg.ValidLimit > 0 && va.Len() > cfg.ValidLimit {
+		va.Utts, va.Items, va.Phonemes = va.Utts[:cfg.ValidLimit], va.Items[:cfg.ValidLimit], va.Phonemes[:cfg.ValidLimit]
+		if va.Text != nil {
+			va.Text = va.Text[:cfg.ValidLimit]
+		}
+	}
+	mode := "positioned reads"
+	if store.Mapped() {
+		mode = "a memory map"
+	}
+	cfg.logf("corpus %s: %d train / %d valid utterances; features through %s", cfg.Data, tr.Len(), va.Len(), mode)
+	return store, tr, va, nil
+}
+
+// schedule builds AdamW (XTTS's betas 0.9, 0.96; weight decay 0.01 on
+// matrices) with warmup and cosine decay over the run.
+func schedule(cfg *TrainConfig, params []nn.Named, n int) (*nn.Adam, *nn.Schedule, int) {
+	ac := nn.AdamWDefaults(cfg.LR)
+	ac.Beta2 = 0.96
+	opt := nn.NewAdamWGroups(nn.DecayGroups(params, 0.01), ac)
+	effective := cfg.EffectiveBatch()
+	total := max(n/effective, 1) * cfg.Epochs
+	if cfg.MaxSteps > 0 && cfg.MaxSteps < total {
+		total = cfg.MaxSteps
+	}
+	return opt, nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, total, 0.05)), total
+}
+
+// TrainCodec trains (or resumes) the codec on crops of the training split.
+func TrainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
+	torch.Main().Do(func() { res, err = trainCodec(ctx, cfg) })
+	return res, err
+}
+
+func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
+	if err := cfg.check(); err != nil {
+		return res, err
+	}
+	if cfg.CropFrames < 2*Down || cfg.CropFrames%Down != 0 {
+		return res, &recipes.ConfigError{Field: "crop-frames", Value: cfg.CropFrames, Reason: fmt.Sprintf("must be a multiple of %d, at least %d", Down, 2*Down)}
+	}
+	ccfg := cfg.CodecCfg
+	if cfg.Resume != "" {
+		meta, _, free, err := readCheckpoint(cfg.Resume, "codec")
+		if err != nil {
+			return res, err
+		}
+		free()
+		ccfg = meta.Codec
+	}
+	store, tr, va, err := openData(&cfg, nil)
+	if err != nil {
+		return res, err
+	}
+	defer store.Close()
+	torch.ManualSeed(cfg.Seed)
+	c, err := NewCodec(ccfg)
+	if err != nil {
+		return res, recipes.Usage(err)
+	}
+	defer nn.Free(c)
+	if cfg.Device != torch.CPU {
+		nn.To(c, cfg.Device, torch.Float32)
+	}
+	res.Params = nn.NumParams(c)
+	cfg.logf("codec: %d channels, %d codes of %d dimensions, %d frames per code, %s parameters", ccfg.Channels, ccfg.Codes, ccfg.CodeDim, Down, commas(res.Params))
+	precision, err := train.ParsePrecision(cfg.Precision, cfg.Device)
+	if err != nil {
+		return res, err
+	}
+	res.Precision = precision
+	opt, sched, total := schedule(&cfg, nn.Parameters(c), tr.Len())
+	defer opt.Free()
+	defer sched.Free()
+	usage := newCodeUsage(ccfg.Codes)
+	defer usage.free()
+	tr2, err := train.New(c, opt, func(b *data.Batch) *torch.Tensor {
+		l := c.Loss(b.Fields["mel"])
+		usage.observe(l.Codes, l.Z)
+		return l.Total
+	}, train.Config{MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
+		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery, Events: cfg.Events, MaxNonFinite: cfg.MaxNonFinite})
+	if err != nil {
+		return res, err
+	}
+	tr2.Sched = sched
+	tr2.OnStep = func(si train.StepInfo) {
+		if si.Step%restartEvery == 0 {
+			if n := usage.restart(c); n > 0 {
+				cfg.logf("step %d: %d unused codes restarted from encoder outputs", si.Step, n)
+			}
+		}
+	}
+	cfg.logf("precision %s; %d optimizer steps of %d crops of %d frames", precision, total, cfg.EffectiveBatch(), cfg.CropFrames)
+	validSet := va.CropDataset(cfg.CropFrames)
+	evaluate := func() (Scores, error) { return scoreCodec(c, validSet, cfg.Device) }
+	start := func() error {
+		if cfg.Resume == "" {
+			s, err := evaluate()
+			if err != nil {
+				return err
+			}
+			res.Start = s
+			cfg.logf("validation before training: reconstruction MSE %.4f, %d codes in use", s.Recon, s.CodesUse)
+		}
+		torch.ResetPeakMemory(cfg.Device)
+		return nil
+	}
+	meta := metaDict(modelMeta{Kind: "codec", Codec: ccfg, Mean: store.Index.Mean, Std: store.Index.Std, Data: cfg.Data})
+	return fitRun(ctx, &cfg, tr2, tr, tr.CropDataset(cfg.CropFrames), data.PadCollate(map[string]data.Pad{}), meta, start, evaluate, &res)
+}
+
+// fitRun runs train.Fit with the recipe's loader, evaluation and result.
+func fitRun(ctx context.Context, cfg *TrainConfig, tr *train.Trainer, corpus *Corpus, ds data.Dataset[data.Sample],
+	collate func([]data.Sample) (*data.Batch, error), meta *ptfile.Dict, start func() error, evaluate func() (Scores, error), res *Result) (Result, error) {
+	if n := ds.Len(); cfg.EffectiveBatch() > n {
+		return *res, &recipes.ConfigError{Field: "batch-size", Value: cfg.BatchSize,
+			Reason: fmt.Sprintf("the effective batch %d (× %d accumulation steps) is more than the %d training examples: no step could be made", cfg.EffectiveBatch(), cfg.GradAccum, n)}
+	}
+	newLoader := func(st *data.State) (train.Loader, error) {
+		return data.NewLoader(ds, collate, data.Options{
+			BatchSize: cfg.EffectiveBatch(), Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Prefetch: cfg.Prefetch, Resume: st,
+		})
+	}
+	var last *Scores
+	fc := train.FitConfig{
+		Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery,
+		Overwrite: cfg.Overwrite, Resume: cfg.Resume, Start: start, Meta: meta,
+		Eval: func(epoch int) (map[string]float64, error) {
+			corpus.SetEpoch(epoch)
+			s, err := evaluate()
+			last = &s
+			return s.values(), err
+		},
+	}
+	fit, err := train.Fit(ctx, tr, newLoader, fc)
+	res.Checkpoint = fit.Checkpoint
+	res.Interrupted = errors.Is(err, train.ErrInterrupted)
+	if err != nil && !res.Interrupted {
+		return *res, err
+	}
+	res.Steps, res.MicroBatch, res.OOMEvents = tr.Steps(), tr.MicroBatch(), tr.OOMEvents()
+	res.Accum = (cfg.EffectiveBatch() + res.MicroBatch - 1) / res.MicroBatch
+	res.PeakMemory = torch.MustMemoryStats(cfg.Device).PeakAllocated
+	if last == nil || res.Interrupted {
+		s, err := evaluate()
+		if err != nil {
+			return *res, err
+		}
+		last = &s
+	}
+	res.Valid = *last
+	return *res, nil
+}
+
+func (s Scores) values() map[string]float64 {
+	v := map[string]float64{"val_loss": s.Loss}
+	if s.CodesUse > 0 {
+		v["val_recon_mse"], v["val_codes_used"] = s.Recon, float64(s.CodesUse)
+	} else {
+		v["val_code_ce"], v["val_text_ce"], v["val_code_acc"] = s.CodeCE, s.TextCE, s.CodeAcc
+	}
+	return v
+}
+
+// restartEvery is how often (optimizer steps) codes unused since the last
+// restart are moved onto recent encoder outputs.
+const restartEvery = 50
+
+// codeUsage counts the codes the codec picked and keeps a few recent
+// encoder outputs to restart unused codes from (the remedy for codebook
+// collapse of Jukebox and SoundStream).
+type codeUsage struct {
+	counts []int64
+	recent *torch.Tensor // (n, D), kept
+}
+
+func newCodeUsage(k int64) *codeUsage { return &codeUsage{counts: make([]int64, k)} }
+
+func (u *codeUsage) free() { u.recent.Free() }
+
+func (u *codeUsage) observe(codes, z *torch.Tensor) {
+	for _, c := range codes.Int64s() {
+		u.counts[c]++
+	}
+	flat := z.Reshape(-1, z.Size(-1))
+	n := min(flat.Size(0), 256)
+	idx := torch.Randperm(flat.Size(0), z.Device()).Narrow(0, 0, n)
+	r := flat.IndexSelect(0, idx).Detach().ToDevice(torch.CPU).Keep()
+	u.recent.Free()
+	u.recent = r
+}
+
+// restart moves unused codes onto random recent encoder outputs and
+// resets the counts; it returns how many moved.
+func (u *codeUsage) restart(c *Codec) int {
+	var dead []int64
+	for k, n := range u.counts {
+		if n == 0 {
+			dead = append(dead, int64(k))
+		}
+		u.counts[k] = 0
+	}
+	if len(dead) == 0 || u.recent == nil {
+		return 0
+	}
+	torch.Tidy(func() {
+		torch.NoGrad(func() {
+			src := torch.Randint(0, u.recent.Size(0), []int64{int64(len(dead))})
+			vals := u.recent.IndexSelect(0, src).Add(torch.RandnLike(u.recent.IndexSelect(0, src)).MulScalar(0.01))
+			idx := torch.FromSlice(dead, nil).ToDevice(c.Codebook.Device())
+			torch.CallOp("aten::index_put_", "", c.Codebook, []*torch.Tensor{idx}, vals.ToDevice(c.Codebook.Device()), false)
+		})
+	})
+	return len(dead)
+}
+
+// scoreCodec returns the codec's reconstruction error and codebook use on
+// a dataset of crops.
+func scoreCodec(c *Codec, ds data.Dataset[data.Sample], dev torch.Device) (Scores, error) {
+	training := c.Training()
+	nn.Train(c, false)
+	defer nn.Train(c, training)
+	var s Scores
+	var sum float64
+	used := map[int64]bool{}
+	collate := data.PadCollate(map[string]data.Pad{})
+	for start := 0; start < ds.Len(); start += 32 {
+		end := min(start+32, ds.Len())
+		err := torch.TidyErr(func() error {
+			b, err := collateItems(ds, collate, span(start, end))
+			if err != nil {
+				return err
+			}
+			mel := b.Fields["mel"].ToDevice(dev)
+			torch.NoGrad(func() {
+				l := c.Loss(mel)
+				sum += l.Recon.Item() * float64(end-start)
+				for _, k := range l.Codes.Int64s() {
+					used[k] = true
+				}
+			})
+			return nil
+		})
+		if err != nil {
+			return s, err
+		}
+	}
+	s.Recon = sum / float64(max(ds.Len(), 1))
+	s.Loss = s.Recon
+	s.CodesUse = len(used)
+	return s, nil
+}
+
+func span(a, b int) []int {
+	out := make([]int, 0, b-a)
+	for i := a; i < b; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// TrainGPT trains (or resumes) the GPT over the frozen codec's codes.
+func TrainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
+	torch.Main().Do(func() { res, err = trainGPT(ctx, cfg) })
+	return res, err
+}
+
+func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
+	if err := cfg.check(); err != nil {
+		return res, err
+	}
+	gcfg := cfg.GPT
+	var vocab *Vocab
+	var ccfg CodecConfig
+	var codecW map[string]*torch.Tensor
+	codecFile := cfg.Codec
+	if cfg.Resume != "" {
+		meta, _, free, err := readCheckpoint(cfg.Resume, "gpt")
+		if err != nil {
+			return res, err
+		}
+		free()
+		if vocab, err = NewVocab(meta.Vocab); err != nil {
+			return res, &CheckpointError{cfg.Resume, err}
+		}
+		gcfg, ccfg, codecFile = *meta.GPT, meta.Codec, meta.CodecFile
+	} else {
+		if err := needFile("codec", cfg.Codec); err != nil {
+			return res, err
+		}
+		meta, w, free, err := readCheckpoint(cfg.Codec, "codec")
+		if err != nil {
+			return res, err
+		}
+		defer free()
+		ccfg, codecW = meta.Codec, w
+		ph, err := readPhonemes(cfg.Data)
+		if err != nil {
+			return res, recipes.Usage(err)
+		}
+		utts, err := readManifestTexts(cfg.Data, "train")
+		if err != nil {
+			return res, err
+		}
+		var trainPh []string
+		for _, t := range utts {
+			trainPh = append(trainPh, ph[t])
+		}
+		vocab = BuildVocab(trainPh)
+		gcfg.Vocab, gcfg.Codes = int64(vocab.Size()), ccfg.Codes
+	}
+	gcfg.GradCheckpointing = cfg.GradCheckpointing
+	store, tr, va, err := openData(&cfg, vocab)
+	if err != nil {
+		return res, err
+	}
+	defer store.Close()
+	if cfg.Resume == "" {
+		var texts, codes int64
+		for i := range tr.Len() {
+			texts += int64(len(tr.Text[i])) + 1
+			codes += CodeLen(int64(tr.Items[i].Frames)) + 1
+		}
+		gcfg.TextRatio = float64(codes) / float64(texts)
+	}
+	torch.ManualSeed(cfg.Seed)
+	m, err := NewModel(ccfg, gcfg)
+	if err != nil {
+		return res, recipes.Usage(err)
+	}
+	defer nn.Free(m)
+	if codecW != nil {
+		if _, err := nn.LoadStateDict(m.Codec, codecW, true); err != nil {
+			return res, &CheckpointError{cfg.Codec, err}
+		}
+		nn.Freeze(m, "codec.")
+	}
+	m.Vocab = vocab
+	if cfg.Device != torch.CPU {
+		nn.To(m, cfg.Device, torch.Float32)
+	}
+	gptParams := nn.Parameters(m.GPT)
+	for _, p := range gptParams {
+		res.Params += p.T.Numel()
+	}
+	cfg.logf("GPT: %d wide (text embeddings %d), %d layers, %d heads, %d speaker latents, %d phonemes, %d codes; %s parameters (codec %s, frozen)",
+		gcfg.DecoderDim, gcfg.TextEncoderDim, gcfg.Layers, gcfg.Heads, gcfg.CondLatents, gcfg.Vocab, gcfg.Codes,
+		commas(res.Params), commas(nn.NumParams(m.Codec)))
+	precision, err := train.ParsePrecision(cfg.Precision, cfg.Device)
+	if err != nil {
+		return res, err
+	}
+	res.Precision = precision
+	opt, sched, total := schedule(&cfg, gptParams, tr.Len())
+	defer opt.Free()
+	defer sched.Free()
+	tcfg := train.Config{MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
+		Count: CountCodes, ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery,
+		Events: cfg.Events, MaxNonFinite: cfg.MaxNonFinite}
+	t, err := train.New(m, opt, m.Loss, tcfg)
+	if err != nil {
+		return res, err
+	}
+	t.Sched = sched
+	cfg.logf("precision %s; %d optimizer steps, effective batch %d (micro-batch %d × %d)%s", precision, total, cfg.EffectiveBatch(),
+		cfg.BatchSize, cfg.GradAccum, map[bool]string{true: "; gradient checkpointing per block", false: ""}[gcfg.GradCheckpointing])
+	collate := Collate(gcfg)
+	trainSet := tr.Dataset()
+	if cfg.DryRun {
+		if err := autoBatch(&cfg, m, t, opt, tr, collate, &res); err != nil {
+			return res, err
+		}
+		return res, nil
+	}
+	validSet := va.Dataset()
+	evaluate := func() (Scores, error) { return scoreGPT(m, validSet, collate, cfg.Device) }
+	start := func() error {
+		if cfg.AutoBatch && cfg.Resume == "" {
+			if err := autoBatch(&cfg, m, t, opt, tr, collate, &res); err != nil {
+				return err
+			}
+		}
+		if cfg.Resume == "" {
+			s, err := evaluate()
+			if err != nil {
+				return err
+			}
+			res.Start = s
+			cfg.logf("validation before training: code CE %.3f, text CE %.3f, code accuracy %.3f", s.CodeCE, s.TextCE, s.CodeAcc)
+		}
+		torch.ResetPeakMemory(cfg.Device)
+		return nil
+	}
+	meta := metaDict(modelMeta{Kind: "gpt", Codec: ccfg, GPT: &gcfg, Vocab: vocab.Tokens, Mean: store.Index.Mean, Std: store.Index.Std,
+		Data: cfg.Data, CodecFile: codecFile})
+	return fitRun(ctx, &cfg, t, tr, trainSet, collate, meta, start, evaluate, &res)
+}
+
+func readManifestTexts(dir, split string) ([]string, error) {
+	utts, err := asr.ReadManifest(filepath.Join(dir, split+".jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	texts := make([]string, len(utts))
+	for i, u := range utts {
+		texts[i] = u.Text
+	}
+	return texts, nil
+}
+
+// scoreGPT returns the validation cross-entropies (teacher forcing) and
+// code accuracy.
+func scoreGPT(m *Model, ds data.Dataset[data.Sample], collate func([]data.Sample) (*data.Batch, error), dev torch.Device) (Scores, error) {
+	training := m.Training()
+	nn.Train(m, false)
+	defer nn.Train(m, training)
+	var textSum, codeSum, texts, codes, correct, loss float64
+	for start := 0; start < ds.Len(); start += 16 {
+		end := min(start+16, ds.Len())
+		err := torch.TidyErr(func() error {
+			b, err := collateItems(ds, collate, span(start, end))
+			if err != nil {
+				return err
+			}
+			mb := b.Slice(0, b.Size(), dev)
+			torch.NoGrad(func() {
+				l := m.Losses(mb)
+				textSum += l.TextSum.Item()
+				codeSum += l.CodeSum.Item()
+				texts += l.Texts.Item()
+				c := l.Codes.Item()
+				codes += c
+				correct += l.Correct.Item()
+				loss += l.Total.Item() * c
+			})
+			return nil
+		})
+		if err != nil {
+			return Scores{}, err
+		}
+	}
+	if codes == 0 {
+		return Scores{}, fmt.Errorf("tts: empty validation split")
+	}
+	return Scores{Loss: loss / codes, CodeCE: codeSum / codes, TextCE: textSum / math.Max(texts, 1), CodeAcc: correct / codes}, nil
+}
+
+// autoBatch finds the micro-batch for the run (--auto-batch): with a
+// memory budget (--memory-limit or --memory-fraction), the core's planner
+// measures dry runs of this model on the longest utterances and picks the
+// micro-batch and checkpointing for the budget; without one, the largest
+// micro-batch that fits the device is searched. Either way the effective
+// batch is kept.
+func autoBatch(cfg *TrainConfig, m *Model, t *train.Trainer, opt nn.Optimizer, tr *Corpus, collate func([]data.Sample) (*data.Batch, error), res *Result) error {
+	effective := cfg.EffectiveBatch()
+	order := tr.longest()
+	ds := tr.Dataset()
+	worst := func(n int) (*data.Batch, error) { return collateItems(ds, collate, order[:min(n, len(order))]) }
+	st := torch.MustMemoryStats(cfg.Device)
+	budget := st.Limit
+	if budget == 0 && cfg.MemoryFraction > 0 && st.DeviceTotal > 0 {
+		budget = int64(cfg.MemoryFraction * float64(st.DeviceTotal))
+	}
+	if budget > 0 {
+		batches := map[int]*data.Batch{}
+		defer func() {
+			for _, b := range batches {
+				b.Free()
+			}
+		}()
+		ckpt := []bool{false, true}
+		if cfg.GradCheckpointing {
+			ckpt = []bool{true}
+		}
+		precision := t.Config().Precision
+		var b strings.Builder
+		plan, err := memplan.Plan(memplan.PlanOptions{Budget: budget, EffectiveBatch: effective, Checkpointing: ckpt, Precisions: []amp.Precision{precision},
+			Report: func(r memplan.Row) {
+				cfg.logf("plan: %v: need %s%s", r.Candidate, torch.FormatBytes(r.Need()), map[bool]string{true: "", false: " (does not fit)"}[r.Fits])
+			}},
+			func(c memplan.Candidate) (memplan.Measurement, error) {
+				mb, ok := batches[c.MicroBatch]
+				if !ok {
+					var err error
+					if mb, err = worst(c.MicroBatch); err != nil {
+						return memplan.Measurement{}, err
+					}
+					batches[c.MicroBatch] = mb
+				}
+				m.GPT.Cfg.GradCheckpointing = c.Checkpointing
+				defer func() { m.GPT.Cfg.GradCheckpointing = cfg.GradCheckpointing }()
+				eng := t.Engine()
+				return memplan.DryRun{Device: cfg.Device, Model: m, Optimizers: []nn.Optimizer{opt}}.Run(c.Accum,
+					func() error {
+						return torch.TidyErr(func() error {
+							mbd := mb.Slice(0, mb.Size(), cfg.Device)
+							var loss *torch.Tensor
+							eng.Autocast(func() { loss = m.Loss(mbd) })
+							loss.Backward()
+							return nil
+						})
+					},
+					func() error { opt.Step(); opt.ZeroGrad(); return nil })
+			})
+		if err != nil {
+			return err
+		}
+		plan.Table(&b)
+		cfg.logf("memory plan for a budget of %s:\n%s", torch.FormatBytes(budget), b.String())
+		res.Planned = &plan
+		micro := plan.Plan.MicroBatch
+		t.SetMicroBatch(micro)
+		m.GPT.Cfg.GradCheckpointing = plan.Plan.Checkpointing
+		cfg.GradCheckpointing = plan.Plan.Checkpointing
+		cfg.logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d; gradient checkpointing %v",
+			micro, plan.Plan.Accum, effective, plan.Plan.Checkpointing)
+		return nil
+	}
+	found, err := t.FindBatchSize(effective, worst)
+	var b strings.Builder
+	found.Table(&b)
+	cfg.logf("batch-size search on the longest utterances:\n%s", b.String())
+	if err != nil {
+		return err
+	}
+	res.Found = &found
+	micro := min(found.MicroBatch, effective)
+	t.SetMicroBatch(micro)
+	cfg.logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d", micro, (effective+micro-1)/micro, effective)
+	return nil
+}
+
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -1,0 +1,247 @@
+package tts
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/report"
+	"github.com/torchfit/torchfit/torch"
+)
+
+// gptConfig trains the tiny GPT over the fixture's corpus and codec.
+func gptConfig(t *testing.T, out string) TrainConfig {
+	dir, codec := tinyCorpus(t)
+	m, err := report.OpenMetrics(filepath.Join(out, "metrics.jsonl"))
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return TrainConfig{
+		Common: recipes.Common{Data: dir, BatchSize: 4, GradAccum: 2, Precision: "no", Device: torch.CPU, Epochs: 100, MaxSteps: 12,
+			LR: 3e-3, Warmup: 2, ClipNorm: 1, CheckpointDir: filepath.Join(out, "ck"), Seed: 3, MaxNonFinite: 5, BucketMB: 25},
+		Codec: codec, GPT: tinyGPTConfig(0), ValidLimit: 8, Events: m.Sink,
+	}
+}
+
+type stepLine struct {
+	Step       int            `json:"step"`
+	Eval       map[string]any `json:"eval"`
+	MicroBatch int            `json:"micro_batch"`
+	Samples    int            `json:"samples"`
+}
+
+func readSteps(t *testing.T, path string) []stepLine {
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var out []stepLine
+	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var s stepLine
+		require.NoError(t, json.Unmarshal([]byte(l), &s))
+		if s.Step > 0 && s.Eval == nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestTrainGPTLearnsAndSpeaks: a few steps lower the validation code
+// cross-entropy; the checkpoint speaks a sentence in a training voice,
+// writing a 16 kHz WAV.
+func TestTrainGPTLearnsAndSpeaks(t *testing.T) {
+	out := t.TempDir()
+	cfg := gptConfig(t, out)
+	res, err := TrainGPT(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Logf("code CE %.3f → %.3f, text CE %.3f → %.3f after %d steps", res.Start.CodeCE, res.Valid.CodeCE, res.Start.TextCE, res.Valid.TextCE, res.Steps)
+	require.Equal(t, 12, res.Steps)
+	require.Less(t, res.Valid.CodeCE, res.Start.CodeCE-0.1)
+	require.FileExists(t, res.Checkpoint)
+	for _, s := range readSteps(t, filepath.Join(out, "metrics.jsonl")) {
+		require.Equal(t, 8, s.Samples)
+	}
+
+	items := readManifest(t, cfg.Data, "train")
+	wav := filepath.Join(out, "say.wav")
+	sr, err := Say(context.Background(), SayConfig{Checkpoint: res.Checkpoint, Text: items[0].Text, Speaker: filepath.Join(cfg.Data, items[0].Path),
+		Out: wav, Device: torch.CPU, Sample: SampleOptions{Temperature: 0.7, TopK: 10, TopP: 1, Seed: 1, MaxCodes: 30}, GLIters: 2})
+	require.NoError(t, err)
+	require.NotEmpty(t, sr.Phonemes)
+	require.Positive(t, sr.Codes+btoi(sr.Stopped))
+	x, err := ReadReference(wav)
+	if sr.Seconds >= MinReference {
+		require.NoError(t, err)
+		require.InDelta(t, sr.Seconds, float64(len(x))/SampleRate, 1e-9)
+	}
+
+	// A codec checkpoint is not a model that speaks.
+	_, err = Say(context.Background(), SayConfig{Checkpoint: cfg.Codec, Text: "नाचता", Speaker: filepath.Join(cfg.Data, items[0].Path),
+		Out: wav, Device: torch.CPU, Sample: DefaultSampleOptions(), GLIters: 2})
+	require.True(t, recipes.IsUserError(err), "%v", err)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+type manifestItem struct{ Path, Text string }
+
+func readManifest(t *testing.T, dir, split string) []manifestItem {
+	raw, err := os.ReadFile(filepath.Join(dir, split+".jsonl"))
+	require.NoError(t, err)
+	var out []manifestItem
+	for _, l := range bytes.Split(bytes.TrimSpace(raw), []byte("\n")) {
+		var it manifestItem
+		require.NoError(t, json.Unmarshal(l, &it))
+		out = append(out, it)
+	}
+	return out
+}
+
+// TestTrainUnderMemoryCapHalvesMicroBatch is the seed's "automatic
+// recovery from memory issues": under a cap a quarter of the way down
+// from micro-batch 4's peak to micro-batch 1's, the run runs out of
+// memory, halves the micro-batch and keeps the effective batch of 8 on
+// every step. (Lower caps fail in the validation at the end, whose
+// batches the core does not split.)
+func TestTrainUnderMemoryCapHalvesMicroBatch(t *testing.T) {
+	peak := func(batch, accum int) int64 {
+		cfg := gptConfig(t, t.TempDir())
+		cfg.BatchSize, cfg.GradAccum, cfg.MaxSteps, cfg.CheckpointDir = batch, accum, 2, ""
+		res, err := TrainGPT(context.Background(), cfg)
+		require.NoError(t, err)
+		return res.PeakMemory
+	}
+	p4, p1 := peak(4, 2), peak(1, 8)
+	t.Logf("peak memory: micro-batch 4 %s, micro-batch 1 %s", torch.FormatBytes(p4), torch.FormatBytes(p1))
+	require.Less(t, p1, p4)
+	out := t.TempDir()
+	cfg := gptConfig(t, out)
+	cfg.MaxSteps, cfg.CheckpointDir = 4, ""
+	require.NoError(t, torch.SetMemoryLimit(torch.CPU, p4-(p4-p1)/4))
+	defer torch.SetMemoryLimit(torch.CPU, 0)
+	var log []string
+	cfg.Events = report.Tee(cfg.Events, report.Lines(&log))
+	res, err := TrainGPT(context.Background(), cfg)
+	require.NoError(t, err, strings.Join(log, "\n"))
+	require.Positive(t, res.OOMEvents, "the cap forced out-of-memory adaptation")
+	require.Less(t, res.MicroBatch, 4)
+	require.Equal(t, 8, res.MicroBatch*res.Accum)
+	steps := readSteps(t, filepath.Join(out, "metrics.jsonl"))
+	require.Len(t, steps, 4)
+	for _, s := range steps {
+		require.Equal(t, 8, s.Samples, "every step still sees the effective batch of 8")
+	}
+
+	// --auto-batch (the seed's find_optimal_batch_size) under the same cap:
+	// the plan, measured on the longest utterances, keeps the effective
+	// batch and trains without running out of memory.
+	cfg = gptConfig(t, t.TempDir())
+	cfg.MaxSteps, cfg.CheckpointDir, cfg.AutoBatch = 4, "", true
+	log = nil
+	cfg.Events = report.Tee(cfg.Events, report.Lines(&log))
+	res, err = TrainGPT(context.Background(), cfg)
+	require.NoError(t, err, strings.Join(log, "\n"))
+	require.NotNil(t, res.Planned)
+	t.Logf("auto batch under %s: micro-batch %d × %d, checkpointing %v", torch.FormatBytes(p4-(p4-p1)/4),
+		res.Planned.Plan.MicroBatch, res.Planned.Plan.Accum, res.Planned.Plan.Checkpointing)
+	require.Equal(t, 8, res.Planned.Plan.MicroBatch*res.Planned.Plan.Accum)
+	require.Less(t, res.Planned.Plan.MicroBatch, 4, "micro-batch 4 does not fit the cap")
+	require.Zero(t, res.OOMEvents, "the plan fits: %s", strings.Join(log, "\n"))
+}
+
+// TestMemoryTest: each size trains for the duration and is measured; a
+// size over the cap is marked OOM and is not a failure; a batch larger
+// than the corpus is a failure, not an endless wait.
+func TestMemoryTest(t *testing.T) {
+	cfg := gptConfig(t, t.TempDir())
+	cfg.GradAccum = 1
+	res, err := RunMemoryTest(context.Background(), cfg, []int{1, 2}, 300*time.Millisecond)
+	require.NoError(t, err)
+	require.NoError(t, res.Failed())
+	require.Len(t, res.Rows, 2)
+	for _, r := range res.Rows {
+		require.False(t, r.OOM)
+		require.Positive(t, r.Steps)
+		require.Positive(t, r.SamplesPerSec)
+	}
+
+	// One step per size (the same first batch each time) for peaks that
+	// do not depend on how many batches the machine's speed allowed.
+	res, err = RunMemoryTest(context.Background(), cfg, []int{1, 4}, time.Nanosecond)
+	require.NoError(t, err)
+	p1, p4 := res.Rows[0].PeakAllocated, res.Rows[1].PeakAllocated
+	require.Less(t, p1, p4)
+	require.NoError(t, torch.SetMemoryLimit(torch.CPU, (p1+p4)/2))
+	defer torch.SetMemoryLimit(torch.CPU, 0)
+	res, err = RunMemoryTest(context.Background(), cfg, []int{1, 4}, time.Nanosecond)
+	require.NoError(t, err)
+	var b bytes.Buffer
+	res.Table(&b)
+	t.Log("\n" + b.String())
+	require.NoError(t, res.Failed(), "running out of memory is a finding, not a failure")
+	require.False(t, res.Rows[0].OOM, b.String())
+	require.True(t, res.Rows[1].OOM, b.String())
+	require.Regexp(t, `(?m)^\s+4\s.*yes$`, b.String())
+	torch.SetMemoryLimit(torch.CPU, 0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err = RunMemoryTest(ctx, cfg, []int{64}, time.Nanosecond)
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 10*time.Second, "no wait for a batch that never comes")
+	require.ErrorContains(t, res.Failed(), "batch size 64")
+	var ce *recipes.ConfigError
+	require.ErrorAs(t, res.Failed(), &ce)
+	require.False(t, res.Rows[0].OOM)
+}
+
+// TestBadInputs: the inputs a user gets wrong are user errors of their
+// own types.
+func TestBadInputs(t *testing.T) {
+	dir := t.TempDir()
+	notAudio := filepath.Join(dir, "a.wav")
+	require.NoError(t, os.WriteFile(notAudio, []byte("not audio"), 0o644))
+	short := filepath.Join(dir, "short.wav")
+	require.NoError(t, WriteWAV(short, make([]float32, SampleRate/10)))
+	long := filepath.Join(dir, "long.wav")
+	require.NoError(t, WriteWAV(long, chirp()))
+	for _, c := range []struct {
+		name, path string
+		ok         bool
+	}{
+		{"not audio", notAudio, false},
+		{"0.1 s", short, false},
+		{"missing", filepath.Join(dir, "none.wav"), false},
+		{"0.5 s", long, true},
+	} {
+		x, err := ReadReference(c.path)
+		if c.ok {
+			require.NoError(t, err, c.name)
+			require.Len(t, x, SampleRate/2)
+			continue
+		}
+		var re *ReferenceError
+		require.ErrorAs(t, err, &re, c.name)
+		require.True(t, recipes.IsUserError(err), c.name)
+	}
+	for _, s := range []string{"", " ", "\n\t"} {
+		err := CheckText(s)
+		require.ErrorIs(t, err, ErrEmptyText)
+		require.True(t, recipes.IsUserError(err))
+	}
+	require.NoError(t, CheckText("नाचता"))
+	// Punctuation alone is text espeak-ng reads as nothing.
+	_, err := Phonemes(context.Background(), "espeak-ng", "।")
+	require.ErrorIs(t, err, ErrEmptyText)
+}
