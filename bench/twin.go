@@ -267,3 +267,24 @@ func (s *SingleModel) Free() {
 		}
 	}
 }
+
+// A Precisioner is a Twin whose recipe trains in some precisions only:
+// bench-recipes skips the others, saying so.
+type Precisioner interface {
+	Precisions() []amp.Precision
+}
+
+// Supports reports whether tw is measured at precision p (every
+// precision unless tw is a Precisioner).
+func Supports(tw Twin, p amp.Precision) bool {
+	pr, ok := tw.(Precisioner)
+	if !ok {
+		return true
+	}
+	for _, q := range pr.Precisions() {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}

@@ -95,7 +95,8 @@ func TestASRShapeSweep(t *testing.T) {
 // autocast, and both sides are timed: CLIP's grad-cache step (clip/cpu)
 // and naive accumulation (clip/cpu-naive) over 8 micro-batches of 2;
 // ganvit's ViT classifier and its GAN iteration (both networks' losses and
-// gradients) on 2 spectrograms.
+// gradients) on 2 spectrograms; the TTS GPT (fp32 only: Supports) on 2
+// utterances.
 func TestRecipeTwinsMatch(t *testing.T) {
 	root, err := RepoRoot()
 	require.NoError(t, err)
@@ -105,11 +106,16 @@ func TestRecipeTwinsMatch(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		grads int // parameters with gradients, at least
-	}{{"clip/cpu", 110}, {"clip/cpu-naive", 110}, {"ganvit/vit-cpu", 70}, {"ganvit/gan-cpu", 20}} {
+	}{{"clip/cpu", 110}, {"clip/cpu-naive", 110}, {"ganvit/vit-cpu", 70}, {"ganvit/gan-cpu", 20}, {"tts/cpu", 30}} {
 		for _, prec := range []amp.Precision{amp.FP32, amp.BF16} {
 			t.Run(tc.name+"/"+string(prec), func(t *testing.T) {
 				tw, err := Lookup(tc.name)
 				require.NoError(t, err)
+				if !Supports(tw, prec) {
+					_, err := tw.Build(Config{Threads: 1, Precision: prec, Batch: 2, Seed: 3})
+					require.Error(t, err, "a precision the twin does not support is refused")
+					return
+				}
 				res, err := Measure(py, tw, Config{Threads: 1, Precision: prec, Batch: 2, Seed: 3},
 					Options{Reps: 1, Steps: 1, Warmup: 1, NoPeak: prec == amp.BF16, Logf: t.Logf}, t.TempDir())
 				require.NoError(t, err)
