@@ -35,6 +35,9 @@
 //     not one model and one optimizer (a GAN) define step() and check()
 //     and their Go Instance implements Step and Check itself.
 //
+// A twin whose recipe trains in some precisions only implements
+// Precisioner; bench-recipes skips the others with a line (Supports).
+//
 // scripts/twins/run.py is the Python server the driver talks to; its doc
 // says how Python's peak memory is measured (profiler memory events, the
 // same quantity as torchfit's counting allocator reports).
