@@ -2,6 +2,7 @@ package recipes
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -83,4 +84,20 @@ func (r *Run) Rank() int {
 		return 0
 	}
 	return r.Group.Rank()
+}
+
+// OneProcess refuses data parallelism for a recipe that trains in one
+// process (why says why): under a launcher, or given
+// --allreduce-after-backward, it returns a user error, so ranks never
+// train independent copies into one checkpoint directory. (--zero without
+// a launcher is refused by Prepare.)
+func (r *Run) OneProcess(recipe, why string) error {
+	msg := fmt.Sprintf("the %s recipe trains in one process, not data parallel: %s", recipe, why)
+	switch {
+	case r.Group != nil:
+		return Usagef("%s; run `torchfit %s` without torchfit launch or torchrun", msg, recipe)
+	case r.AllReduceAfterBackward:
+		return &ConfigError{Field: "allreduce-after-backward", Value: true, Reason: msg}
+	}
+	return nil
 }

@@ -2,6 +2,8 @@ package recipes
 
 import (
 	"bytes"
+	"net"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -41,6 +43,49 @@ func TestPrepareHoldsItsLinesUntilTheRecipeWrites(t *testing.T) {
 				return
 			}
 			require.Contains(t, out.String(), tc.want)
+		})
+	}
+}
+
+// A recipe that trains in one process refuses a launcher's group and the
+// data-parallel flags with a user error (exit 2).
+func TestOneProcessRefusesDataParallel(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	for _, tc := range []struct {
+		name   string
+		env    map[string]string
+		args   []string
+		refuse bool
+	}{
+		{"one process", nil, nil, false},
+		{"all-reduce flag", nil, []string{"--allreduce-after-backward"}, true},
+		{"under a launcher", map[string]string{"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": strconv.Itoa(port)}, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var got error
+			cmd := &cli.Command{Name: "train", Flags: Flags(Defaults{BatchSize: 4, GradAccum: 1, Epochs: 1, LR: 1e-3}),
+				Action: func(c *cli.Context) error {
+					r, err := Prepare(c, nil)
+					require.NoError(t, err)
+					defer r.Close()
+					require.Equal(t, tc.env != nil, r.Group != nil)
+					got = r.OneProcess("x", "it does not all-reduce")
+					return nil
+				}}
+			app := &cli.App{Commands: []*cli.Command{cmd}, ExitErrHandler: func(*cli.Context, error) {}}
+			require.NoError(t, app.Run(append([]string{"x", "train"}, tc.args...)))
+			if !tc.refuse {
+				require.NoError(t, got)
+				return
+			}
+			require.Error(t, got)
+			require.True(t, IsUserError(got), "%v", got)
 		})
 	}
 }

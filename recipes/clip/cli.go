@@ -129,14 +129,8 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfi
 	}
 	// Data parallel: the exact loss would need every rank's embeddings
 	// (an all-gather the recipe does not do), so it runs in one process.
-	const oneProcess = "the clip recipe trains in one process, not data parallel: its exact contrastive loss would need every rank's embeddings, which it does not gather"
-	switch {
-	case run.Group != nil:
-		return cfg, recipes.Usagef("%s; run `torchfit clip train` without torchfit launch or torchrun", oneProcess)
-	case cm.ZeRO:
-		return cfg, &recipes.ConfigError{Field: "zero", Value: true, Reason: oneProcess}
-	case cm.AllReduceAfterBackward:
-		return cfg, &recipes.ConfigError{Field: "allreduce-after-backward", Value: true, Reason: oneProcess}
+	if err := run.OneProcess("clip", "its exact contrastive loss would need every rank's embeddings, which it does not gather"); err != nil {
+		return cfg, err
 	}
 	if cm.AutoBatch || cm.DryRun {
 		return cfg, &recipes.ConfigError{Field: "auto-batch", Value: true, Reason: "not offered by the clip recipe: pick the micro-batch with --vram or --batch-size (the effective batch's loss is exact at any micro-batch)"}

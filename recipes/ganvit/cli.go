@@ -257,6 +257,9 @@ func trainCommand() *cli.Command {
 				return err
 			}
 			defer run.Close()
+			if err := run.OneProcess("ganvit", "its GAN and ViT steps do not all-reduce gradients"); err != nil {
+				return err
+			}
 			cfg, err := TrainConfigFrom(c, run)
 			if err != nil {
 				return err
@@ -324,6 +327,9 @@ func testMemoryCommand() *cli.Command {
 			return err
 		}
 		defer run.Close()
+		if err := run.OneProcess("ganvit", "its GAN and ViT steps do not all-reduce gradients"); err != nil {
+			return err
+		}
 		cfg, err := TrainConfigFrom(c, run)
 		if err != nil {
 			return err

@@ -103,6 +103,9 @@ func trainCodecCommand() *cli.Command {
 				return err
 			}
 			defer run.Close()
+			if err := run.OneProcess("tts", "its codec and GPT steps do not all-reduce gradients"); err != nil {
+				return err
+			}
 			cfg, err := trainConfigFrom(c, run)
 			if err != nil {
 				return err
@@ -166,6 +169,9 @@ func trainCommand() *cli.Command {
 				return err
 			}
 			defer run.Close()
+			if err := run.OneProcess("tts", "its codec and GPT steps do not all-reduce gradients"); err != nil {
+				return err
+			}
 			cfg, err := trainConfigFrom(c, run)
 			if err != nil {
 				return err
@@ -356,6 +362,9 @@ func memoryTestCommand() *cli.Command {
 				return err
 			}
 			defer run.Close()
+			if err := run.OneProcess("tts", "its codec and GPT steps do not all-reduce gradients"); err != nil {
+				return err
+			}
 			cfg, err := trainConfigFrom(c, run)
 			if err != nil {
 				return err
