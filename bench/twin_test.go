@@ -126,3 +126,30 @@ func TestRecipeTwinsMatch(t *testing.T) {
 		}
 	}
 }
+
+// naiveSpec is the CLIP twin whose Python side is told to accumulate
+// naively while torchfit runs grad cache: the check must catch it.
+type naiveSpec struct{ Twin }
+
+func (n naiveSpec) Build(cfg Config) (Instance, error) {
+	inst, err := n.Twin.Build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := inst.(*SingleModel)
+	s.Spec["mode"] = "naive"
+	return s, nil
+}
+
+func TestCLIPModeMismatchIsCaught(t *testing.T) {
+	root, err := RepoRoot()
+	require.NoError(t, err)
+	py, err := StartPython(root)
+	require.NoError(t, err)
+	defer py.Close()
+	tw, err := Lookup("clip/cpu")
+	require.NoError(t, err)
+	_, err = Measure(py, naiveSpec{tw}, Config{Threads: 1, Precision: amp.FP32, Batch: 2, Seed: 3},
+		Options{Reps: 1, Steps: 1, Warmup: 1}, t.TempDir())
+	require.ErrorIs(t, err, ErrMismatch)
+}
