@@ -18,7 +18,7 @@ TAGS ?=
 FUZZTIME ?= 20s
 BENCHTIME ?= 1s
 
-DEBIAN_PACKAGES := libtorch-dev libgloo-dev libopenblas0-openmp python3-torch python3-torchvision espeak-ng sox g++
+DEBIAN_PACKAGES := libtorch-dev libgloo-dev libopenblas0-openmp python3-torch python3-torchvision espeak-ng sox g++ bible-kjv
 
 ifneq ($(LIBTORCH),)
   TORCH_INCLUDE := $(LIBTORCH)/include
@@ -37,7 +37,7 @@ endif
 export CGO_CXXFLAGS CGO_LDFLAGS
 GOFLAGS_TAGS := $(if $(strip $(TAGS)),-tags "$(strip $(TAGS))",)
 
-.PHONY: deps check-libtorch build vet test test-short fuzz demo bench bench-ops bench-checkpoint quality-clip bench-recipes bench-ganvit quality-ganvit memory-ganvit clean
+.PHONY: deps check-libtorch build vet test test-short fuzz demo bench bench-ops bench-checkpoint quality-clip bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
 
 # deps installs what a fresh Debian bookworm machine lacks (idempotent).
 deps:
@@ -152,6 +152,15 @@ memory-ganvit: deps
 # GPT, tts eval. Long (tens of CPU minutes): never part of make test.
 quality-tts: deps
 	scripts/tts_intelligibility.sh
+
+# The selective scan: forward + backward of the four Go formulations
+# (scan.BenchmarkScan) next to Python's sequential loop and chunked
+# Hillis-Steele (scripts/bench_scan.py) on the same libtorch, B=2, D=256,
+# N=16, L = 256, 1024, 4096 (SCAN_BENCH_L overrides): CPU time, bytes held
+# for backward, peak.
+bench-scan: deps
+	$(GO) test $(GOFLAGS_TAGS) ./scan -run '^$$' -bench 'BenchmarkScan' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-scan-go.txt
+	TORCHFIT_BENCH_GO=/tmp/torchfit-bench-scan-go.txt $(PY) scripts/bench_scan.py --min-time $(PYTIME)
 
 bench: deps
 	$(GO) test $(GOFLAGS_TAGS) -run '^$$' -bench . -benchtime $(BENCHTIME) ./...

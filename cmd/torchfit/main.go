@@ -6,6 +6,7 @@
 //	torchfit asr data|train|eval|transcribe|memory-table
 //	torchfit clip data|pretrain|train|eval|measure
 //	torchfit ganvit data|train|eval|test-memory|memory-table
+//	torchfit mamba data|train|eval|generate|estimate
 //	torchfit memory                    the memory counter against a known allocation pattern
 //	torchfit tts data|train-codec|train|say|eval|memory-test
 //	torchfit monitor [-- command]      GPU (NVML), host CPU and RSS: log, live line, summary
@@ -34,6 +35,7 @@ import (
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/recipes/clip"
 	"github.com/torchfit/torchfit/recipes/ganvit"
+	"github.com/torchfit/torchfit/recipes/mamba"
 	"github.com/torchfit/torchfit/recipes/tts"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -66,7 +68,7 @@ func newApp() *cli.App {
 }
 
 // registry lists the recipes: each is `torchfit NAME VERB`.
-var registry = []recipes.Recipe{asr.Recipe{}, clip.Recipe{}, ganvit.Recipe{}, tts.Recipe{}}
+var registry = []recipes.Recipe{asr.Recipe{}, clip.Recipe{}, ganvit.Recipe{}, tts.Recipe{}, mamba.Recipe{}}
 
 // notFound is set when the command line names no command.
 var notFound error

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The Mamba recipe's bad configs: the seed's config file with one thing
+// wrong is one line naming it and exit status 2, before any data is read
+// or anything written.
+func TestMambaBadConfigsExitTwo(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "recipes", "mamba", "testdata", "config_16gb_safe.json"))
+	require.NoError(t, err)
+	seed := string(raw)
+	dir := t.TempDir()
+	file := func(name, old, new string) string {
+		text := strings.Replace(seed, old, new, 1)
+		require.NotEqual(t, seed, text, "the seed's file has %q", old)
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
+		return p
+	}
+	nodata := filepath.Join(dir, "nodata")
+	ck := filepath.Join(dir, "ck")
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown key", []string{"--config", file("unknown.json", `"use_fp16": true,`, `"use_fp16": true, "use_fp32": true,`)},
+			`unknown setting "vram.use_fp32"`},
+		{"batch_size 0", []string{"--config", file("batch0.json", `"batch_size": 1,`, `"batch_size": 0,`)}, "batch-size 0: must be at least 1"},
+		{"vocab_size not the tokenizer's", []string{"--config", file("vocab.json", `"vocab_size": 50257`, `"vocab_size": 32000`)},
+			"vocab-size 32000: the GPT-2 tokenizer (r50k_base) has 50257 tokens"},
+		{"d_model 0", []string{"--config", file("dmodel.json", `"d_model": 512,`, `"d_model": 0,`)}, "d_model 0: must be at least 1"},
+		{"dropout 1", []string{"--config", file("dropout.json", `"dropout": 0.1,`, `"dropout": 1,`)}, "dropout 1: must be in [0, 1)"},
+		{"NaN learning rate", []string{"--config", file("lr.json", `"learning_rate": 0.0003,`, `"learning_rate": "NaN",`)},
+			"learning_rate: must be a finite number"},
+		{"beta2 1", []string{"--config", file("beta.json", `"adam_beta2": 0.95,`, `"adam_beta2": 1,`)}, "adam-beta2 1"},
+		{"sequence beyond the model's", []string{"--config", file("seq.json", `"max_seq_len": 256,
+    "vocab_size"`, `"max_seq_len": 128,
+    "vocab_size"`)}, "longer than the model's max_seq_len 128"},
+		{"unknown vram", []string{"--vram", "10gb"}, `unknown --vram "10gb"`},
+		{"unknown model size", []string{"--model_size", "huge"}, `unknown --model_size "huge"`},
+		{"unknown scan", []string{"--scan", "fast"}, `unknown scan "fast"`},
+		{"no corpus", []string{"--vram", "cpu"}, "torchfit mamba data"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"mamba", "train", "--data_dir", nodata, "--checkpoint-dir", ck, "--device", "cpu"}, c.args...)
+			code, out := runInProcess(args...)
+			require.Equal(t, 2, code, out)
+			requireOneLine(t, out, c.want)
+			require.NoDirExists(t, ck)
+		})
+	}
+	code, out := runInProcess("mamba", "estimate", "--config", filepath.Join(dir, "batch0.json"))
+	require.Equal(t, 2, code, out)
+	requireOneLine(t, out, "batch-size 0")
+	code, out = runInProcess("mamba", "eval", "--checkpoint", filepath.Join(dir, "none.pt"), "--data_dir", nodata)
+	require.Equal(t, 2, code, out)
+	requireOneLine(t, out, "no such file")
+	code, out = runInProcess("mamba", "generate", "--checkpoint", filepath.Join(dir, "unknown.json"), "--prompt", "x")
+	require.Equal(t, 2, code, out)
+	requireOneLine(t, out, "checkpoint")
+}

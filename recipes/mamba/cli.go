@@ -1,0 +1,455 @@
+package mamba
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/scan"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train"
+)
+
+// Recipe is the Mamba recipe on the command line: torchfit mamba
+// data|train|eval|generate|estimate.
+type Recipe struct{}
+
+// Name is the command's name.
+func (Recipe) Name() string { return "mamba" }
+
+// Usage says what it trains.
+func (Recipe) Usage() string {
+	return "Mamba language model (selective scan) on the King James Bible, GPT-2 tokens"
+}
+
+// Commands are the recipe's verbs.
+func (Recipe) Commands() []*cli.Command {
+	return []*cli.Command{dataCommand(), trainCommand(), evalCommand(), generateCommand(), estimateCommand()}
+}
+
+func dataCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "data",
+		Usage: "tokenise the King James Bible (Debian bible-kjv) or UTF-8 text files once into memory-mapped token files",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Value: "data/kjv", Usage: "data directory"},
+			&cli.StringSliceFlag{Name: "text", Usage: "UTF-8 text files to use instead of the Bible (comma-separated or repeated)"},
+			&cli.Float64Flag{Name: "valid-fraction", Value: 0.05, Usage: "held-out share, from the text's end"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "rebuild a corpus already in --out"},
+			&cli.IntFlag{Name: "workers", Usage: "tokeniser goroutines (0: all CPUs)"},
+		},
+		Action: func(c *cli.Context) error {
+			var files []string
+			for _, f := range c.StringSlice("text") {
+				for _, p := range strings.Split(f, ",") {
+					if p = strings.TrimSpace(p); p != "" {
+						files = append(files, p)
+					}
+				}
+			}
+			st, err := BuildData(c.Context, DataConfig{Out: c.String("out"), Text: files, ValidFraction: c.Float64("valid-fraction"),
+				Overwrite: c.Bool("overwrite"), Workers: c.Int("workers")})
+			if err != nil {
+				return err
+			}
+			m := st.Meta
+			fmt.Printf("corpus in %s: %s training tokens (%s characters), %s held out (%s characters), %s; unigram baseline %.3f nats/token; %s\n",
+				c.String("out"), commas(m.TrainTokens), commas(m.TrainChars), commas(m.ValidTokens), commas(m.ValidChars),
+				m.Tokenizer, m.Unigram, st.Elapsed.Round(time.Millisecond))
+			return nil
+		},
+	}
+}
+
+// Defaults are the seed's (its config_16gb_safe.json): micro-batch 1 ×
+// accumulation 16, learning rate 3e-4 with 2000 warmup steps, clipping at
+// 1.0, a checkpoint every 5000 steps.
+var Defaults = recipes.Defaults{
+	Data: "data/kjv", BatchSize: 1, GradAccum: 16, Precision: "no", Epochs: 1000, LR: 3e-4, Warmup: 2000, ClipNorm: 1.0,
+	CheckpointDir: "checkpoints/mamba", CheckpointEvery: 5000, Workers: 1, Prefetch: 2,
+}
+
+// Keys maps the seed's config-file keys to flags where the key's last part
+// alone would be ambiguous or differently named.
+var Keys = map[string]string{
+	"model.max_seq_len":               "model-max-seq-len",
+	"vram.max_seq_len":                "max-seq-len",
+	"vram.use_fp16":                   "use-fp16",
+	"vram.use_cpu_offload":            "cpu-offload",
+	"vram.use_gradient_checkpointing": "grad-checkpointing",
+	"training.save_interval":          "checkpoint-every",
+	"training.max_grad_norm":          "clip-norm",
+	"training.learning_rate":          "lr",
+	"training.warmup_steps":           "warmup",
+}
+
+func trainFlags() []cli.Flag {
+	return append(recipes.Flags(Defaults),
+		&cli.StringFlag{Name: "model-size", Aliases: []string{"model_size"}, Usage: "tiny, small, medium or large (default: --vram's, else small)"},
+		&cli.StringFlag{Name: "training-preset", Aliases: []string{"training_preset"}, Value: "default", Usage: "default (the seed's training section), fast (a few steps: does it fit?) or cpu (--vram cpu's: 300 steps at 3e-3)"},
+		&cli.Int64Flag{Name: "d-model", Usage: "model width (the model section's d_model)"},
+		&cli.IntFlag{Name: "n-layers", Usage: "Mamba blocks"},
+		&cli.Int64Flag{Name: "d-state", Usage: "the scan's state size"},
+		&cli.Int64Flag{Name: "expand-factor", Usage: "mixer width / d_model"},
+		&cli.Float64Flag{Name: "dropout", Usage: "dropout on each mixer's output"},
+		&cli.IntFlag{Name: "model-max-seq-len", Usage: "the longest sequence the model is meant for (the model section's max_seq_len)"},
+		&cli.Int64Flag{Name: "vocab-size", Value: VocabSize, Usage: "must be the tokenizer's, 50257"},
+		&cli.IntFlag{Name: "max-seq-len", Usage: "training sequence length (the vram section's max_seq_len)"},
+		&cli.BoolFlag{Name: "use-fp16", Usage: "mixed precision: fp16 on CUDA; on a CPU bf16 where it computes it natively, else float32 (says which)"},
+		&cli.BoolFlag{Name: "cpu-offload", Aliases: []string{"use_cpu_offload"}, Usage: "keep AdamW's state on the CPU (the seed's last resort)"},
+		&cli.Float64Flag{Name: "weight-decay", Usage: "AdamW weight decay (not on norms, biases, A_log, D, embeddings)"},
+		&cli.IntFlag{Name: "eval-interval", Usage: "steps between held-out evaluations (0: at the end only)"},
+		&cli.IntFlag{Name: "logging-steps", Usage: "steps between log lines"},
+		&cli.Float64Flag{Name: "adam-beta1"},
+		&cli.Float64Flag{Name: "adam-beta2"},
+		&cli.Float64Flag{Name: "adam-epsilon"},
+		&cli.Float64Flag{Name: "label-smoothing"},
+		&cli.StringFlag{Name: "scan", Value: "fused", Usage: "selective scan: " + strings.Join(scan.Names, ", ")},
+		&cli.IntFlag{Name: "scan-chunk", Value: scan.DefaultChunk, Usage: "time steps per chunk of the scan"},
+		&cli.IntFlag{Name: "eval-tokens", Value: 32768, Usage: "held-out tokens scored per evaluation (0: all)"},
+	)
+}
+
+// TrainConfigFrom resolves a train (or estimate) command's settings: the
+// defaults, then --model_size, --vram and --training_preset, then the
+// --config file and the command line (which override the presets).
+func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
+	cm := run.Common
+	vramName := cm.VRAM
+	if vramName == "" && cm.Config == "" {
+		vramName = "8gb" // the guide's most conservative settings
+	}
+	var vram VRAM
+	if vramName != "" {
+		v, err := VRAMPreset(vramName)
+		if err != nil {
+			return TrainConfig{}, &recipes.ConfigError{Field: "vram", Value: vramName, Err: err}
+		}
+		vram = v
+		recipes.ApplyPreset(c, &cm, recipes.Preset{BatchSize: v.BatchSize, GradAccum: v.GradAccum, Checkpointing: v.Checkpointing})
+	}
+	size := c.String("model-size")
+	if size == "" {
+		size = vram.ModelSize
+	}
+	if size == "" {
+		size = "small"
+	}
+	mcfg, err := ModelSize(size)
+	if err != nil {
+		return TrainConfig{}, &recipes.ConfigError{Field: "model-size", Value: size, Err: err}
+	}
+	tpName := c.String("training-preset")
+	if !c.IsSet("training-preset") && vram.Training != "" {
+		tpName = vram.Training
+	}
+	tp, err := TrainingPreset(tpName)
+	if err != nil {
+		return TrainConfig{}, &recipes.ConfigError{Field: "training-preset", Value: c.String("training-preset"), Err: err}
+	}
+	set := func(name string) bool { return c.IsSet(name) }
+	// --training_preset fast is the guide's "test your configuration":
+	// its schedule (steps, warmup, evaluation, saving, logging) wins over
+	// a config file's training section; the command line still wins.
+	schedule := func(name string) bool {
+		if !set(name) {
+			return false
+		}
+		_, fromFile := run.FromFile[name]
+		return !(fromFile && tp.MaxSteps > 0 && tp.MaxSteps < TrainingPresets["default"].MaxSteps)
+	}
+	sizeName := size
+	if set("d-model") {
+		mcfg.DModel, sizeName = c.Int64("d-model"), ""
+	}
+	if set("n-layers") {
+		mcfg.NLayers, sizeName = c.Int("n-layers"), ""
+	}
+	if set("d-state") {
+		mcfg.DState, sizeName = c.Int64("d-state"), ""
+	}
+	if set("expand-factor") {
+		mcfg.Expand, sizeName = c.Int64("expand-factor"), ""
+	}
+	if set("dropout") {
+		mcfg.Dropout = c.Float64("dropout")
+	}
+	if set("model-max-seq-len") {
+		mcfg.MaxSeqLen = c.Int("model-max-seq-len")
+	}
+	mcfg.VocabSize = c.Int64("vocab-size")
+	seq := vram.SeqLen
+	if seq == 0 {
+		seq = 256
+	}
+	if set("max-seq-len") {
+		seq = c.Int("max-seq-len")
+	}
+	precision := cm.Precision
+	fp16 := vram.FP16
+	if set("use-fp16") {
+		fp16 = c.Bool("use-fp16")
+	}
+	if fp16 && !set("mixed-precision") && !set("mixed_precision") {
+		precision = "auto"
+	}
+	offload := vram.CPUOffload
+	if set("cpu-offload") {
+		offload = c.Bool("cpu-offload")
+	}
+	if set("lr") {
+		tp.LR = cm.LR
+	}
+	if set("weight-decay") {
+		tp.WeightDecay = c.Float64("weight-decay")
+	}
+	if schedule("max-steps") {
+		tp.MaxSteps = cm.MaxSteps
+	}
+	if schedule("warmup") {
+		tp.WarmupSteps = cm.Warmup
+	}
+	if schedule("eval-interval") {
+		tp.EvalInterval = c.Int("eval-interval")
+	}
+	if schedule("checkpoint-every") {
+		tp.SaveInterval = cm.CheckpointEvery
+	}
+	if schedule("logging-steps") {
+		tp.LoggingSteps = c.Int("logging-steps")
+	}
+	if set("adam-beta1") {
+		tp.Beta1 = c.Float64("adam-beta1")
+	}
+	if set("adam-beta2") {
+		tp.Beta2 = c.Float64("adam-beta2")
+	}
+	if set("adam-epsilon") {
+		tp.Eps = c.Float64("adam-epsilon")
+	}
+	if set("clip-norm") {
+		tp.MaxGradNorm = cm.ClipNorm
+	}
+	if set("label-smoothing") {
+		tp.LabelSmoothing = c.Float64("label-smoothing")
+	}
+	cfg := TrainConfig{
+		Data: cm.Data, Model: mcfg, ModelSize: sizeName, SeqLen: seq, BatchSize: cm.BatchSize, GradAccum: cm.GradAccum,
+		Precision: precision, Checkpointing: cm.GradCheckpointing, CPUOffload: offload, Training: tp,
+		Scan: c.String("scan"), ScanChunk: c.Int("scan-chunk"), Device: cm.Device, Epochs: cm.Epochs,
+		EvalTokens: c.Int("eval-tokens"), CheckpointDir: cm.CheckpointDir, Overwrite: cm.Overwrite, Resume: cm.Resume,
+		Seed: cm.Seed, Workers: cm.Workers, MemoryEvery: cm.MemoryEvery, MaxNonFinite: cm.MaxNonFinite,
+		EmptyCacheEvery: cm.EmptyCacheEvery, Events: run.Events,
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, recipes.Reword(err, run.FromFile)
+	}
+	if vramName != "" {
+		run.Logf("--vram %s: micro-batch %d × accumulation %d, sequences of %d, use_fp16 %v, checkpointing %v",
+			vram.Name, cfg.BatchSize, cfg.GradAccum, cfg.SeqLen, fp16, cfg.Checkpointing)
+	}
+	return cfg, nil
+}
+
+func trainCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "train",
+		Usage: "train (or resume) a Mamba language model",
+		Flags: trainFlags(),
+		Action: func(c *cli.Context) error {
+			run, err := recipes.Prepare(c, Keys)
+			if err != nil {
+				return err
+			}
+			defer run.Close()
+			cfg, err := TrainConfigFrom(c, run)
+			if err != nil {
+				return err
+			}
+			if run.DryRun {
+				rows, err := Estimate(EstimateConfig{Presets: []EstimatePreset{presetOf("this run", cfg)}, Measure: true, Device: cfg.Device, Scan: cfg.Scan, ScanChunk: cfg.ScanChunk})
+				if err != nil {
+					return err
+				}
+				PrintEstimate(os.Stdout, rows, true)
+				return nil
+			}
+			res, err := Train(run.Ctx, cfg)
+			if cerr := run.Close(); err == nil {
+				err = cerr
+			}
+			if errors.Is(err, train.ErrNonFinite) {
+				return fmt.Errorf("%w; try a lower --learning_rate or --max_grad_norm", err)
+			}
+			var conflict *train.ConflictError
+			if errors.As(err, &conflict) {
+				return recipes.Usagef("%v: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite", err)
+			}
+			if err != nil {
+				return err
+			}
+			start := "resumed"
+			if res.Start.Loss > 0 {
+				start = fmt.Sprintf("start %.3f", res.Start.Loss)
+			}
+			fmt.Printf("trained %d steps (micro-batch %d × %d, %s); held-out loss %.4f nats/token (%s), %.3f bits/char, unigram %.3f; %.0f tokens/s; %.2f CPU minutes; peak memory %s; checkpoint %s\n",
+				res.Steps, res.MicroBatch, res.Accum, res.Precision.Precision, res.Eval.Loss, start, res.Eval.BitsPerChar, res.Eval.Unigram,
+				res.TokensPerS, res.CPUTime.Minutes(), torch.FormatBytes(res.PeakMemory), res.Checkpoint)
+			return nil
+		},
+	}
+}
+
+func evalCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "eval",
+		Usage: "held-out loss (nats/token), bits per character and perplexity of a checkpoint",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "checkpoint", Usage: "the checkpoint (required)"},
+			&cli.StringFlag{Name: "data", Aliases: []string{"data_dir"}, Value: Defaults.Data},
+			&cli.IntFlag{Name: "max-tokens", Usage: "score at most this many held-out tokens (0: all)"},
+			&cli.IntFlag{Name: "max-seq-len", Usage: "sequence length (0: the checkpoint's)"},
+			&cli.IntFlag{Name: "batch-size", Value: 8},
+			&cli.StringFlag{Name: "scan", Usage: "selective scan (default: the checkpoint's)"},
+			&cli.StringFlag{Name: "mixed-precision", Value: "no", Usage: "no, auto or bf16"},
+			&cli.StringFlag{Name: "device", Value: "auto"},
+		},
+		Action: func(c *cli.Context) error {
+			dev, p, err := deviceAndPrecision(c)
+			if err != nil {
+				return err
+			}
+			if c.String("checkpoint") == "" {
+				return recipes.Usagef("--checkpoint is required")
+			}
+			r, err := Evaluate(EvalConfig{Checkpoint: c.String("checkpoint"), Data: c.String("data"), SeqLen: c.Int("max-seq-len"),
+				Batch: c.Int("batch-size"), MaxTokens: c.Int("max-tokens"), Scan: c.String("scan"), Device: dev, Precision: p})
+			if err != nil {
+				return err
+			}
+			fmt.Printf("held-out (%s tokens): %.4f nats/token, %.3f bits/char, perplexity %.1f; unigram baseline %.3f nats/token\n",
+				commas(r.Tokens), r.Loss, r.BitsPerChar, r.Perplexity, r.Unigram)
+			return nil
+		},
+	}
+}
+
+func deviceAndPrecision(c *cli.Context) (torch.Device, amp.Precision, error) {
+	dev, err := torch.ParseDevice(c.String("device"))
+	if err != nil {
+		return dev, "", recipes.Usagef("--device: %v", err)
+	}
+	if dev.IsCUDA() && !torch.CUDAAvailable() {
+		return dev, "", recipes.Usagef("--device %s: CUDA is not available in this build or machine", c.String("device"))
+	}
+	p := amp.FP32
+	if c.IsSet("mixed-precision") {
+		ch, err := train.ParsePrecision(c.String("mixed-precision"), dev)
+		if err != nil {
+			return dev, "", recipes.Usagef("--mixed-precision: %v", err)
+		}
+		p = ch.Precision
+	}
+	return dev, p, nil
+}
+
+func generateCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "generate",
+		Usage: "continue a prompt, one token at a time from each layer's recurrent state",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "checkpoint", Usage: "the checkpoint (required)"},
+			&cli.StringFlag{Name: "prompt", Usage: "text to continue"},
+			&cli.IntFlag{Name: "max-new-tokens", Value: 100},
+			&cli.Float64Flag{Name: "temperature", Value: 0.8, Usage: "0: greedy"},
+			&cli.IntFlag{Name: "top-k", Value: 40, Usage: "sample among the k most likely tokens (0: all)"},
+			&cli.Uint64Flag{Name: "seed", Value: 1},
+			&cli.StringFlag{Name: "device", Value: "auto"},
+		},
+		Action: func(c *cli.Context) error {
+			dev, _, err := deviceAndPrecision(c)
+			if err != nil {
+				return err
+			}
+			if c.String("checkpoint") == "" {
+				return recipes.Usagef("--checkpoint is required")
+			}
+			if _, err := os.Stat(c.String("checkpoint")); err != nil {
+				return recipes.Usagef("--checkpoint: %v", err)
+			}
+			// The prompt is printed with the first new token: a checkpoint
+			// that does not load prints nothing but its error.
+			printed := false
+			stream := func(s string) {
+				if !printed {
+					fmt.Print(c.String("prompt"))
+					printed = true
+				}
+				fmt.Print(s)
+			}
+			res, err := Generate(GenerateConfig{Checkpoint: c.String("checkpoint"), Prompt: c.String("prompt"),
+				MaxNewTokens: c.Int("max-new-tokens"), Temperature: c.Float64("temperature"), TopK: c.Int("top-k"),
+				Seed: c.Uint64("seed"), Device: dev, Stream: stream})
+			if printed {
+				fmt.Println()
+			}
+			if err != nil {
+				return err
+			}
+			if !printed {
+				fmt.Println(c.String("prompt"))
+			}
+			fmt.Fprintf(os.Stderr, "%d prompt tokens in %v; %d new tokens, %.2f ms/token (first half %.2f, second half %.2f: the recurrent state, O(1) per token)\n",
+				res.PromptTokens, res.Prefill.Round(time.Millisecond), res.NewTokens, ms(res.PerToken), ms(res.FirstHalf), ms(res.SecondHalf))
+			return nil
+		},
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func estimateCommand() *cli.Command {
+	return &cli.Command{
+		Name: "estimate",
+		Usage: "memory of a training step (weights, gradients, optimizer state, activations): the formula per preset, " +
+			"and with --dry-run what the counting allocator measures on a dry step",
+		Flags: append(trainFlags(), &cli.BoolFlag{Name: "all", Usage: "every row of the guide's table (the default without --config, --vram or --model_size)"}),
+		Action: func(c *cli.Context) error {
+			run, err := recipes.Prepare(c, Keys)
+			if err != nil {
+				return err
+			}
+			defer run.Close()
+			var presets []EstimatePreset
+			if c.Bool("all") || (run.Config == "" && run.VRAM == "" && !c.IsSet("model-size")) {
+				presets = GuidePresets()
+			} else {
+				cfg, err := TrainConfigFrom(c, run)
+				if err != nil {
+					return err
+				}
+				name := "this configuration"
+				switch {
+				case run.Config != "":
+					name = run.Config
+				case run.VRAM != "":
+					name = "--vram " + run.VRAM
+				}
+				presets = []EstimatePreset{presetOf(name, cfg)}
+			}
+			rows, err := Estimate(EstimateConfig{Presets: presets, Measure: run.DryRun, Device: run.Device,
+				Scan: c.String("scan"), ScanChunk: c.Int("scan-chunk")})
+			if err != nil {
+				return err
+			}
+			PrintEstimate(os.Stdout, rows, run.DryRun)
+			return nil
+		},
+	}
+}

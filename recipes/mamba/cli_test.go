@@ -1,0 +1,188 @@
+package mamba
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v2"
+
+	"github.com/torchfit/torchfit/recipes"
+)
+
+// resolve parses a train command line with the real flags, config file
+// and presets, and returns the settings Train would get.
+func resolve(t *testing.T, line string) TrainConfig {
+	t.Helper()
+	cmd := trainCommand()
+	var got TrainConfig
+	cmd.Action = func(c *cli.Context) error {
+		run, err := recipes.Prepare(c, Keys)
+		if err != nil {
+			return err
+		}
+		defer run.Close()
+		got, err = TrainConfigFrom(c, run)
+		return err
+	}
+	recipes.Underscores([]*cli.Command{cmd})
+	app := &cli.App{Commands: []*cli.Command{cmd}, ExitErrHandler: func(*cli.Context, error) {}}
+	require.NoError(t, app.Run(append([]string{"torchfit", "train"}, strings.Fields(line)...)), line)
+	return got
+}
+
+// The Mamba guide's command lines and its two config files, verbatim,
+// with a data directory and a step cap added, resolve to what the guide
+// says they mean.
+func TestSeedCommandLinesResolve(t *testing.T) {
+	const extra = " --data_dir your_data --max_steps 3"
+	safe := filepath.Join("testdata", "config_16gb_safe.json")
+	balanced := filepath.Join("testdata", "config_balanced_16gb.json")
+	for _, tc := range []struct {
+		line          string
+		dModel        int64
+		layers        int
+		batch, accum  int
+		seq           int
+		precision     string
+		checkpointing bool
+		lr            float64
+		warmup        int
+		evalEvery     int
+	}{
+		{"--model_size small --vram 8gb", 512, 8, 1, 16, 256, "auto", true, 3e-4, 2000, 1000},
+		{"--model_size medium --vram 16gb", 768, 24, 2, 8, 512, "auto", true, 3e-4, 2000, 1000},
+		{"--model_size small --vram 12gb", 512, 8, 2, 8, 512, "auto", true, 3e-4, 2000, 1000},
+		{"--model_size medium --vram 24gb", 768, 24, 4, 4, 1024, "auto", false, 3e-4, 2000, 1000},
+		{"--config " + safe, 512, 8, 1, 16, 256, "auto", true, 3e-4, 2000, 1000},
+		{"--config " + balanced, 512, 8, 2, 8, 512, "auto", true, 3e-4, 2000, 1000},
+		{"--config " + safe + " --training_preset fast", 512, 8, 1, 16, 256, "auto", true, 3e-4, 5, 10}, // fast's schedule wins over the file's
+		{"--training_preset fast --vram 8gb --model_size small", 512, 8, 1, 16, 256, "auto", true, 3e-4, 5, 10},
+		{"--vram cpu", 128, 2, 8, 1, 128, "no", false, 3e-3, 30, 50}, // the CPU preset and its schedule
+		{"--vram cpu --training_preset default", 128, 2, 8, 1, 128, "no", false, 3e-4, 2000, 1000},
+	} {
+		cfg := resolve(t, tc.line+extra)
+		require.Equal(t, tc.dModel, cfg.Model.DModel, tc.line)
+		require.Equal(t, tc.layers, cfg.Model.NLayers, tc.line)
+		require.Equal(t, int64(16), cfg.Model.DState, tc.line)
+		require.Equal(t, int64(VocabSize), cfg.Model.VocabSize, tc.line)
+		require.Equal(t, tc.batch, cfg.BatchSize, tc.line)
+		require.Equal(t, tc.accum, cfg.GradAccum, tc.line)
+		require.Equal(t, tc.seq, cfg.SeqLen, tc.line)
+		require.Equal(t, tc.precision, cfg.Precision, tc.line)
+		require.Equal(t, tc.checkpointing, cfg.Checkpointing, tc.line)
+		require.Equal(t, tc.lr, cfg.Training.LR, tc.line)
+		require.Equal(t, tc.warmup, cfg.Training.WarmupSteps, tc.line)
+		require.Equal(t, tc.evalEvery, cfg.Training.EvalInterval, tc.line)
+		require.Equal(t, 3, cfg.Training.MaxSteps, "the step cap overrides the file: "+tc.line)
+		require.Equal(t, "your_data", cfg.Data, tc.line)
+		require.Equal(t, 0.9, cfg.Training.Beta1)
+		require.Equal(t, 0.95, cfg.Training.Beta2)
+		require.Equal(t, 0.1, cfg.Training.WeightDecay)
+		require.Equal(t, 1.0, cfg.Training.MaxGradNorm)
+		require.Equal(t, "fused", cfg.Scan)
+	}
+	// The file's own sections: dropout, the model's max_seq_len and the
+	// optimizer's epsilon.
+	cfg := resolve(t, "--config "+safe+extra)
+	require.Equal(t, 0.1, cfg.Model.Dropout)
+	require.Equal(t, 256, cfg.Model.MaxSeqLen)
+	require.Equal(t, 1e-8, cfg.Training.Eps)
+	require.Equal(t, 5000, cfg.Training.SaveInterval)
+	require.Equal(t, 10, cfg.Training.LoggingSteps)
+	require.False(t, cfg.CPUOffload)
+	// use_cpu_offload in a file, and flags overriding a file.
+	dir := t.TempDir()
+	raw, err := os.ReadFile(safe)
+	require.NoError(t, err)
+	off := filepath.Join(dir, "offload.json")
+	require.NoError(t, os.WriteFile(off, []byte(strings.Replace(string(raw), `"use_cpu_offload": false`, `"use_cpu_offload": true`, 1)), 0o644))
+	cfg = resolve(t, "--config "+off+" --batch_size 2 --scan chunked"+extra)
+	require.True(t, cfg.CPUOffload)
+	require.Equal(t, 2, cfg.BatchSize)
+	require.Equal(t, "chunked", cfg.Scan)
+}
+
+// cliRun runs `torchfit mamba ARGS...` in this process and returns what
+// it printed on stdout.
+func cliRun(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	app := &cli.App{Commands: []*cli.Command{recipes.Command(Recipe{})}, ExitErrHandler: func(*cli.Context, error) {}}
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	stdout := os.Stdout
+	os.Stdout = w
+	done := make(chan string)
+	go func() {
+		var b strings.Builder
+		buf := make([]byte, 4096)
+		for {
+			n, err := r.Read(buf)
+			b.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		done <- b.String()
+	}()
+	runErr := app.Run(append([]string{"torchfit", "mamba"}, args...))
+	os.Stdout = stdout
+	w.Close()
+	out := <-done
+	r.Close()
+	return out, runErr
+}
+
+// The five verbs from the command line: the Bible tokenised, a few steps
+// of the CPU preset (held-out loss falls), with the optimizer's state
+// offloaded too, evaluation and generation from the checkpoint, and the
+// estimate measured against a dry step.
+func TestCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "kjv")
+	out, err := cliRun(t, "data", "--out", data)
+	require.NoError(t, err)
+	require.Contains(t, out, "training tokens")
+	m, err := ReadMeta(data)
+	require.NoError(t, err)
+	require.Greater(t, m.TrainTokens, int64(900_000), "the whole Bible: about a million GPT-2 tokens")
+	require.InDelta(t, 0.05, float64(m.ValidChars)/float64(m.TrainChars+m.ValidChars), 0.005)
+	_, err = cliRun(t, "data", "--out", data)
+	require.True(t, recipes.IsUserError(err), "a second data run does not overwrite: %v", err)
+
+	ck := filepath.Join(dir, "ck")
+	out, err = cliRun(t, "train", "--vram", "cpu", "--data_dir", data, "--max_steps", "6", "--learning_rate", "3e-3",
+		"--warmup", "0", "--eval-tokens", "2048", "--checkpoint-dir", ck)
+	require.NoError(t, err)
+	require.Contains(t, out, "trained 6 steps")
+	ckpt := filepath.Join(ck, "checkpoint_step_000006.pt")
+	require.FileExists(t, ckpt)
+
+	r, err := Evaluate(EvalConfig{Checkpoint: ckpt, Data: data, MaxTokens: 2048, Batch: 8})
+	require.NoError(t, err)
+	require.Less(t, r.Loss, 10.0, "six steps at 3e-3 move the held-out loss from ln 50257 = 10.8")
+	out, err = cliRun(t, "eval", "--checkpoint", ckpt, "--data_dir", data, "--max-tokens", "2048")
+	require.NoError(t, err)
+	require.Contains(t, out, "nats/token")
+
+	out, err = cliRun(t, "generate", "--checkpoint", ckpt, "--prompt", "And God said", "--max-new-tokens", "8", "--temperature", "0")
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(out, "And God said"), out)
+	require.Greater(t, len(out), len("And God said"))
+
+	off := filepath.Join(dir, "off")
+	out, err = cliRun(t, "train", "--vram", "cpu", "--use_cpu_offload", "--data_dir", data, "--max_steps", "2",
+		"--eval-tokens", "1024", "--checkpoint-dir", off)
+	require.NoError(t, err)
+	require.Contains(t, out, "trained 2 steps")
+
+	out, err = cliRun(t, "estimate", "--vram", "cpu", "--dry-run")
+	require.NoError(t, err)
+	require.Contains(t, out, "measured total")
+	require.Contains(t, out, "--vram cpu")
+	out, err = cliRun(t, "estimate", "--config", filepath.Join("testdata", "config_16gb_safe.json"))
+	require.NoError(t, err)
+	require.Contains(t, out, "config_16gb_safe.json")
+}

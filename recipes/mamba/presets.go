@@ -1,0 +1,119 @@
+package mamba
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// The GPT-2 tokenizer's vocabulary: r50k_base, the seed's vocab_size.
+const (
+	TokenizerName = "r50k_base"
+	VocabSize     = 50257
+	EOT           = 50256 // <|endoftext|>
+)
+
+// ModelSizes are --model_size's models. small is the seed's config files'
+// model (d_model 512, 8 layers: ~155 MB of float32 weights, the guide's
+// "Small: ~200 MB"); medium and large have the shapes of state-spaces'
+// mamba-130m and mamba-370m (~0.5 and ~1.5 GB, the guide's "~600 MB" and
+// "~1.6 GB"); tiny is the CPU preset's.
+var ModelSizes = map[string]ModelConfig{
+	"tiny":   {DModel: 128, NLayers: 2, DState: 16, Expand: 2, Dropout: 0, MaxSeqLen: 2048, VocabSize: VocabSize},
+	"small":  {DModel: 512, NLayers: 8, DState: 16, Expand: 2, Dropout: 0.1, MaxSeqLen: 2048, VocabSize: VocabSize},
+	"medium": {DModel: 768, NLayers: 24, DState: 16, Expand: 2, Dropout: 0.1, MaxSeqLen: 2048, VocabSize: VocabSize},
+	"large":  {DModel: 1024, NLayers: 48, DState: 16, Expand: 2, Dropout: 0.1, MaxSeqLen: 2048, VocabSize: VocabSize},
+}
+
+// VRAM is one row of the guide's "Recommended Settings by GPU" (the
+// seed's vram section): the model size it suggests, micro-batch, sequence
+// length, accumulation, fp16 and gradient checkpointing.
+type VRAM struct {
+	Name          string
+	ModelSize     string
+	BatchSize     int
+	SeqLen        int
+	GradAccum     int
+	FP16          bool
+	Checkpointing bool
+	CPUOffload    bool
+	// Training names the training preset it implies ("": default).
+	Training string
+}
+
+// VRAMPresets are --vram's rows. 8gb is the guide's "Ultra-Safe" (1 × 256,
+// accumulation 16, fp16, checkpointing), 16gb its conservative change
+// (batch 2, seq 512, accumulation 8); 24gb+ turns checkpointing off (the
+// guide enables it "for 8-16GB"). cpu is the CPU preset: the tiny model,
+// 8 × 128, float32, and the cpu training preset.
+var VRAMPresets = map[string]VRAM{
+	"8gb":  {"8gb", "small", 1, 256, 16, true, true, false, ""},
+	"12gb": {"12gb", "small", 2, 512, 8, true, true, false, ""},
+	"16gb": {"16gb", "small", 2, 512, 8, true, true, false, ""},
+	"24gb": {"24gb", "medium", 4, 1024, 4, true, false, false, ""},
+	"cpu":  {"cpu", "tiny", 8, 128, 1, false, false, false, "cpu"},
+}
+
+// VRAMPreset looks a --vram value up ("24gb+" and "24GB" are 24gb).
+func VRAMPreset(name string) (VRAM, error) {
+	key := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(name)), "+")
+	if p, ok := VRAMPresets[key]; ok {
+		return p, nil
+	}
+	return VRAM{}, fmt.Errorf("unknown --vram %q (want %s)", name, strings.Join(sortedKeys(VRAMPresets), ", "))
+}
+
+// ModelSize looks a --model_size value up.
+func ModelSize(name string) (ModelConfig, error) {
+	if c, ok := ModelSizes[strings.ToLower(strings.TrimSpace(name))]; ok {
+		return c, nil
+	}
+	return ModelConfig{}, fmt.Errorf("unknown --model_size %q (want %s)", name, strings.Join(sortedKeys(ModelSizes), ", "))
+}
+
+// Training is the seed's "training" section.
+type Training struct {
+	LR             float64 `json:"learning_rate"`
+	WeightDecay    float64 `json:"weight_decay"`
+	MaxSteps       int     `json:"max_steps"`
+	WarmupSteps    int     `json:"warmup_steps"`
+	EvalInterval   int     `json:"eval_interval"`
+	SaveInterval   int     `json:"save_interval"`
+	LoggingSteps   int     `json:"logging_steps"`
+	Beta1          float64 `json:"adam_beta1"`
+	Beta2          float64 `json:"adam_beta2"`
+	Eps            float64 `json:"adam_epsilon"`
+	MaxGradNorm    float64 `json:"max_grad_norm"`
+	LabelSmoothing float64 `json:"label_smoothing"`
+}
+
+// TrainingPresets are --training_preset's: default is the seed's training
+// section; fast is its "test your configuration" run: a few steps that
+// show whether memory holds, with evaluation and a checkpoint.
+var TrainingPresets = map[string]Training{
+	"default": {LR: 3e-4, WeightDecay: 0.1, MaxSteps: 100000, WarmupSteps: 2000, EvalInterval: 1000, SaveInterval: 5000,
+		LoggingSteps: 10, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, MaxGradNorm: 1.0},
+	// cpu is --vram cpu's: the tiny model's schedule for a few CPU minutes
+	// (300 steps of 1,024 tokens, warm-up 30, cosine to 10 %).
+	"cpu": {LR: 3e-3, WeightDecay: 0.1, MaxSteps: 300, WarmupSteps: 30, EvalInterval: 50, SaveInterval: 300,
+		LoggingSteps: 50, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, MaxGradNorm: 1.0},
+	"fast": {LR: 3e-4, WeightDecay: 0.1, MaxSteps: 20, WarmupSteps: 5, EvalInterval: 10, SaveInterval: 20,
+		LoggingSteps: 1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, MaxGradNorm: 1.0},
+}
+
+// TrainingPreset looks a --training_preset value up.
+func TrainingPreset(name string) (Training, error) {
+	if t, ok := TrainingPresets[strings.ToLower(strings.TrimSpace(name))]; ok {
+		return t, nil
+	}
+	return Training{}, fmt.Errorf("unknown --training_preset %q (want %s)", name, strings.Join(sortedKeys(TrainingPresets), ", "))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,491 @@
+package mamba
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/scan"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/train"
+	"github.com/torchfit/torchfit/train/ckpt"
+)
+
+// TrainConfig is `torchfit mamba train`: the seed's three sections and
+// the run's settings.
+type TrainConfig struct {
+	Data  string
+	Model ModelConfig
+	// ModelSize names the model for the log ("" when a config file or
+	// flags gave it).
+	ModelSize string
+	// SeqLen is the training sequence length (the vram section's
+	// max_seq_len); at most Model.MaxSeqLen.
+	SeqLen        int
+	BatchSize     int // micro-batch
+	GradAccum     int
+	Precision     string // --mixed-precision (use_fp16: auto)
+	Checkpointing bool
+	CPUOffload    bool
+	Training      Training
+	Scan          string // fused, chunked, sequential, parallel
+	ScanChunk     int
+	Device        torch.Device
+	Epochs        int
+	// EvalTokens caps the held-out tokens scored per evaluation (0: all).
+	EvalTokens      int
+	CheckpointDir   string
+	Overwrite       bool
+	Resume          string
+	Seed            uint64
+	Workers         int
+	MemoryEvery     int
+	MaxNonFinite    int
+	EmptyCacheEvery int
+	Events          train.Sink
+}
+
+// Validate checks the settings a user gives.
+func (c TrainConfig) Validate() error {
+	if err := c.Model.withDefaults().Validate(); err != nil {
+		return &recipes.ConfigError{Field: "model", Value: "", Err: err}
+	}
+	if c.Model.VocabSize != VocabSize {
+		return &recipes.ConfigError{Field: "vocab-size", Value: c.Model.VocabSize,
+			Reason: fmt.Sprintf("the GPT-2 tokenizer (%s) has %d tokens", TokenizerName, VocabSize)}
+	}
+	if c.SeqLen < 1 {
+		return &recipes.ConfigError{Field: "max-seq-len", Value: c.SeqLen, Reason: "must be at least 1"}
+	}
+	if c.Model.MaxSeqLen > 0 && c.SeqLen > c.Model.MaxSeqLen {
+		return &recipes.ConfigError{Field: "max-seq-len", Value: c.SeqLen,
+			Reason: fmt.Sprintf("longer than the model's max_seq_len %d", c.Model.MaxSeqLen)}
+	}
+	t := c.Training
+	for _, f := range []struct {
+		name string
+		v    float64
+		ok   bool
+	}{
+		{"lr", t.LR, t.LR > 0},
+		{"weight-decay", t.WeightDecay, t.WeightDecay >= 0},
+		{"adam-beta1", t.Beta1, t.Beta1 >= 0 && t.Beta1 < 1},
+		{"adam-beta2", t.Beta2, t.Beta2 >= 0 && t.Beta2 < 1},
+		{"adam-epsilon", t.Eps, t.Eps > 0},
+		{"clip-norm", t.MaxGradNorm, t.MaxGradNorm >= 0},
+		{"label-smoothing", t.LabelSmoothing, t.LabelSmoothing >= 0 && t.LabelSmoothing < 1},
+	} {
+		if !f.ok || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return &recipes.ConfigError{Field: f.name, Value: f.v, Reason: "out of range"}
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max-steps", t.MaxSteps}, {"warmup", t.WarmupSteps}, {"eval-interval", t.EvalInterval},
+		{"checkpoint-every", t.SaveInterval}, {"logging-steps", t.LoggingSteps}, {"eval-tokens", c.EvalTokens}} {
+		if f.v < 0 {
+			return &recipes.ConfigError{Field: f.name, Value: f.v, Reason: "must not be negative"}
+		}
+	}
+	if _, err := scan.Parse(c.Scan, c.ScanChunk); err != nil {
+		return &recipes.ConfigError{Field: "scan", Value: c.Scan, Err: err}
+	}
+	return nil
+}
+
+// TrainResult is what Train reports.
+type TrainResult struct {
+	Params      int64
+	Steps       int
+	MicroBatch  int
+	Accum       int
+	TrainLoss   float64 // mean of the last logged window
+	Eval        EvalResult
+	Start       EvalResult // before training (zero when resumed)
+	Checkpoint  string
+	PeakMemory  int64
+	TokensPerS  float64 // training tokens per wall second
+	CPUTime     time.Duration
+	Precision   amp.Choice
+	Interrupted bool
+	// Curve is the held-out loss at every evaluation, with the process's
+	// CPU time then.
+	Curve []CurvePoint
+}
+
+// CurvePoint is one evaluation during training.
+type CurvePoint struct {
+	Step       int
+	CPUMinutes float64
+	Eval       EvalResult
+}
+
+// checkpoint meta: what eval and generate need to rebuild the model.
+type modelMeta struct {
+	Recipe    string      `json:"recipe"`
+	Model     ModelConfig `json:"model"`
+	Tokenizer string      `json:"tokenizer"`
+	SeqLen    int         `json:"seq_len"`
+	Scan      string      `json:"scan"`
+	ScanChunk int         `json:"scan_chunk"`
+}
+
+func metaDict(m modelMeta) *ptfile.Dict {
+	b, _ := json.Marshal(m)
+	return ptfile.NewDict("recipe", "mamba", "config", string(b))
+}
+
+// ReadModelMeta reads a checkpoint's model settings.
+func ReadModelMeta(f *ckpt.File) (modelMeta, error) {
+	var mm modelMeta
+	meta := f.Meta()
+	if meta == nil {
+		return mm, &CheckpointError{f.Path, errors.New("no meta: not a torchfit checkpoint")}
+	}
+	r, _ := meta.Get("recipe")
+	if r != "mamba" {
+		return mm, &CheckpointError{f.Path, fmt.Errorf("a checkpoint of recipe %v, not mamba", r)}
+	}
+	s, _ := meta.Get("config")
+	str, ok := s.(string)
+	if !ok {
+		return mm, &CheckpointError{f.Path, errors.New("meta.config missing")}
+	}
+	if err := json.Unmarshal([]byte(str), &mm); err != nil {
+		return mm, &CheckpointError{f.Path, fmt.Errorf("meta.config: %w", err)}
+	}
+	if err := mm.Model.Validate(); err != nil {
+		return mm, &CheckpointError{f.Path, err}
+	}
+	return mm, nil
+}
+
+// CheckpointError is a checkpoint that does not hold a Mamba model.
+type CheckpointError struct {
+	Path string
+	Err  error
+}
+
+func (e *CheckpointError) Error() string {
+	return fmt.Sprintf("mamba: checkpoint %s: %v", e.Path, e.Err)
+}
+func (e *CheckpointError) Unwrap() error { return e.Err }
+
+// UserError marks it as the user's (exit status 2).
+func (*CheckpointError) UserError() {}
+
+// windows is a token file cut into sequences of seq+1 tokens, one after
+// another: sample i holds inputs x = tokens[i·seq : i·seq+seq] and targets
+// y shifted by one.
+type windows struct {
+	ids []uint16
+	seq int
+	n   int
+}
+
+func newWindows(t *Tokens, seq, limit int) windows {
+	ids := t.IDs()
+	if limit > 0 && len(ids) > limit+1 {
+		ids = ids[:limit+1]
+	}
+	return windows{ids: ids, seq: seq, n: max(len(ids)-1, 0) / seq}
+}
+
+func (w windows) Len() int { return w.n }
+
+func (w windows) Get(i int) (data.Sample, error) {
+	xs := make([]int64, w.seq+1)
+	for k := range xs {
+		xs[k] = int64(w.ids[i*w.seq+k])
+	}
+	return data.Sample{"x": torch.FromSlice(xs[:w.seq], nil), "y": torch.FromSlice(xs[1:], nil)}, nil
+}
+
+// tokenCount is the engine's CountFunc: the micro-batch's target tokens.
+func tokenCount(mb *data.Batch) float64 { return float64(mb.Fields["y"].Numel()) }
+
+// paramGroups splits parameters for AdamW: decay for the projections and
+// the convolution, none for norms, biases, A_log, D and the (tied)
+// embedding.
+func paramGroups(m *LM, wd float64) []nn.ParamGroup {
+	var decay, none []nn.Named
+	for _, p := range nn.Parameters(m) {
+		name := p.Name
+		switch {
+		case p.T.Dim() < 2, strings.HasSuffix(name, ".A_log"), strings.HasSuffix(name, ".D"),
+			strings.HasSuffix(name, "bias"), strings.Contains(name, "embedding"), strings.Contains(name, "norm"):
+			none = append(none, p)
+		default:
+			decay = append(decay, p)
+		}
+	}
+	return []nn.ParamGroup{
+		nn.ParamGroup{Params: decay}.WithWeightDecay(wd),
+		nn.ParamGroup{Params: none}.WithWeightDecay(0),
+	}
+}
+
+// cpuTime is the process's CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Train trains (or resumes) a Mamba LM on the token files in cfg.Data.
+func Train(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+	// In a tensor scope: what set-up leaves behind (initialisers'
+	// intermediates, the offload's copies) is freed when it ends.
+	torch.Main().Do(func() { err = torch.TidyErr(func() error { res, err = trainLM(ctx, cfg); return err }) })
+	return res, err
+}
+
+func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+	if err := cfg.Validate(); err != nil {
+		return res, err
+	}
+	logf := func(format string, args ...any) {
+		if cfg.Events != nil {
+			cfg.Events(train.Message{Text: fmt.Sprintf(format, args...)})
+		}
+	}
+	cpu0 := cpuTime()
+	meta, err := ReadMeta(cfg.Data)
+	if err != nil {
+		return res, err
+	}
+	trainToks, err := OpenTokens(filepath.Join(cfg.Data, TrainFile), VocabSize)
+	if err != nil {
+		return res, err
+	}
+	defer trainToks.Close()
+	validToks, err := OpenTokens(filepath.Join(cfg.Data, ValidFile), VocabSize)
+	if err != nil {
+		return res, err
+	}
+	defer validToks.Close()
+
+	mcfg := cfg.Model.withDefaults()
+	if cfg.Resume != "" {
+		f, err := ckpt.Read(cfg.Resume)
+		if err != nil {
+			return res, err
+		}
+		mm, err := ReadModelMeta(f)
+		f.Free()
+		if err != nil {
+			return res, err
+		}
+		if mm.Model != mcfg {
+			logf("resuming %s: its model (d_model %d, %d layers, d_state %d) replaces the one asked for", cfg.Resume,
+				mm.Model.DModel, mm.Model.NLayers, mm.Model.DState)
+		}
+		mcfg = mm.Model
+	}
+	sc, _ := scan.Parse(cfg.Scan, cfg.ScanChunk)
+	torch.ManualSeed(cfg.Seed)
+	m, err := NewLM(mcfg)
+	if err != nil {
+		return res, err
+	}
+	defer nn.Free(m)
+	m.Scan = sc
+	m.Checkpointing = cfg.Checkpointing
+	if cfg.Device != torch.CPU {
+		nn.To(m, cfg.Device, torch.Float32)
+	}
+	res.Params = nn.NumParams(m)
+	name := cfg.ModelSize
+	if name == "" {
+		name = "custom"
+	}
+	logf("model %s: d_model %d, %d layers, d_state %d, expand %d, %s parameters (%.1fM, %s of float32 weights); scan %s (chunks of %d)",
+		name, mcfg.DModel, mcfg.NLayers, mcfg.DState, mcfg.Expand, commas(res.Params), float64(res.Params)/1e6,
+		torch.FormatBytes(nn.ParamBytes(m)), sc.Name(), max(cfg.ScanChunk, scan.DefaultChunk*boolInt(cfg.ScanChunk == 0)))
+	logf("data %s: %s training tokens, %s held out; unigram baseline %.3f nats/token", cfg.Data,
+		commas(meta.TrainTokens), commas(meta.ValidTokens), meta.Unigram)
+	if cfg.Device.IsCUDA() {
+		logf("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set by torchfit)")
+	}
+
+	precision, err := train.ParsePrecision(cfg.Precision, cfg.Device)
+	if err != nil {
+		return res, &recipes.ConfigError{Field: "mixed-precision", Value: cfg.Precision, Err: err}
+	}
+	res.Precision = precision
+	logf("precision %s", precision)
+	t := cfg.Training
+	adam := nn.AdamConfig{LR: t.LR, Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay}
+	groups := paramGroups(m, t.WeightDecay)
+	var opt nn.Optimizer
+	if cfg.CPUOffload {
+		off, err := train.NewOffload(groups, func(g []nn.ParamGroup) nn.Optimizer { return nn.NewAdamWGroups(g, adam) }, train.OffloadOptions{})
+		if err != nil {
+			return res, err
+		}
+		defer off.Free()
+		opt = off
+		logf("use_cpu_offload: AdamW's state lives on the CPU (%s host copies)", torch.FormatBytes(off.HostBytes()))
+	} else {
+		a := nn.NewAdamWGroups(groups, adam)
+		defer a.Free()
+		opt = a
+	}
+	train1 := newWindows(trainToks, cfg.SeqLen, 0)
+	effective := cfg.BatchSize * cfg.GradAccum
+	if train1.Len() < effective {
+		return res, recipes.Usagef("mamba: %s holds %d sequences of %d tokens, fewer than one effective batch of %d", cfg.Data, train1.Len(), cfg.SeqLen, effective)
+	}
+	valid := newWindows(validToks, cfg.SeqLen, cfg.EvalTokens)
+	if valid.Len() == 0 {
+		return res, recipes.Usagef("mamba: the held-out split has %d tokens, fewer than one sequence of %d", validToks.Len(), cfg.SeqLen)
+	}
+	total := t.MaxSteps
+	if total == 0 {
+		total = train1.Len() / effective * cfg.Epochs
+	}
+	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(t.WarmupSteps, max(total, 1), 0.1))
+	defer sched.Free()
+	ls := t.LabelSmoothing
+	tr, err := train.New(m, opt, func(b *data.Batch) *torch.Tensor {
+		return m.Loss(b.Fields["x"], b.Fields["y"], ls)
+	}, train.Config{
+		MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
+		Count: tokenCount, ClipNorm: t.MaxGradNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery,
+		Events: cfg.Events, MaxNonFinite: cfg.MaxNonFinite,
+	})
+	if err != nil {
+		return res, err
+	}
+	tr.Sched = sched
+	evaluate := func() (EvalResult, error) {
+		r, err := evalWindows(m, valid, cfg.BatchSize*2, cfg.Device, precision.Precision)
+		if err != nil {
+			return r, err
+		}
+		r.finish(meta, int64(valid.Len()*valid.seq))
+		return r, nil
+	}
+	record := func(step int) error {
+		r, err := evaluate()
+		if err != nil {
+			return err
+		}
+		res.Eval = r
+		cpuMin := (cpuTime() - cpu0).Minutes()
+		res.Curve = append(res.Curve, CurvePoint{Step: step, CPUMinutes: cpuMin, Eval: r})
+		if cfg.Events != nil {
+			cfg.Events(train.EvalEvent{Step: step, Values: map[string]float64{"val_loss": r.Loss, "val_bits_per_char": r.BitsPerChar,
+				"val_perplexity": r.Perplexity, "cpu_minutes": cpuMin}})
+		}
+		logf("step %d: held-out loss %.4f nats/token (%.3f bits/char, perplexity %.1f) after %.2f CPU minutes", step, r.Loss,
+			r.BitsPerChar, r.Perplexity, cpuMin)
+		return nil
+	}
+	var (
+		wallStart time.Time
+		tokens    float64
+		window    struct {
+			loss, count float64
+			n           int
+			start       time.Time
+		}
+		evalErr error
+	)
+	tr.OnStep = func(info train.StepInfo) {
+		tokens += info.Count
+		window.loss += info.Loss * info.Count
+		window.count += info.Count
+		window.n++
+		if t.LoggingSteps > 0 && info.Step%t.LoggingSteps == 0 {
+			el := time.Since(window.start).Seconds()
+			res.TrainLoss = window.loss / window.count
+			logf("step %d: loss %.4f, lr %.2e, grad norm %.3f, %.0f tokens/s", info.Step, res.TrainLoss, info.LR, info.GradNorm,
+				window.count/el)
+			window.loss, window.count, window.n, window.start = 0, 0, 0, time.Now()
+		}
+		if t.EvalInterval > 0 && info.Step%t.EvalInterval == 0 && evalErr == nil {
+			evalErr = record(info.Step)
+		}
+	}
+	start := func() error {
+		if cfg.Resume == "" {
+			if err := record(0); err != nil {
+				return err
+			}
+			res.Start = res.Eval
+		}
+		torch.ResetPeakMemory(cfg.Device)
+		wallStart = time.Now()
+		window.start = wallStart
+		return nil
+	}
+	newLoader := func(st *data.State) (train.Loader, error) {
+		return data.NewLoader[data.Sample](train1, data.Collate, data.Options{
+			BatchSize: effective, Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Resume: st,
+		})
+	}
+	fit, err := train.Fit(ctx, tr, newLoader, train.FitConfig{
+		Epochs: cfg.Epochs, MaxSteps: t.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: t.SaveInterval,
+		Overwrite: cfg.Overwrite, Resume: cfg.Resume, Start: start,
+		Meta: metaDict(modelMeta{Recipe: "mamba", Model: mcfg, Tokenizer: TokenizerName, SeqLen: cfg.SeqLen, Scan: sc.Name(), ScanChunk: cfg.ScanChunk}),
+	})
+	res.Checkpoint = fit.Checkpoint
+	res.Interrupted = errors.Is(err, train.ErrInterrupted)
+	if err != nil && !res.Interrupted {
+		return res, err
+	}
+	if evalErr != nil {
+		return res, evalErr
+	}
+	res.Steps, res.MicroBatch = tr.Steps(), tr.MicroBatch()
+	res.Accum = (effective + res.MicroBatch - 1) / res.MicroBatch
+	res.PeakMemory = torch.MustMemoryStats(cfg.Device).PeakAllocated
+	if !wallStart.IsZero() {
+		res.TokensPerS = tokens / time.Since(wallStart).Seconds()
+	}
+	if len(res.Curve) == 0 || res.Curve[len(res.Curve)-1].Step != res.Steps {
+		if err := record(res.Steps); err != nil {
+			return res, err
+		}
+	}
+	res.CPUTime = cpuTime() - cpu0
+	return res, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// commas formats n with thousands separators.
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return "-" + commas(-n)
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
