@@ -6,6 +6,7 @@ import (
 
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes/mamba"
+	"github.com/torchfit/torchfit/scan"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/torch/ptfile"
@@ -13,13 +14,26 @@ import (
 
 // MambaTwin is recipes/mamba's language model at a model size, trained
 // with a training preset's AdamW as the recipe trains it
-// (scripts/twins/mamba.py).
-type MambaTwin struct{ Size, Training string }
+// (scripts/twins/mamba.py). Sequential replaces the recipe's fused scan
+// with scan.Sequential, the same loop over positions as the Python
+// twin's reference scan: like for like.
+type MambaTwin struct {
+	Size, Training string
+	Sequential     bool
+}
 
-func init() { Register(MambaTwin{"tiny", "cpu"}) }
+func init() {
+	Register(MambaTwin{Size: "tiny", Training: "cpu"})
+	Register(MambaTwin{Size: "tiny", Training: "cpu", Sequential: true})
+}
 
-// Name is "mamba/<size>".
-func (m MambaTwin) Name() string { return "mamba/" + m.Size }
+// Name is "mamba/<size>", or "mamba/<size>-sequential".
+func (m MambaTwin) Name() string {
+	if m.Sequential {
+		return "mamba/" + m.Size + "-sequential"
+	}
+	return "mamba/" + m.Size
+}
 
 // Script is the Python twin.
 func (MambaTwin) Script() string { return "scripts/twins/mamba.py" }
@@ -52,6 +66,9 @@ func (t MambaTwin) Build(cfg Config) (Instance, error) {
 		m, err := mamba.NewLM(mc)
 		if err != nil {
 			return err
+		}
+		if t.Sequential {
+			m.Scan = scan.Sequential()
 		}
 		c := m.Config
 		n := int64(cfg.Batch)

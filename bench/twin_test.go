@@ -106,7 +106,7 @@ func TestRecipeTwinsMatch(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		grads int // parameters with gradients, at least
-	}{{"clip/cpu", 110}, {"clip/cpu-naive", 110}, {"ganvit/vit-cpu", 70}, {"ganvit/gan-cpu", 20}, {"tts/cpu", 30}, {"mamba/tiny", 15}} {
+	}{{"clip/cpu", 110}, {"clip/cpu-naive", 110}, {"ganvit/vit-cpu", 70}, {"ganvit/gan-cpu", 20}, {"tts/cpu", 30}, {"mamba/tiny", 15}, {"mamba/tiny-sequential", 15}} {
 		for _, prec := range []amp.Precision{amp.FP32, amp.BF16} {
 			t.Run(tc.name+"/"+string(prec), func(t *testing.T) {
 				tw, err := Lookup(tc.name)
