@@ -268,6 +268,9 @@ func trainCommand() *cli.Command {
 				return err
 			}
 			defer run.Close()
+			if err := run.OneProcess("mamba", "its training step does not all-reduce gradients"); err != nil {
+				return err
+			}
 			cfg, err := TrainConfigFrom(c, run)
 			if err != nil {
 				return err
@@ -426,6 +429,9 @@ func estimateCommand() *cli.Command {
 				return err
 			}
 			defer run.Close()
+			if err := run.OneProcess("mamba", "its training step does not all-reduce gradients"); err != nil {
+				return err
+			}
 			var presets []EstimatePreset
 			if c.Bool("all") || (run.Config == "" && run.VRAM == "" && !c.IsSet("model-size")) {
 				presets = GuidePresets()
