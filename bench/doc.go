@@ -23,12 +23,20 @@
 //     function. Its Build returns an Instance; a recipe with one model and
 //     one optimizer returns a *SingleModel (its model, loss, batch and
 //     Python spec), which trains with train.Trainer exactly as the recipe
-//     does and writes what Python needs.
+//     does and writes what Python needs. Its Accum, Contrastive, Beta2,
+//     Eps and OnStep fields cover accumulation over micro-batches, the
+//     grad-cache step and the recipe's AdamW and after-step work (the CLIP
+//     twins, bench/clip.go).
 //   - scripts/twins/<recipe>.py: build(spec, data) returning an object
 //     with model (a torch.nn.Module whose state-dict names are torchfit's)
-//     and loss() (the loss of the batch the file holds). Loops that are
+//     and loss() (the loss of the batch the file holds), or backward()
+//     (the step's gradients accumulated, its loss returned: accumulation,
+//     grad cache) and after_step() where the step needs them. Loops that are
 //     not one model and one optimizer (a GAN) define step() and check()
 //     and their Go Instance implements Step and Check itself.
+//
+// A twin whose recipe trains in some precisions only implements
+// Precisioner; bench-recipes skips the others with a line (Supports).
 //
 // scripts/twins/run.py is the Python server the driver talks to; its doc
 // says how Python's peak memory is measured (profiler memory events, the

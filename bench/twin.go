@@ -108,6 +108,21 @@ type SingleModel struct {
 	LR        float64
 	Decay     float64 // AdamW weight decay on parameters of two or more dimensions
 	ClipNorm  float64
+	// Groups are AdamW's parameter groups when the recipe chooses them
+	// itself (nil: weight decay Decay on parameters of two or more
+	// dimensions, none on the others).
+	Groups []nn.ParamGroup
+	// Beta2 and Eps are AdamW's (0: PyTorch's defaults, 0.999 and 1e-8).
+	Beta2, Eps float64
+	// Accum splits the batch into this many micro-batches per step (0 or
+	// 1: one), which the trainer accumulates as the recipe does.
+	Accum int
+	// Contrastive makes every step a grad-cache pass over the batch
+	// (train.Config.Contrastive: CLIP's exact mode); Loss is then unused
+	// by Step and Check.
+	Contrastive *train.Contrastive
+	// OnStep runs after each optimizer step (CLIP clamps its temperature).
+	OnStep func()
 
 	opt *nn.Adam
 	tr  *train.Trainer
@@ -115,18 +130,37 @@ type SingleModel struct {
 
 // Init creates the optimizer and the trainer; call it once the fields are set.
 func (s *SingleModel) Init() error {
-	groups := nn.DecayGroups(nn.Parameters(s.Model), s.Decay)
-	s.opt = nn.NewAdamWGroups(groups, nn.AdamWDefaults(s.LR))
+	groups := s.Groups
+	if groups == nil {
+		groups = nn.DecayGroups(nn.Parameters(s.Model), s.Decay)
+	}
+	ac := nn.AdamWDefaults(s.LR)
+	if s.Beta2 > 0 {
+		ac.Beta2 = s.Beta2
+	}
+	if s.Eps > 0 {
+		ac.Eps = s.Eps
+	}
+	s.opt = nn.NewAdamWGroups(groups, ac)
 	tr, err := train.New(s.Model, s.opt, s.Loss, train.Config{
-		MicroBatch: s.Batch.Size(), Accum: 1, Device: torch.CPU, Precision: s.Precision, ClipNorm: s.ClipNorm,
-		MaxNonFinite: -1,
+		MicroBatch: s.micro(), Accum: max(1, s.Accum), Device: torch.CPU, Precision: s.Precision, ClipNorm: s.ClipNorm,
+		MaxNonFinite: -1, Contrastive: s.Contrastive,
 	})
 	if err != nil {
 		s.opt.Free()
 		return err
 	}
+	if s.OnStep != nil {
+		tr.OnStep = func(train.StepInfo) { s.OnStep() }
+	}
 	s.tr = tr
 	return nil
+}
+
+// micro is the micro-batch: the batch over Accum, rounded up.
+func (s *SingleModel) micro() int {
+	a := max(1, s.Accum)
+	return (s.Batch.Size() + a - 1) / a
 }
 
 // Step runs one training step with the trainer.
@@ -140,6 +174,24 @@ func (s *SingleModel) Check() (loss float64, grads []nn.Named, err error) {
 	err = s.tr.Thread().DoErr(func() error {
 		return torch.TidyErr(func() error {
 			s.opt.ZeroGrad()
+			if s.Contrastive != nil || s.Accum > 1 {
+				// The trainer's own window: grad cache or accumulation.
+				nn.Train(s.Model, true)
+				var w train.Window
+				var err error
+				if c := s.Contrastive; c != nil {
+					w, err = s.tr.Engine().GradCache(s.Batch, train.CachePass{Embed: c.Embed, Loss: c.Loss})
+				} else {
+					w, err = s.tr.Engine().Backward(s.Batch, train.Pass{Loss: s.Loss})
+				}
+				if err != nil {
+					return err
+				}
+				loss = w.Loss
+				grads = s.copyGrads()
+				s.opt.ZeroGrad()
+				return nil
+			}
 			var l *torch.Tensor
 			if s.Precision != amp.FP32 && s.Precision != "" {
 				amp.Autocast(torch.CPU, s.Precision.DType(), func() { l = s.Loss(s.Batch) })
@@ -150,16 +202,21 @@ func (s *SingleModel) Check() (loss float64, grads []nn.Named, err error) {
 			l = l.ToDType(torch.Float32)
 			loss = l.Item()
 			l.Backward()
-			for _, p := range nn.Parameters(s.Model) {
-				if g := p.T.Grad(); g != nil {
-					grads = append(grads, nn.Named{Name: p.Name, T: g.Clone().Keep()})
-				}
-			}
+			grads = s.copyGrads()
 			s.opt.ZeroGrad()
 			return nil
 		})
 	})
 	return loss, grads, err
+}
+
+func (s *SingleModel) copyGrads() (grads []nn.Named) {
+	for _, p := range nn.Parameters(s.Model) {
+		if g := p.T.Grad(); g != nil {
+			grads = append(grads, nn.Named{Name: p.Name, T: g.Clone().Keep()})
+		}
+	}
+	return grads
 }
 
 // Export writes the spec, the weights, the batch and the check.
@@ -177,6 +234,8 @@ func (s *SingleModel) Export(path string, check *ptfile.Dict) error {
 	spec := map[string]any{
 		"model":     s.Spec,
 		"precision": string(s.Precision),
+		// The trainer's micro-batch (twins that accumulate read it).
+		"micro_batch": s.micro(),
 		"optim": map[string]any{"lr": s.LR, "beta1": g0.Beta1, "beta2": g0.Beta2, "eps": g0.Eps,
 			"clip_norm": s.ClipNorm, "groups": pyGroups},
 	}
@@ -207,4 +266,25 @@ func (s *SingleModel) Free() {
 			t.Free()
 		}
 	}
+}
+
+// A Precisioner is a Twin whose recipe trains in some precisions only:
+// bench-recipes skips the others, saying so.
+type Precisioner interface {
+	Precisions() []amp.Precision
+}
+
+// Supports reports whether tw is measured at precision p (every
+// precision unless tw is a Precisioner).
+func Supports(tw Twin, p amp.Precision) bool {
+	pr, ok := tw.(Precisioner)
+	if !ok {
+		return true
+	}
+	for _, q := range pr.Precisions() {
+		if q == p {
+			return true
+		}
+	}
+	return false
 }

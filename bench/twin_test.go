@@ -89,3 +89,67 @@ func TestASRShapeSweep(t *testing.T) {
 		require.Len(t, r.Times, 4)
 	}
 }
+
+// The other recipes' twins compute what their recipes compute, one step's
+// loss and gradients within Tolerance, in float32 and under bf16
+// autocast, and both sides are timed: CLIP's grad-cache step (clip/cpu)
+// and naive accumulation (clip/cpu-naive) over 8 micro-batches of 2;
+// ganvit's ViT classifier and its GAN iteration (both networks' losses and
+// gradients) on 2 spectrograms; the TTS GPT (fp32 only: Supports) on 2
+// utterances.
+func TestRecipeTwinsMatch(t *testing.T) {
+	root, err := RepoRoot()
+	require.NoError(t, err)
+	py, err := StartPython(root)
+	require.NoError(t, err)
+	defer py.Close()
+	for _, tc := range []struct {
+		name  string
+		grads int // parameters with gradients, at least
+	}{{"clip/cpu", 110}, {"clip/cpu-naive", 110}, {"ganvit/vit-cpu", 70}, {"ganvit/gan-cpu", 20}, {"tts/cpu", 30}, {"mamba/tiny", 15}, {"mamba/tiny-sequential", 15}} {
+		for _, prec := range []amp.Precision{amp.FP32, amp.BF16} {
+			t.Run(tc.name+"/"+string(prec), func(t *testing.T) {
+				tw, err := Lookup(tc.name)
+				require.NoError(t, err)
+				if !Supports(tw, prec) {
+					_, err := tw.Build(Config{Threads: 1, Precision: prec, Batch: 2, Seed: 3})
+					require.Error(t, err, "a precision the twin does not support is refused")
+					return
+				}
+				res, err := Measure(py, tw, Config{Threads: 1, Precision: prec, Batch: 2, Seed: 3},
+					Options{Reps: 1, Steps: 1, Warmup: 1, NoPeak: prec == amp.BF16, Logf: t.Logf}, t.TempDir())
+				require.NoError(t, err)
+				require.Len(t, res.Go, 1)
+				require.Len(t, res.Py, 1)
+				require.GreaterOrEqual(t, res.Check.Grads, tc.grads)
+			})
+		}
+	}
+}
+
+// naiveSpec is the CLIP twin whose Python side is told to accumulate
+// naively while torchfit runs grad cache: the check must catch it.
+type naiveSpec struct{ Twin }
+
+func (n naiveSpec) Build(cfg Config) (Instance, error) {
+	inst, err := n.Twin.Build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := inst.(*SingleModel)
+	s.Spec["mode"] = "naive"
+	return s, nil
+}
+
+func TestCLIPModeMismatchIsCaught(t *testing.T) {
+	root, err := RepoRoot()
+	require.NoError(t, err)
+	py, err := StartPython(root)
+	require.NoError(t, err)
+	defer py.Close()
+	tw, err := Lookup("clip/cpu")
+	require.NoError(t, err)
+	_, err = Measure(py, naiveSpec{tw}, Config{Threads: 1, Precision: amp.FP32, Batch: 2, Seed: 3},
+		Options{Reps: 1, Steps: 1, Warmup: 1}, t.TempDir())
+	require.ErrorIs(t, err, ErrMismatch)
+}

@@ -27,8 +27,14 @@ A recipe script (scripts/twins/<recipe>.py) defines build(spec, tensors)
 returning an object with
   model   the torch.nn.Module (its state-dict names are torchfit's)
   loss()  the loss of the batch the file holds (a scalar in the graph)
-and, for loops that are not one model and one optimizer, step() and
-check() of its own. The default step is what torchfit's train.Trainer does
+and, for loops that are not one model and one optimizer (a GAN), step()
+of its own (its optimizers listed in an "optimizers" attribute, for the
+memory figures) and check() or backward(). A twin whose step is one model and AdamW but whose
+forward/backward is not one loss (accumulation over micro-batches, CLIP's
+grad cache) defines backward() instead of loss(): it accumulates the
+step's gradients and returns the loss as a float; the default step and
+check use it. after_step(), when defined, runs after each optimizer step
+(CLIP clamps its temperature). The default step is what torchfit's train.Trainer does
 for one micro-batch: loss under autocast (bf16) or not, loss.item(),
 backward, clip_grad_norm_, AdamW (PyTorch's default implementation) with
 the file's parameter groups, zero_grad(set_to_none=True).
@@ -71,6 +77,8 @@ class Runner:
         mod = load_script(req["script"])
         self.tw = mod.build(spec, data)
         self.custom_step = getattr(self.tw, "step", None)
+        self.backward = getattr(self.tw, "backward", None)
+        self.after_step = getattr(self.tw, "after_step", None)
         if self.custom_step is None:
             self.opt = self.make_opt()
         return {"params": sum(p.numel() for p in self.tw.model.parameters()), "threads": torch.get_num_threads()}
@@ -96,13 +104,18 @@ class Runner:
     def step(self):
         if self.custom_step is not None:
             return self.custom_step()
-        loss = self.forward()
-        loss.item()
-        loss.backward()
+        if self.backward is not None:
+            self.backward()
+        else:
+            loss = self.forward()
+            loss.item()
+            loss.backward()
         clip = self.spec["optim"].get("clip_norm", 0)
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(self.tw.model.parameters(), clip)
         self.opt.step()
+        if self.after_step is not None:
+            self.after_step()
         self.opt.zero_grad(set_to_none=True)
 
     def check(self, req):
@@ -110,10 +123,14 @@ class Runner:
             return self.tw.check()
         model = self.tw.model
         model.zero_grad(set_to_none=True)
-        loss = self.forward()
-        loss.backward()
+        if self.backward is not None:
+            loss = float(self.backward())
+        else:
+            loss = self.forward()
+            loss.backward()
+            loss = loss.item()
         want = self.data["check"]
-        out = {"loss": loss.item(), "go_loss": float(want["loss"]), "grads": 0, "max_abs": 0.0,
+        out = {"loss": loss, "go_loss": float(want["loss"]), "grads": 0, "max_abs": 0.0,
                "max_rel": 0.0, "worst": "", "missing": []}
         go_grads = want["grads"]
         # A gradient's difference is measured against its own largest
@@ -152,7 +169,8 @@ class Runner:
         return {"times": times, "cpu": cpu}
 
     def peak(self, req):
-        base = held_bytes(self.tw.model, getattr(self, "opt", None), self.data)
+        opts = [self.opt] if hasattr(self, "opt") else getattr(self.tw, "optimizers", [])
+        base = held_bytes(self.tw.model, opts, self.data)
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             self.step()
         events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
@@ -164,7 +182,7 @@ class Runner:
         return {"peak": peak, "base": base}
 
 
-def held_bytes(model, opt, data):
+def held_bytes(model, opts, data):
     seen, total = set(), 0
 
     def add(t):
@@ -182,7 +200,7 @@ def held_bytes(model, opt, data):
         add(t)
         if isinstance(t, torch.nn.Parameter) and t.grad is not None:
             add(t.grad)
-    if opt is not None:
+    for opt in opts:
         for st in opt.state.values():
             for v in st.values():
                 add(v)

@@ -146,6 +146,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *countOnly {
 		for _, tw := range tws {
 			for _, p := range ps {
+				if !bench.Supports(tw, p) {
+					continue
+				}
 				cfg := bench.Config{Threads: ths[0], Precision: p, Batch: *batch, Length: *length, Seed: *seed}
 				prof, err := bench.CountStep(tw, cfg, *warmup)
 				if err != nil {
@@ -197,6 +200,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	for _, tw := range tws {
 		for _, th := range ths {
 			for _, p := range ps {
+				if !bench.Supports(tw, p) {
+					logf("%s, %s: skipped (the recipe does not train in %s)", tw.Name(), p, p)
+					continue
+				}
 				for _, v := range values {
 					cfg := bench.Config{Threads: th, Precision: p, Batch: *batch, Length: *length, Seed: *seed}
 					switch axis {

@@ -1,0 +1,275 @@
+package bench
+
+import (
+	"encoding/json"
+
+	"github.com/torchfit/torchfit/amp"
+	"math/rand/v2"
+
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes/ganvit"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
+)
+
+// ViTTwin is recipes/ganvit's genre classifier (torchvision's
+// VisionTransformer with vit_b_16's names) at a preset, trained as the
+// recipe's Classifier trains it (scripts/twins/ganvit_vit.py).
+type ViTTwin struct{ Preset string }
+
+func init() { Register(ViTTwin{"cpu"}) }
+
+// Name is "ganvit/vit-<preset>".
+func (v ViTTwin) Name() string { return "ganvit/vit-" + v.Preset }
+
+// Script is the Python twin.
+func (ViTTwin) Script() string { return "scripts/twins/ganvit_vit.py" }
+
+// Build makes the preset's ViT for the recipe's four genres (seeded,
+// torchvision's initialisation but for the head, which torchvision zeroes
+// and which is drawn N(0, 0.05) here so that one step's gradients reach the
+// backbone), AdamW as the Classifier's (lr 3e-4, weight decay 0.01 on every
+// parameter, clipping at 1) with the whole network trainable (no
+// progressive unfreezing), and a batch of cfg.Batch spectrograms (1 ×
+// mels × cfg.Length frames, uniform in [−1, 1], the recipe's scaling;
+// default the preset's 130 frames) with random genres. The loss resizes
+// them to the ViT's image as the recipe does (ganvit.Images).
+func (v ViTTwin) Build(cfg Config) (Instance, error) {
+	p, ok := ganvit.Presets[v.Preset]
+	if !ok {
+		return nil, ganvitPresetError(v.Preset)
+	}
+	vc, err := p.ViTConfig(len(ganvit.Genres))
+	if err != nil {
+		return nil, err
+	}
+	frames := int64(cfg.Length)
+	if frames <= 0 {
+		frames = p.Frames
+	}
+	var s *SingleModel
+	err = torch.Main().DoErr(func() error {
+		torch.ManualSeed(cfg.Seed)
+		m, err := ganvit.NewViT(vc)
+		if err != nil {
+			return err
+		}
+		torch.NoGrad(func() { nn.Normal(m.Heads.Head.Weight, 0, 0.05) })
+		rng := rand.New(rand.NewPCG(cfg.Seed, 18))
+		labels := make([]int64, cfg.Batch)
+		for i := range labels {
+			labels[i] = rng.Int64N(int64(len(ganvit.Genres)))
+		}
+		b := &data.Batch{Fields: map[string]*torch.Tensor{
+			"spec":  torch.Rand([]int64{int64(cfg.Batch), 1, p.Mels, frames}).MulScalar(2).AddScalar(-1).Keep(),
+			"label": torch.FromSlice(labels, nil).Keep(),
+		}}
+		py := ptfile.NewDict("spec", b.Fields["spec"].Ref(), "label", b.Fields["label"].Ref())
+		s = &SingleModel{
+			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: 3e-4, ClipNorm: 1,
+			Groups: []nn.ParamGroup{nn.ParamGroup{Params: nn.Parameters(m)}.WithWeightDecay(0.01)},
+			Loss: func(mb *data.Batch) *torch.Tensor {
+				x := ganvit.Images(mb.Fields["spec"], vc.Image)
+				return torch.CrossEntropy(m.Forward(x), mb.Fields["label"], nil, torch.ReduceMean, -100, 0)
+			},
+			Spec: map[string]any{
+				"image": vc.Image, "patch": vc.Patch, "layers": vc.Layers, "heads": vc.Heads, "hidden": vc.Hidden,
+				"mlp": vc.MLP, "classes": vc.Classes,
+			},
+		}
+		return s.Init()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+type ganvitPresetError string
+
+func (e ganvitPresetError) Error() string {
+	return "bench: recipes/ganvit has no preset " + string(e)
+}
+
+// GANTwin is recipes/ganvit's conditional GAN (generator and projection
+// discriminator) at a preset, one iteration as ganvit.GAN.Step runs it
+// (scripts/twins/ganvit_gan.py): the discriminator's loss on real and
+// generated spectrograms, its Adam step, the generator's loss through the
+// frozen discriminator, its Adam step.
+type GANTwin struct{ Preset string }
+
+func init() { Register(GANTwin{"cpu"}) }
+
+// Name is "ganvit/gan-<preset>".
+func (g GANTwin) Name() string { return "ganvit/gan-" + g.Preset }
+
+// Script is the Python twin.
+func (GANTwin) Script() string { return "scripts/twins/ganvit_gan.py" }
+
+// Build makes the preset's generator and discriminator for the recipe's
+// four genres (seeded), ganvit.NewGAN's optimizers (Adam, lr 2e-4, betas
+// 0.5/0.999, clipping at 1 per network, the recipe's defaults) with the
+// whole batch one micro-batch, and a batch of cfg.Batch real
+// spectrograms (1 × mels × cfg.Length frames, uniform in [−1, 1]; default
+// the preset's 130 frames), N(0, 1) conditions and random genres. The
+// check's noise z is drawn here and written for Python; the timed steps
+// draw theirs as GAN.Step does.
+func (g GANTwin) Build(cfg Config) (Instance, error) {
+	p, ok := ganvit.Presets[g.Preset]
+	if !ok {
+		return nil, ganvitPresetError(g.Preset)
+	}
+	gc := p.GANConfig(len(ganvit.Genres))
+	if cfg.Length > 0 {
+		gc.Frames = int64(cfg.Length)
+	}
+	if err := gc.Validate(); err != nil {
+		return nil, err
+	}
+	in := &ganInstance{}
+	err := torch.Main().DoErr(func() error {
+		torch.ManualSeed(cfg.Seed)
+		in.g, in.d = ganvit.NewGenerator(gc), ganvit.NewDiscriminator(gc)
+		n := int64(cfg.Batch)
+		rng := rand.New(rand.NewPCG(cfg.Seed, 19))
+		labels := make([]int64, n)
+		for i := range labels {
+			labels[i] = rng.Int64N(gc.Classes)
+		}
+		in.b = &data.Batch{Fields: map[string]*torch.Tensor{
+			"spec":  torch.Rand([]int64{n, 1, gc.Mels, gc.Frames}).MulScalar(2).AddScalar(-1).Keep(),
+			"cond":  torch.Randn([]int64{n, ganvit.CondDim}).Keep(),
+			"label": torch.FromSlice(labels, nil).Keep(),
+		}}
+		in.z = torch.Randn([]int64{n, gc.Latent}).Keep()
+		in.prec = cfg.Precision
+		var err error
+		in.gan, err = ganvit.NewGAN(in.g, in.d, ganvit.GANOptions{Device: torch.CPU, Precision: cfg.Precision,
+			MicroD: cfg.Batch, MicroG: cfg.Batch, LR: 2e-4, ClipD: 1, ClipG: 1})
+		if err != nil {
+			in.Free()
+			return err
+		}
+		in.spec = map[string]any{
+			"mels": gc.Mels, "frames": gc.Frames, "latent": gc.Latent, "classes": gc.Classes, "embed": gc.Embed,
+			"gen_channels": gc.GenChannels, "disc_channels": gc.DiscChannels, "ups": gc.Ups, "cond_dim": ganvit.CondDim,
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+type ganInstance struct {
+	g    *ganvit.Generator
+	d    *ganvit.Discriminator
+	gan  *ganvit.GAN
+	b    *data.Batch
+	z    *torch.Tensor
+	prec amp.Precision
+	spec map[string]any
+}
+
+func bceTo(logits *torch.Tensor, target float64) *torch.Tensor {
+	return torch.BCEWithLogits(logits, torch.FullLike(logits, target), nil, nil, torch.ReduceMean)
+}
+
+// Check computes, at the initial weights, the discriminator's loss and
+// gradients and the generator's loss and gradients through the frozen
+// discriminator (the two halves of GAN.Step before their optimizer
+// steps, with the batch's z), and returns the sum of the losses.
+func (in *ganInstance) Check() (loss float64, grads []nn.Named, err error) {
+	err = torch.Main().DoErr(func() error {
+		return torch.TidyErr(func() error {
+			x, c, y := in.b.Fields["spec"], in.b.Fields["cond"], in.b.Fields["label"]
+			run := func(f func() *torch.Tensor) {
+				var l *torch.Tensor
+				if in.prec != amp.FP32 && in.prec != "" {
+					amp.Autocast(torch.CPU, in.prec.DType(), func() { l = f() })
+					amp.ClearCache()
+				} else {
+					l = f()
+				}
+				l = l.ToDType(torch.Float32)
+				loss += l.Item()
+				l.Backward()
+			}
+			run(func() *torch.Tensor {
+				var fake *torch.Tensor
+				torch.NoGrad(func() { fake = in.g.Forward(in.z, c, y) })
+				return bceTo(in.d.Forward(x, c, y), 1).Add(bceTo(in.d.Forward(fake, c, y), 0)).MulScalar(0.5)
+			})
+			trainable(in.d, false)
+			run(func() *torch.Tensor { return bceTo(in.d.Forward(in.g.Forward(in.z, c, y), c, y), 1) })
+			trainable(in.d, true)
+			for _, m := range []struct {
+				prefix string
+				mod    nn.Module
+			}{{"generator.", in.g}, {"discriminator.", in.d}} {
+				for _, p := range nn.Parameters(m.mod) {
+					if gr := p.T.Grad(); gr != nil {
+						grads = append(grads, nn.Named{Name: m.prefix + p.Name, T: gr.Clone().Keep()})
+					}
+				}
+			}
+			in.gan.GOpt.ZeroGrad()
+			in.gan.DOpt.ZeroGrad()
+			return nil
+		})
+	})
+	return loss, grads, err
+}
+
+func trainable(m nn.Module, on bool) {
+	for _, p := range nn.Parameters(m) {
+		p.T.SetRequiresGrad(on)
+	}
+}
+
+// Step runs one GAN iteration.
+func (in *ganInstance) Step() error {
+	return torch.Main().DoErr(func() error {
+		_, err := in.gan.Step(in.b)
+		return err
+	})
+}
+
+// Export writes the spec, both networks' weights (generator.*,
+// discriminator.*), the batch and z.
+func (in *ganInstance) Export(path string, check *ptfile.Dict) error {
+	spec := map[string]any{"model": in.spec, "precision": string(in.prec),
+		"optim": map[string]any{"lr": 2e-4, "beta1": 0.5, "beta2": 0.999, "eps": 1e-8, "clip_norm": 1.0}}
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	var sd []ptfile.NamedTensor
+	for _, m := range []struct {
+		prefix string
+		mod    nn.Module
+	}{{"generator.", in.g}, {"discriminator.", in.d}} {
+		for _, p := range nn.StateDict(m.mod) {
+			sd = append(sd, ptfile.NamedTensor{Name: m.prefix + p.Name, T: p.T})
+		}
+	}
+	batch := ptfile.NewDict("spec", in.b.Fields["spec"], "cond", in.b.Fields["cond"], "label", in.b.Fields["label"], "z", in.z)
+	d := ptfile.NewDict("spec", string(js), "model", sd, "batch", batch)
+	if check != nil {
+		d.Set("check", check)
+	}
+	return ptfile.Save(path, d)
+}
+
+// Free releases the optimizers, the networks, the batch and z.
+func (in *ganInstance) Free() {
+	if in.gan != nil {
+		in.gan.Free()
+	}
+	nn.Free(in.g)
+	nn.Free(in.d)
+	in.b.Free()
+	in.z.Free()
+}

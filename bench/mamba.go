@@ -1,0 +1,125 @@
+package bench
+
+import (
+	"math/rand/v2"
+	"strings"
+
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes/mamba"
+	"github.com/torchfit/torchfit/scan"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
+)
+
+// MambaTwin is recipes/mamba's language model at a model size, trained
+// with a training preset's AdamW as the recipe trains it
+// (scripts/twins/mamba.py). Sequential replaces the recipe's fused scan
+// with scan.Sequential, the same loop over positions as the Python
+// twin's reference scan: like for like.
+type MambaTwin struct {
+	Size, Training string
+	Sequential     bool
+}
+
+func init() {
+	Register(MambaTwin{Size: "tiny", Training: "cpu"})
+	Register(MambaTwin{Size: "tiny", Training: "cpu", Sequential: true})
+}
+
+// Name is "mamba/<size>", or "mamba/<size>-sequential".
+func (m MambaTwin) Name() string {
+	if m.Sequential {
+		return "mamba/" + m.Size + "-sequential"
+	}
+	return "mamba/" + m.Size
+}
+
+// Script is the Python twin.
+func (MambaTwin) Script() string { return "scripts/twins/mamba.py" }
+
+// mambaSeq is the CPU preset's sequence length (--vram cpu: 8 × 128).
+const mambaSeq = 128
+
+// Build makes the LM (seeded; the recipe's fused scan), AdamW with the
+// training preset's learning rate, betas, epsilon, clipping and weight
+// decay on the projections and the convolution only (the recipe's
+// groups), and a batch of cfg.Batch windows of cfg.Length tokens (default
+// 128) drawn uniformly from GPT-2's vocabulary, targets the next tokens.
+// The loss is the recipe's (LM.Loss: chunked head, label smoothing).
+func (t MambaTwin) Build(cfg Config) (Instance, error) {
+	mc, err := mamba.ModelSize(t.Size)
+	if err != nil {
+		return nil, err
+	}
+	tp, err := mamba.TrainingPreset(t.Training)
+	if err != nil {
+		return nil, err
+	}
+	seq := int64(cfg.Length)
+	if seq <= 0 {
+		seq = mambaSeq
+	}
+	var s *SingleModel
+	err = torch.Main().DoErr(func() error {
+		torch.ManualSeed(cfg.Seed)
+		m, err := mamba.NewLM(mc)
+		if err != nil {
+			return err
+		}
+		if t.Sequential {
+			m.Scan = scan.Sequential()
+		}
+		c := m.Config
+		n := int64(cfg.Batch)
+		rng := rand.New(rand.NewPCG(cfg.Seed, 20))
+		ids := make([]int64, n*(seq+1))
+		for i := range ids {
+			ids[i] = rng.Int64N(c.VocabSize)
+		}
+		all := torch.FromSlice(ids, []int64{n, seq + 1})
+		b := &data.Batch{Fields: map[string]*torch.Tensor{
+			"x": all.Narrow(1, 0, seq).Contiguous().Keep(),
+			"y": all.Narrow(1, 1, seq).Contiguous().Keep(),
+		}}
+		all.Free()
+		py := ptfile.NewDict("x", b.Fields["x"].Ref(), "y", b.Fields["y"].Ref())
+		ls := tp.LabelSmoothing
+		s = &SingleModel{
+			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: tp.LR, ClipNorm: tp.MaxGradNorm,
+			Beta2: tp.Beta2, Eps: tp.Eps, Groups: mambaGroups(m, tp.WeightDecay),
+			Loss: func(mb *data.Batch) *torch.Tensor { return m.Loss(mb.Fields["x"], mb.Fields["y"], ls) },
+			Spec: map[string]any{
+				"d_model": c.DModel, "n_layers": c.NLayers, "d_state": c.DState, "expand": c.Expand,
+				"dt_rank": c.DtRank, "d_conv": c.DConv, "padded_vocab": c.PaddedVocab(), "norm_eps": c.NormEps,
+				"label_smoothing": ls,
+			},
+		}
+		return s.Init()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// mambaGroups are recipes/mamba's AdamW groups (its paramGroups): decay
+// for the projections and the convolution, none for norms, biases, A_log,
+// D and the tied embedding.
+func mambaGroups(m *mamba.LM, wd float64) []nn.ParamGroup {
+	var decay, none []nn.Named
+	for _, p := range nn.Parameters(m) {
+		name := p.Name
+		switch {
+		case p.T.Dim() < 2, strings.HasSuffix(name, ".A_log"), strings.HasSuffix(name, ".D"),
+			strings.HasSuffix(name, "bias"), strings.Contains(name, "embedding"), strings.Contains(name, "norm"):
+			none = append(none, p)
+		default:
+			decay = append(decay, p)
+		}
+	}
+	return []nn.ParamGroup{
+		nn.ParamGroup{Params: decay}.WithWeightDecay(wd),
+		nn.ParamGroup{Params: none}.WithWeightDecay(0),
+	}
+}
