@@ -16,86 +16,14 @@ import (
 
 // pyTwin is MambaLMHeadModel written in plain PyTorch with mamba-ssm's
 // names and its reference scan (selective_scan_ref's loop, in mamba-ssm's
-// (batch, channels, length) layout).
-const pyTwin = `
-import torch.nn as nn
-import torch.nn.functional as F
-
-class RMSNorm(nn.Module):
-    def __init__(self, d, eps):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-def selective_scan_ref(u, delta, A, B, C, D, z):
-    deltaA = torch.exp(torch.einsum('bdl,dn->bdln', delta, A))
-    deltaB_u = torch.einsum('bdl,bnl,bdl->bdln', delta, B, u)
-    x = u.new_zeros(u.shape[0], u.shape[1], A.shape[1])
-    ys = []
-    for i in range(u.shape[2]):
-        x = deltaA[:, :, i] * x + deltaB_u[:, :, i]
-        ys.append(torch.einsum('bdn,bn->bd', x, C[:, :, i]))
-    y = torch.stack(ys, dim=2)
-    out = y + u * D[:, None]
-    return out * F.silu(z)
-
-class Mamba(nn.Module):
-    def __init__(self, d, n, expand, r, k):
-        super().__init__()
-        e = expand * d
-        self.n, self.r = n, r
-        self.in_proj = nn.Linear(d, 2 * e, bias=False)
-        self.conv1d = nn.Conv1d(e, e, k, groups=e, padding=k - 1, bias=True)
-        self.x_proj = nn.Linear(e, r + 2 * n, bias=False)
-        self.dt_proj = nn.Linear(r, e, bias=True)
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, n + 1, dtype=torch.float32)).repeat(e, 1))
-        self.D = nn.Parameter(torch.ones(e))
-        self.out_proj = nn.Linear(e, d, bias=False)
-    def forward(self, h):
-        l = h.shape[1]
-        xz = self.in_proj(h).transpose(1, 2)
-        x, z = xz.chunk(2, dim=1)
-        x = F.silu(self.conv1d(x)[..., :l])
-        x_dbl = self.x_proj(x.transpose(1, 2))
-        dt, B, C = torch.split(x_dbl, [self.r, self.n, self.n], dim=-1)
-        dt = self.dt_proj.weight @ dt.transpose(1, 2)
-        delta = F.softplus(dt + self.dt_proj.bias[:, None])
-        A = -torch.exp(self.A_log.float())
-        y = selective_scan_ref(x, delta, A, B.transpose(1, 2), C.transpose(1, 2), self.D.float(), z)
-        return self.out_proj(y.transpose(1, 2))
-
-class Block(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.mixer = Mamba(c['d_model'], c['d_state'], c['expand'], c['dt_rank'], c['d_conv'])
-        self.norm = RMSNorm(c['d_model'], 1e-5)
-    def forward(self, h, residual):
-        residual = h + residual if residual is not None else h
-        return self.mixer(self.norm(residual)), residual
-
-class Backbone(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.embedding = nn.Embedding(c['padded_vocab'], c['d_model'])
-        self.layers = nn.ModuleList([Block(c) for _ in range(c['n_layers'])])
-        self.norm_f = RMSNorm(c['d_model'], 1e-5)
-    def forward(self, ids):
-        h, res = self.embedding(ids), None
-        for layer in self.layers:
-            h, res = layer(h, res)
-        return self.norm_f(h + res)
-
-class MambaLMHeadModel(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.backbone = Backbone(c)
-        self.lm_head = nn.Linear(c['d_model'], c['padded_vocab'], bias=False)
-        self.lm_head.weight = self.backbone.embedding.weight
-    def forward(self, ids):
-        return self.lm_head(self.backbone(ids))
-`
+// (batch, channels, length) layout): the bench's twin, scripts/twins/mamba.py,
+// one file for both.
+func pyTwin(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("..", "..", "scripts", "twins", "mamba.py"))
+	require.NoError(t, err)
+	return string(src) + "\n"
+}
 
 // A model written in Python with mamba-ssm's names and saved by Python
 // loads strictly into the Go model, which gives the same logits within
@@ -111,7 +39,7 @@ func TestPythonTwinLoads(t *testing.T) {
 		Grads  map[string][]float64 `json:"grads"`
 	}
 	ids := [][]int64{{1, 5, 7, 2, 49, 0, 3, 3, 8, 11, 4}, {9, 9, 1, 0, 2, 30, 31, 45, 6, 7, 2}}
-	pyref.Run(t, pyTwin+`
+	pyref.Run(t, pyTwin(t)+`
 torch.manual_seed(0)
 c = inp['cfg']
 m = MambaLMHeadModel(c)
@@ -131,7 +59,7 @@ emit({'logits': t2l(logits), 'keys': list(m.state_dict().keys()), 'loss': loss.i
       'grads': {n: p.grad.flatten().tolist() for n, p in m.named_parameters()}})
 `, map[string]any{"path": path, "ids": ids, "cfg": map[string]any{
 		"d_model": cfg.DModel, "n_layers": cfg.NLayers, "d_state": cfg.DState, "expand": cfg.Expand,
-		"dt_rank": cfg.DtRank, "d_conv": cfg.DConv, "padded_vocab": cfg.PaddedVocab()}}, &out)
+		"dt_rank": cfg.DtRank, "d_conv": cfg.DConv, "padded_vocab": cfg.PaddedVocab(), "norm_eps": cfg.NormEps}}, &out)
 
 	m, err := NewLM(cfg)
 	require.NoError(t, err)

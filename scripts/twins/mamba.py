@@ -1,7 +1,7 @@
 """The Python twin of recipes/mamba (make bench-recipes).
 
-mamba-ssm's MambaLMHeadModel in plain PyTorch, as recipes/mamba's tests
-write it (model_test.go's pyTwin): mamba-ssm's state-dict names, the LM
+mamba-ssm's MambaLMHeadModel in plain PyTorch, the one copy: recipes/mamba's
+tests read this file too (model_test.go's pyTwin): mamba-ssm's state-dict names, the LM
 head tied to the embedding, and mamba-ssm's reference scan
 (selective_scan_ref: a Python loop over positions, what mamba-ssm runs
 without its CUDA kernels). The loss is the recipe's: next-token
