@@ -3,7 +3,7 @@ package dist
 /*
 #cgo CFLAGS: -I${SRCDIR}/../torch/internal/capi
 #cgo CXXFLAGS: -std=c++17 -O2 -fPIC -Wno-deprecated-declarations -Wno-unused-parameter -I${SRCDIR}/../torch/internal/capi
-#cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lgloo -lstdc++
+#cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++
 #include <stdlib.h>
 #include "dist.h"
 */

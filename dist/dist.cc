@@ -43,8 +43,14 @@ struct tfd_store_s {
   ms timeout;
 };
 
+#if TF_C10D_BACKEND
+using tfd_backend = c10d::Backend;
+#else
+using tfd_backend = c10d::ProcessGroup;
+#endif
+
 struct tfd_group_s {
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<tfd_backend> pg;
   ms timeout;
   int rank = 0, size = 1;
   bool nccl = false;

@@ -77,6 +77,7 @@ func (c *call) dtype(d DType) *call {
 	return c.push(capi.Val{Kind: capi.KInt, I: int64(d)})
 }
 func (c *call) device(d Device) *call {
+	mustDevice("device "+d.String(), d)
 	return c.push(capi.Val{Kind: capi.KDevice, I: int64(d.Type), N: int32(d.Index)})
 }
 

@@ -35,6 +35,8 @@ type Error struct {
 	OOM bool   // an out-of-memory error
 	// Backend marks a backend fault (see ErrBackend).
 	Backend bool
+	// NoCUDA marks a CUDA device asked for where there is none (ErrNoCUDA).
+	NoCUDA bool
 	// Device, Requested and Stats describe the allocation that failed,
 	// when known (CPU memory cap, CUDA caching allocator): Stats are the
 	// allocator's of that device.
@@ -53,9 +55,10 @@ func (e *Error) Error() string {
 }
 
 // Is makes errors.Is(err, ErrOutOfMemory) true for out-of-memory errors and
-// errors.Is(err, ErrBackend) for backend faults.
+// errors.Is(err, ErrBackend) for backend faults, errors.Is(err, ErrNoCUDA)
+// for a CUDA device that is not there.
 func (e *Error) Is(target error) bool {
-	return (target == ErrOutOfMemory && e.OOM) || (target == ErrBackend && e.Backend)
+	return (target == ErrOutOfMemory && e.OOM) || (target == ErrBackend && e.Backend) || (target == ErrNoCUDA && e.NoCUDA)
 }
 
 // Unwrap returns the underlying error, if any.

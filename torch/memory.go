@@ -38,6 +38,9 @@ func devArgs(d Device) (int, int) {
 // MemoryStats returns the allocator counters of device d. On the CPU they
 // come from torchfit's counting allocator, which sees every CPU tensor byte.
 func MemoryStats(d Device) (MemStats, error) {
+	if err := CheckDevice(d); err != nil {
+		return MemStats{}, err
+	}
 	typ, idx := devArgs(d)
 	s, err := capi.MemoryStats(typ, idx)
 	if err != nil {
@@ -61,6 +64,9 @@ func MustMemoryStats(d Device) MemStats {
 
 // ResetPeakMemory sets the peak counters of d to the current values.
 func ResetPeakMemory(d Device) error {
+	if err := CheckDevice(d); err != nil {
+		return err
+	}
 	typ, idx := devArgs(d)
 	if err := capi.ResetPeak(typ, idx); err != nil {
 		return wrapErr("ResetPeakMemory", err)
@@ -75,6 +81,9 @@ func ResetPeakMemory(d Device) error {
 func SetMemoryLimit(d Device, bytes int64) error {
 	if bytes < 0 {
 		return &Error{Op: "SetMemoryLimit", Msg: fmt.Sprintf("negative limit %d", bytes)}
+	}
+	if err := CheckDevice(d); err != nil {
+		return err
 	}
 	typ, idx := devArgs(d)
 	if d.Type == DeviceCUDA && bytes == 0 {
@@ -91,6 +100,9 @@ func SetMemoryLimit(d Device, bytes int64) error {
 func SetMemoryFraction(d Device, f float64) error {
 	if !(f > 0 && f <= 1) {
 		return &Error{Op: "SetMemoryFraction", Msg: fmt.Sprintf("fraction %v outside (0, 1]", f)}
+	}
+	if err := CheckDevice(d); err != nil {
+		return err
 	}
 	typ, idx := devArgs(d)
 	if d.Type == DeviceCPU {

@@ -1,10 +1,18 @@
-// backend.cc: the CPU libraries under libtorch that torchfit has to manage
-// itself: oneDNN's primitive cache, each OS thread's OpenMP setting, and the
-// backend faults of oneDNN 2.6 (with injection for tests).
+// backend.cc: the libraries under libtorch that torchfit has to manage
+// itself: oneDNN's primitive cache, each OS thread's OpenMP setting, the
+// backend faults of oneDNN 2.6 (with injection for tests), and what was
+// built and linked (libtorch, CUDA, cuDNN, NCCL) for torch.Build.
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <dlfcn.h>
 
+#ifdef TF_CUDA
+#include <c10/cuda/CUDAAllocatorConfig.h>
+#endif
+
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include "shim.h"
@@ -57,6 +65,14 @@ const bool cache_bounded = [] {
 namespace tf {
 
 std::atomic<int32_t> thread_generation{0};
+
+#ifdef TF_CUDA
+void* cudart_symbol(const char* name) {
+  void* p = dlsym(RTLD_DEFAULT, name);
+  TORCH_CHECK(p != nullptr, "the CUDA runtime's ", name, " is not loaded (libtorch_cuda should have loaded libcudart)");
+  return p;
+}
+#endif
 
 void thread_setup() {
   // libtorch sets OpenMP's thread count (a per-thread setting) only on the
@@ -150,6 +166,98 @@ tf_err tf_thread_probe(int32_t* before, int32_t* after) {
     *after = omp_max();
   });
   t.join();
+  TF_CATCH
+}
+
+namespace {
+
+char* dup_string(const std::string& s) {
+  char* out = static_cast<char*>(std::malloc(s.size() + 1));
+  if (out) std::memcpy(out, s.c_str(), s.size() + 1);
+  return out;
+}
+
+}  // namespace
+
+tf_err tf_build_info(tf_build* out, char** config, char** library) {
+  TF_TRY
+  *out = tf_build{};
+  out->header_major = TORCH_VERSION_MAJOR;
+  out->header_minor = TORCH_VERSION_MINOR;
+  out->header_patch = TORCH_VERSION_PATCH;
+  out->cxx11_abi = _GLIBCXX_USE_CXX11_ABI;
+#ifdef TF_CUDA
+  out->cuda_tag = 1;
+#endif
+  *config = dup_string(at::show_config());
+  // The file libtorch_cpu was loaded from: a symbol it defines, located.
+  Dl_info info{};
+  std::string path;
+  if (dladdr(reinterpret_cast<void*>(&at::show_config), &info) && info.dli_fname) path = info.dli_fname;
+  *library = dup_string(path);
+  TF_CATCH
+}
+
+tf_err tf_cuda_info(tf_cudainfo* out, char** error, char** alloc_conf) {
+  TF_TRY
+  *out = tf_cudainfo{};
+  *error = nullptr;
+  *alloc_conf = nullptr;
+  out->expandable_segments = -1;
+  const auto& hooks = at::detail::getCUDAHooks();
+  // Without libtorch_cuda's static initialisers the hooks are the stub,
+  // whose version queries throw.
+  try {
+    out->cudart_version = hooks.versionCUDART();
+    out->hooks = 1;
+  } catch (const c10::Error&) {
+    out->hooks = 0;
+  }
+  if (!out->hooks) return nullptr;
+  out->cudnn_version = hooks.hasCuDNN() ? hooks.versionCuDNN() : 0;
+  using nccl_version_fn = int (*)(int*);
+  if (auto fn = reinterpret_cast<nccl_version_fn>(dlsym(RTLD_DEFAULT, "ncclGetVersion"))) {
+    int v = 0;
+    if (fn(&v) == 0) out->nccl_version = v;
+  }
+#ifdef TF_CUDA
+  int n = 0;
+  cudaError_t e = TF_CUDART(cudaGetDeviceCount)(&n);
+  out->cuda_error = static_cast<int32_t>(e);
+  if (e != cudaSuccess) {
+    *error = dup_string(std::string(TF_CUDART(cudaGetErrorName)(e)) + ": " + TF_CUDART(cudaGetErrorString)(e));
+    TF_CUDART(cudaGetLastError)();  // clear it
+    n = 0;
+  }
+  out->device_count = n;
+  int driver = 0;
+  if (TF_CUDART(cudaDriverGetVersion)(&driver) == cudaSuccess) out->driver_version = driver;
+#if TF_HAS_EXPANDABLE_SEGMENTS
+  if (n > 0) out->expandable_segments = c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::expandable_segments() ? 1 : 0;
+  *alloc_conf = dup_string(c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::last_allocator_settings());
+#endif
+#endif
+  TF_CATCH
+}
+
+tf_err tf_cuda_device_props(int32_t device, tf_cudadevice* out) {
+  TF_TRY
+  *out = tf_cudadevice{};
+#ifdef TF_CUDA
+  cudaDeviceProp p{};
+  C10_CUDA_CHECK(TF_CUDART(cudaGetDeviceProperties)(&p, device));
+  std::snprintf(out->name, sizeof out->name, "%s", p.name);
+  out->major = p.major;
+  out->minor = p.minor;
+  out->multiprocessors = p.multiProcessorCount;
+  out->total = static_cast<int64_t>(p.totalGlobalMem);
+  tf::DeviceScope on_device(device);
+  size_t free_b = 0, total_b = 0;
+  C10_CUDA_CHECK(TF_CUDART(cudaMemGetInfo)(&free_b, &total_b));
+  out->free = static_cast<int64_t>(free_b);
+#else
+  TORCH_CHECK(false, "CUDA not available: torchfit was built without the cuda tag (device ", device, ")");
+#endif
   TF_CATCH
 }
 

@@ -455,3 +455,82 @@ func EmptyCache() (bool, error) {
 	err := check(C.tf_mem_empty_cache(&done))
 	return done != 0, err
 }
+
+// Build mirrors tf_build with the loaded library's configuration and path.
+type Build struct {
+	HeaderMajor, HeaderMinor, HeaderPatch int
+	CXX11ABI                              int
+	CUDATag                               bool
+	Config                                string // at::show_config() of the loaded library
+	Library                               string // the file libtorch_cpu was loaded from
+}
+
+func takeString(p *C.char) string {
+	if p == nil {
+		return ""
+	}
+	s := C.GoString(p)
+	C.free(unsafe.Pointer(p))
+	return s
+}
+
+// BuildInfo reports what the shim was compiled against and what is loaded.
+func BuildInfo() (Build, error) {
+	var b C.tf_build
+	var cfg, lib *C.char
+	if err := check(C.tf_build_info(&b, &cfg, &lib)); err != nil {
+		return Build{}, err
+	}
+	return Build{
+		HeaderMajor: int(b.header_major), HeaderMinor: int(b.header_minor), HeaderPatch: int(b.header_patch),
+		CXX11ABI: int(b.cxx11_abi), CUDATag: b.cuda_tag != 0, Config: takeString(cfg), Library: takeString(lib),
+	}, nil
+}
+
+// CUDAInfo mirrors tf_cudainfo.
+type CUDAInfo struct {
+	Hooks              bool // libtorch_cuda is loaded
+	DeviceCount        int
+	CUDAError          int
+	ErrorText          string
+	DriverVersion      int
+	ExpandableSegments int // 1 on, 0 off, -1 unknown
+	AllocatorSettings  string
+	CUDARTVersion      int64
+	CuDNNVersion       int64
+	NCCLVersion        int64
+}
+
+// CUDAInfoGet reports libtorch's CUDA libraries and the runtime's view.
+func CUDAInfoGet() (CUDAInfo, error) {
+	var c C.tf_cudainfo
+	var e, conf *C.char
+	if err := check(C.tf_cuda_info(&c, &e, &conf)); err != nil {
+		return CUDAInfo{}, err
+	}
+	return CUDAInfo{
+		Hooks: c.hooks != 0, DeviceCount: int(c.device_count), CUDAError: int(c.cuda_error), ErrorText: takeString(e),
+		DriverVersion: int(c.driver_version), ExpandableSegments: int(c.expandable_segments),
+		AllocatorSettings: takeString(conf), CUDARTVersion: int64(c.cudart_version),
+		CuDNNVersion: int64(c.cudnn_version), NCCLVersion: int64(c.nccl_version),
+	}, nil
+}
+
+// CUDADevice mirrors tf_cudadevice.
+type CUDADevice struct {
+	Name                          string
+	Major, Minor, Multiprocessors int
+	Total, Free                   int64
+}
+
+// CUDADeviceProps reports device n's properties and free memory.
+func CUDADeviceProps(n int) (CUDADevice, error) {
+	var d C.tf_cudadevice
+	if err := check(C.tf_cuda_device_props(C.int32_t(n), &d)); err != nil {
+		return CUDADevice{}, err
+	}
+	return CUDADevice{
+		Name: C.GoString(&d.name[0]), Major: int(d.major), Minor: int(d.minor), Multiprocessors: int(d.multiprocessors),
+		Total: int64(d.total), Free: int64(d.free),
+	}, nil
+}

@@ -169,6 +169,35 @@ tf_err tf_set_num_threads(int32_t n);
 tf_err tf_get_num_threads(int32_t* n);
 tf_err tf_version(int32_t* major, int32_t* minor, int32_t* patch);
 tf_err tf_cuda_device_count(int32_t* n);
+
+// ---- what was built and linked (backend.cc) -------------------------------------
+typedef struct {
+  int32_t header_major, header_minor, header_patch;  // torch/version.h compiled against
+  int32_t cxx11_abi;                                  // _GLIBCXX_USE_CXX11_ABI compiled with
+  int32_t cuda_tag;                                   // the shim was compiled with the cuda tag
+} tf_build;
+// config: at::show_config() of the loaded library; library: the file
+// libtorch_cpu was loaded from. Both malloc'd.
+tf_err tf_build_info(tf_build* out, char** config, char** library);
+typedef struct {
+  int32_t hooks;                // libtorch_cuda is loaded (its hooks registered)
+  int32_t device_count;         // cudaGetDeviceCount (0 on error)
+  int32_t cuda_error;           // its error code (0: none)
+  int32_t driver_version;       // cudaDriverGetVersion (0: no driver)
+  int32_t expandable_segments;  // the caching allocator's setting (-1: unknown)
+  int64_t cudart_version;       // CUDA runtime libtorch was built with
+  int64_t cudnn_version;        // 0: none
+  int64_t nccl_version;         // 0: none
+} tf_cudainfo;
+// error: the CUDA runtime's error text (NULL: none); alloc_conf: the
+// allocator settings in force. Both malloc'd.
+tf_err tf_cuda_info(tf_cudainfo* out, char** error, char** alloc_conf);
+typedef struct {
+  char name[256];
+  int32_t major, minor, multiprocessors;
+  int64_t total, free;
+} tf_cudadevice;
+tf_err tf_cuda_device_props(int32_t device, tf_cudadevice* out);
 tf_err tf_cuda_synchronize(int32_t device);
 
 // ---- CPU backends (backend.cc) ---------------------------------------------------

@@ -19,8 +19,6 @@
 
 #ifdef TF_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <ATen/ops/empty.h>
 #endif
 
@@ -152,8 +150,8 @@ tf_err tf_mem_stats(int32_t device_type, int32_t device, tf_memstats* out) {
   out->num_allocs = s.allocation[agg].allocated;
   out->num_ooms = s.num_ooms;
   size_t free_b = 0, total_b = 0;
-  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-  C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  tf::DeviceScope on_device(device);
+  C10_CUDA_CHECK(TF_CUDART(cudaMemGetInfo)(&free_b, &total_b));
   out->device_total = static_cast<int64_t>(total_b);
   out->device_free = static_cast<int64_t>(free_b);
   if (device >= 0 && device < 64 && cuda_fraction[device] > 0) {
@@ -191,9 +189,9 @@ tf_err tf_mem_set_limit(int32_t device_type, int32_t device, int64_t bytes, doub
   }
 #ifdef TF_CUDA
   TORCH_CHECK(device >= 0 && device < 64, "bad CUDA device ", device);
-  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  tf::DeviceScope on_device(device);
   size_t free_b = 0, total_b = 0;
-  C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  C10_CUDA_CHECK(TF_CUDART(cudaMemGetInfo)(&free_b, &total_b));
   if (bytes > 0) fraction = static_cast<double>(bytes) / static_cast<double>(total_b);
   if (fraction <= 0) fraction = 1.0;
   TORCH_CHECK(fraction <= 1.0, "memory limit exceeds the device's ", total_b, " bytes");

@@ -50,6 +50,40 @@ using tf_optional = c10::optional<T>;
 // expandable_segments exists in the CUDA caching allocator from 2.1.
 #define TF_HAS_EXPANDABLE_SEGMENTS TF_TORCH_AT_LEAST(2, 1)
 
+// c10d (package dist): from 2.0 ProcessGroupGloo and ProcessGroupNCCL derive
+// from c10d::Backend, no longer from c10d::ProcessGroup; the collectives
+// torchfit calls have the same signatures on both.
+#define TF_C10D_BACKEND TF_TORCH_AT_LEAST(2, 0)
+
+#ifdef TF_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+namespace tf {
+// Makes device d current until the scope ends. (c10::cuda::CUDAGuard would
+// do, but its header's inline event functions call the CUDA runtime
+// directly, which would make every program link a libcudart file.)
+struct DeviceScope {
+  c10::DeviceIndex prev;
+  explicit DeviceScope(int32_t d) : prev(c10::cuda::current_device()) {
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(d));
+  }
+  ~DeviceScope() {
+    try {
+      c10::cuda::set_device(prev);
+    } catch (...) {
+    }
+  }
+};
+
+// The CUDA runtime's function `name`, found in the process: libtorch_cuda
+// loaded libcudart (libcudart.so.13 from a pip wheel's nvidia package,
+// libcudart-<hash>.so.12 inside a libtorch zip), so torchfit links no CUDA
+// runtime file of its own. Throws c10::Error when it is not there.
+void* cudart_symbol(const char* name);
+}  // namespace tf
+#define TF_CUDART(fn) (reinterpret_cast<decltype(&::fn)>(tf::cudart_symbol(#fn)))
+#endif
+
 struct tf_tensor_s {
   at::Tensor t;
 };
