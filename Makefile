@@ -1,32 +1,60 @@
 # torchfit: Go training on libtorch that fits in memory.
 #
 #   make demo    the main job on the default libtorch (Debian's 1.13, CPU)
-#   make test    everything CI checks
+#   make test    everything CI checks: the Debian 1.13 leg, the PyTorch 2.11
+#                leg (pip wheel in .venv) and the CUDA link
 #
-# Another libtorch: make test LIBTORCH=/path/to/libtorch (a directory with
-# include/ and lib/: a libtorch zip or the torch/ directory of a pip install).
-# The cuda build tag is added when lib/ has libtorch_cuda.so. TORCH_CXX11_ABI
-# (0 or 1) must match how that libtorch was built (pip wheels before 2.7: 0).
-# See third_party/README.md.
+# Which libtorch (third_party/README.md), as binding users expect:
+#   LIBTORCH=dir             a libtorch zip or a torch package directory (include/, lib/)
+#   LIBTORCH_USE_PYTORCH=1   the torch package of $(PY) (make venv makes .venv/bin/python's)
+#   neither                  Debian's libtorch-dev (1.13, CPU)
+# The cuda build tag is added when lib/ has libtorch_cuda.so; the C++ ABI is
+# read from the library (TORCH_CXX11_ABI=0|1 overrides).
 
 SHELL := /bin/bash
+comma := ,
 GO ?= go
 PY ?= /usr/bin/python3
 LIBTORCH ?=
+LIBTORCH_USE_PYTORCH ?=
 TORCH_CXX11_ABI ?=
 TAGS ?=
 FUZZTIME ?= 20s
 BENCHTIME ?= 1s
+VENV ?= .venv
 
-DEBIAN_PACKAGES := libtorch-dev libgloo-dev libopenblas0-openmp python3-torch python3-torchvision espeak-ng sox g++ bible-kjv
+DEBIAN_PACKAGES := libtorch-dev libgloo-dev libopenblas0-openmp python3-torch python3-torchvision python3-venv espeak-ng sox g++ bible-kjv
+
+ifeq ($(LIBTORCH_USE_PYTORCH),1)
+  ifeq ($(LIBTORCH),)
+    LIBTORCH := $(shell $(PY) -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
+    ifeq ($(LIBTORCH),)
+      $(error LIBTORCH_USE_PYTORCH=1: $(PY) cannot import torch (make venv installs torch 2.11 into $(VENV); then PY=$(VENV)/bin/python))
+    endif
+  endif
+  ifeq ($(TORCH_CXX11_ABI),)
+    TORCH_CXX11_ABI := $(shell $(PY) -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+  endif
+  export TORCHFIT_PYTHON := $(PY)
+endif
 
 ifneq ($(LIBTORCH),)
+  override LIBTORCH := $(abspath $(LIBTORCH))
   TORCH_INCLUDE := $(LIBTORCH)/include
+  ifeq ($(TORCH_CXX11_ABI),)
+    TORCH_CXX11_ABI := $(shell nm -D --defined-only $(LIBTORCH)/lib/libc10.so 2>/dev/null | grep -q __cxx11 && echo 1 || echo 0)
+  endif
   CGO_CXXFLAGS := -I$(LIBTORCH)/include -I$(LIBTORCH)/include/torch/csrc/api/include $(CGO_CXXFLAGS)
   CGO_LDFLAGS := -L$(LIBTORCH)/lib -Wl,-rpath,$(LIBTORCH)/lib $(CGO_LDFLAGS)
   export LD_LIBRARY_PATH := $(LIBTORCH)/lib:$(LD_LIBRARY_PATH)
-  ifneq ($(wildcard $(LIBTORCH)/lib/libtorch_cuda.so),)
+  ifneq ($(if $(filter 1,$(NOCUDA)),,$(wildcard $(LIBTORCH)/lib/libtorch_cuda.so)),)
     TAGS += cuda
+    # CUDA, cuDNN and NCCL headers: a pip install's nvidia-* packages beside
+    # torch/, a CUDA toolkit, or what make gpu-pack carried (last: a fallback).
+    CUDA_INCLUDE := $(wildcard $(LIBTORCH)/../nvidia/*/include) $(wildcard $(CUDA_HOME)/include) \
+      $(wildcard /usr/local/cuda/include) $(wildcard $(CURDIR)/.device/cuda-include)
+    CGO_CXXFLAGS += $(addprefix -I,$(CUDA_INCLUDE))
+    CGO_LDFLAGS += $(addprefix -Wl$(comma)-rpath-link$(comma),$(wildcard $(LIBTORCH)/../nvidia/*/lib))
   endif
 else
   TORCH_INCLUDE := /usr/include
@@ -37,12 +65,12 @@ endif
 export CGO_CXXFLAGS CGO_LDFLAGS
 GOFLAGS_TAGS := $(if $(strip $(TAGS)),-tags "$(strip $(TAGS))",)
 
-.PHONY: deps check-libtorch build vet test test-short fuzz demo bench bench-ops bench-checkpoint quality-clip bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
+.PHONY: deps venv check-libtorch build vet test test-one test-torch2 cuda-link gpu-check gpu-pack test-short fuzz demo bench bench-ops bench-checkpoint quality-clip bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
 
-# deps installs what a fresh Debian bookworm machine lacks (idempotent).
+# deps installs what a fresh Debian bookworm machine lacks (idempotent):
+# Debian's libtorch and the tools the recipes and tests use.
 deps:
-	@if [ -n "$(LIBTORCH)" ]; then echo "using LIBTORCH=$(LIBTORCH)"; exit 0; fi; \
-	missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -55,6 +83,16 @@ deps:
 	  $$SUDO update-alternatives --set libblas.so.3-x86_64-linux-gnu /usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3; \
 	fi
 	@$(MAKE) --no-print-directory check-libtorch
+	@if [ -n "$(LIBTORCH)" ]; then echo "libtorch: $(LIBTORCH) (C++ ABI $(TORCH_CXX11_ABI)$(if $(filter cuda,$(TAGS)),$(comma) cuda tag))"; fi
+
+# venv makes $(VENV): PyTorch 2.11 from PyPI, pinned (third_party/torch2),
+# with the Python packages the twins use; never the system Python. The
+# marker file is rewritten when the requirements change.
+venv: $(VENV)/.installed
+$(VENV)/.installed: third_party/torch2/requirements.txt
+	@test -x $(VENV)/bin/python || /usr/bin/python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r third_party/torch2/requirements.txt
+	@touch $@
 
 check-libtorch:
 	@if [ ! -f "$(TORCH_INCLUDE)/torch/csrc/api/include/torch/version.h" ]; then \
@@ -71,10 +109,61 @@ vet: deps
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet $(GOFLAGS_TAGS) ./...
 
-test: deps vet
+# test: with LIBTORCH or LIBTORCH_USE_PYTORCH set, the suite on that
+# libtorch; otherwise CI's three legs: Debian 1.13, PyTorch 2.11 from PyPI
+# (the whole suite on its CUDA build, on the CPU, with the Python side on
+# 2.11 too), and 2.11 without the cuda tag (vet and link).
+ifneq ($(LIBTORCH),)
+test: test-one
+else
+test: test-one test-torch2
+endif
+
+test-one: deps vet
 	$(GO) test $(GOFLAGS_TAGS) -count=1 -timeout 20m ./...
 	$(GO) test $(GOFLAGS_TAGS) -race -count=1 -timeout 10m ./torch/data ./train
 	@$(MAKE) --no-print-directory fuzz
+
+test-torch2: venv
+	@echo "== PyTorch 2.11 (pip, $(VENV)): the suite with the cuda tag, on the CPU"
+	$(MAKE) --no-print-directory test-one LIBTORCH_USE_PYTORCH=1 PY=$(CURDIR)/$(VENV)/bin/python
+	@echo "== PyTorch 2.11 without the cuda tag: vet and link"
+	$(MAKE) --no-print-directory cuda-link LIBTORCH_USE_PYTORCH=1 PY=$(CURDIR)/$(VENV)/bin/python NOCUDA=1
+
+# cuda-link compiles and links every package and test binary (nothing runs).
+# NOCUDA=1 leaves the cuda tag out for a CUDA libtorch.
+cuda-link: deps
+	$(GO) vet $(GOFLAGS_TAGS) ./...
+	$(GO) test $(GOFLAGS_TAGS) -count=1 -run '^$$' ./... >/dev/null
+	$(GO) build $(GOFLAGS_TAGS) -o /dev/null ./cmd/torchfit ./cmd/gpucheck
+
+# gpu-check runs on a GPU machine from the checkout (../shared/device: make
+# gpu-pack here first, carry .device): it builds torchfit and the checks
+# with the cuda tag against that machine's torch, runs every CUDA check
+# (internal/gpucheck), each in its own process, and writes gpu-report.md
+# and gpu-report.json into OUT. Without a GPU each check says "skipped: no
+# GPU" and why. GPUCHECK=a,b runs only those checks.
+OUT ?= out/gpu-check
+GPUCHECK ?=
+gpu-check:
+	@mkdir -p $(OUT) bin
+	@start=$$(date +%s); \
+	$(GO) build $(GOFLAGS_TAGS) -o bin/torchfit-cuda ./cmd/torchfit && \
+	$(GO) build $(GOFLAGS_TAGS) -o bin/gpucheck ./cmd/gpucheck; rc=$$?; \
+	printf '{"seconds": %d, "tags": "%s", "libtorch": "%s", "cxx11_abi": "%s", "ok": %s}\n' $$(( $$(date +%s) - start )) \
+	  "$(strip $(TAGS))" "$(LIBTORCH)" "$(TORCH_CXX11_ABI)" $$( [ $$rc = 0 ] && echo true || echo false ) > $(OUT)/build.json; \
+	cat $(OUT)/build.json; exit $$rc
+	bin/gpucheck -out $(OUT) -torchfit bin/torchfit-cuda -build $(OUT)/build.json $(if $(GPUCHECK),-checks $(GPUCHECK))
+
+# gpu-pack prepares .device/ for a GPU machine: a Go toolchain and the
+# vendored modules (../shared/device/pack.sh), the recipes' small data sets
+# (made here: their tools are not there), and CUDA headers as a fallback.
+gpu-pack: deps
+	bash scripts/device-pack.sh
+	$(GO) build -o bin/torchfit ./cmd/torchfit
+	$(GO) run ./cmd/gpucheck -prepare-data .device/gpucheck-data -torchfit bin/torchfit
+	tar -C .device -cf - gpucheck-data | xz -T0 -6 > .device/gpucheck-data.tar.xz && rm -rf .device/gpucheck-data
+	@du -sh .device
 
 # A short bounded run of each fuzz target (seed corpora run in 'go test' too).
 # Minimising a new input may take 60 s by default, which uses up a short run on

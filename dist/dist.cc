@@ -3,7 +3,7 @@
 // interface and its error protocol are in dist.h.
 
 #define USE_C10D_GLOO 1
-#ifdef TFD_NCCL
+#ifdef TFD_WITH_NCCL
 #define USE_C10D_NCCL 1
 #endif
 
@@ -22,7 +22,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/exception.h>
-#ifdef TFD_NCCL
+#ifdef TFD_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -315,7 +315,7 @@ tfd_err tfd_store_add(tfd_store s, const char* key, int64_t delta, int64_t* out)
 // ---- process groups ----------------------------------------------------------
 
 int32_t tfd_has_nccl(void) {
-#ifdef TFD_NCCL
+#ifdef TFD_WITH_NCCL
   return 1;
 #else
   return 0;
@@ -331,7 +331,7 @@ tfd_err tfd_group_new(tfd_store store, int32_t rank, int32_t size, int32_t backe
     g->rank = rank;
     g->size = size;
     if (backend == TFD_NCCL) {
-#ifdef TFD_NCCL
+#ifdef TFD_WITH_NCCL
       auto o = c10d::ProcessGroupNCCL::Options::create();
       o->timeout = ms(timeout_ms);
       g->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store->s, rank, size, o);

@@ -297,3 +297,20 @@ func SetRNGState(state *Tensor) {
 	runtime.KeepAlive(state)
 	check("SetRNGState", err)
 }
+
+// Synchronize waits until every kernel queued on device d has finished (a
+// no-op on the CPU, whose ops finish when they return). Time CUDA work
+// between two calls of it.
+func Synchronize(d Device) error {
+	if d.Type != DeviceCUDA {
+		return nil
+	}
+	if err := CheckDevice(d); err != nil {
+		return err
+	}
+	_, idx := devArgs(d)
+	if err := capi.CUDASynchronize(idx); err != nil {
+		return wrapErr("Synchronize", err)
+	}
+	return nil
+}
