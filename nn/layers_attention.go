@@ -102,7 +102,7 @@ func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts
 			scores = scores.Add(am)
 		}
 		if o.Causal {
-			causal := torch.Ones([]int64{l, s}, torch.Bool).Triu(1)
+			causal := torch.Ones([]int64{l, s}, torch.Bool, scores.Device()).Triu(1)
 			scores = scores.Add(additiveMask(causal, dt))
 		}
 		if o.KeyPaddingMask != nil {

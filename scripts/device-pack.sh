@@ -38,6 +38,9 @@ if [ -n "$nv" ]; then
   rm -rf "$out/cuda-include" && mkdir -p "$out/cuda-include"
   cp -r "$nv/cu13/include/crt" "$out/cuda-include/" 2>/dev/null || true
   cp "$nv"/nccl/include/*.h "$out/cuda-include/" 2>/dev/null || true
+  # ProcessGroupGloo.hpp includes gloo headers, which the wheel does not ship
+  # (Debian libgloo-dev's compile against 2.11; the library is in libtorch_cpu).
+  cp -r /usr/include/gloo "$out/cuda-include/" 2>/dev/null || true
 fi
 du -sh "$out"
 echo "carry [\".device\"] and run: bash .device/run.sh 'make gpu-check OUT=\$OUT'"

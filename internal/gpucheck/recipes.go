@@ -110,7 +110,9 @@ func (r *run) lastStep() map[string]any {
 func (r *run) peakMiB() float64 {
 	p := 0.0
 	for _, m := range r.metrics {
-		p = max(p, num(m["peak"]))
+		if v := num(m["peak"]); v == v { // lines without a peak are NaN
+			p = max(p, v)
+		}
 	}
 	return p / mib
 }
@@ -136,6 +138,7 @@ var recipeRuns = []recipeRun{
 		"--batch_size", "4", "--gradient_accumulation_steps", "2", "--max-steps", "8", "--valid-limit", "8",
 		"--checkpoint-dir", "WORK/ck", "--metrics", "WORK/metrics.jsonl"}}},
 	{"clip", [][]string{{"clip", "train", "--data", "DATA", "--device", "cuda", "--mixed-precision", "auto", "--max-steps", "6",
+		"--batch-size", "8", "--grad-accum", "4",
 		"--checkpoint-dir", "WORK/ck", "--metrics", "WORK/metrics.jsonl"}}},
 	{"ganvit", [][]string{{"ganvit", "train", "--data", "DATA", "--device", "cuda", "--preset", "cpu", "--vit", "tiny",
 		"--gan-epochs", "1", "--epochs", "1", "--max-steps", "4", "--checkpoint-dir", "WORK/ck", "--metrics", "WORK/metrics.jsonl"}}},
@@ -239,6 +242,7 @@ func oomAdapt(env Env) Result {
 	ctx := context.Background()
 	train := func(name string, micro, accum int, extra ...string) *run {
 		work := filepath.Join(env.Work, "oom-"+name)
+		_ = os.MkdirAll(work, 0o755)
 		args := append([]string{"asr", "train", "--data", data, "--preset", "optimized", "--device", "cuda", "--mixed-precision", "fp16",
 			"--batch-size", fmt.Sprint(micro), "--grad-accum", fmt.Sprint(accum), "--max-steps", "4", "--valid-limit", "4",
 			"--checkpoint-dir", filepath.Join(work, "ck"), "--metrics", filepath.Join(work, "m.jsonl"), "--empty-cache-every", "0"}, extra...)

@@ -332,14 +332,15 @@ func (m *Model) device() torch.Device { return m.Codec.Codebook.Device() }
 
 // normalize and denormalize apply the training split's per-bin statistics
 // to (T, NMels) log-mels.
+// The statistics go to x's device (a CUDA x cannot meet CPU vectors).
 func (m *Model) normalize(x *torch.Tensor) *torch.Tensor {
-	mean := torch.FromSlice(m.Mean, []int64{NMels})
-	std := torch.FromSlice(m.Std, []int64{NMels})
+	mean := torch.FromSlice(m.Mean, []int64{NMels}).ToDevice(x.Device())
+	std := torch.FromSlice(m.Std, []int64{NMels}).ToDevice(x.Device())
 	return x.Sub(mean).Div(std)
 }
 
 func (m *Model) denormalize(x *torch.Tensor) *torch.Tensor {
-	mean := torch.FromSlice(m.Mean, []int64{NMels})
-	std := torch.FromSlice(m.Std, []int64{NMels})
+	mean := torch.FromSlice(m.Mean, []int64{NMels}).ToDevice(x.Device())
+	std := torch.FromSlice(m.Std, []int64{NMels}).ToDevice(x.Device())
 	return x.Mul(std).Add(mean)
 }

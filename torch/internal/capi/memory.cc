@@ -18,6 +18,7 @@
 #include "shim.h"
 
 #ifdef TF_CUDA
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <ATen/ops/empty.h>
 #endif
@@ -116,6 +117,15 @@ const bool installed = [] {
 
 #ifdef TF_CUDA
 double cuda_fraction[64] = {0};
+
+// cuda_ready initialises CUDA and its caching allocator (Python's
+// _lazy_init): before that the allocator has no devices, and its stats and
+// settings calls fail with "Invalid device argument" (seen on an H100).
+void cuda_ready(int32_t device) {
+  at::globalContext().lazyInitCUDA();
+  const int n = at::detail::getCUDAHooks().getNumGPUs();
+  TORCH_CHECK(device >= 0 && device < n, "cuda:", device, " does not exist: CUDA sees ", n, " device(s)");
+}
 #endif
 
 }  // namespace
@@ -140,6 +150,7 @@ tf_err tf_mem_stats(int32_t device_type, int32_t device, tf_memstats* out) {
   }
 #ifdef TF_CUDA
   TORCH_CHECK(device_type == 1, "unknown device type ", device_type);
+  cuda_ready(device);
   auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
   const size_t agg = 0;  // StatType::AGGREGATE
   out->allocated = s.allocated_bytes[agg].current;
@@ -172,6 +183,7 @@ tf_err tf_mem_reset_peak(int32_t device_type, int32_t device) {
     return nullptr;
   }
 #ifdef TF_CUDA
+  cuda_ready(device);
   c10::cuda::CUDACachingAllocator::resetPeakStats(device);
 #else
   (void)device;
@@ -189,6 +201,7 @@ tf_err tf_mem_set_limit(int32_t device_type, int32_t device, int64_t bytes, doub
   }
 #ifdef TF_CUDA
   TORCH_CHECK(device >= 0 && device < 64, "bad CUDA device ", device);
+  cuda_ready(device);
   tf::DeviceScope on_device(device);
   size_t free_b = 0, total_b = 0;
   C10_CUDA_CHECK(TF_CUDART(cudaMemGetInfo)(&free_b, &total_b));
@@ -210,6 +223,7 @@ tf_err tf_mem_set_limit(int32_t device_type, int32_t device, int64_t bytes, doub
 tf_err tf_mem_empty_cache(int32_t* done) {
   TF_TRY
 #ifdef TF_CUDA
+  at::globalContext().lazyInitCUDA();
   c10::cuda::CUDACachingAllocator::emptyCache();
   *done = 1;
 #else
