@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/internal/pyref"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -99,7 +100,7 @@ type job struct {
 	limit   time.Duration // for all of them together
 	env     []string      // added to every rank's environment
 	rankEnv func(rank int) []string
-	// python, when set, says which ranks run /usr/bin/python3 with these
+	// python, when set, says which ranks run pyref.Python with these
 	// arguments instead of the Go helper.
 	python func(rank int) []string
 	port   int // MASTER_PORT (0: a free one)
@@ -121,7 +122,7 @@ func spawn(t *testing.T, j job) []rankResult {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 		if j.python != nil {
 			if args := j.python(r); args != nil {
-				cmd = exec.CommandContext(ctx, "/usr/bin/python3", args...)
+				cmd = exec.CommandContext(ctx, pyref.Python, args...)
 				// Python's Gloo binds to the host name's address by default.
 				env = append(env, "GLOO_SOCKET_IFNAME=lo")
 			}

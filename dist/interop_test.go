@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/internal/pyref"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -98,7 +99,7 @@ func TestStoreServerSpeaksTCPStore(t *testing.T) {
 	require.NoError(t, err)
 	defer srv.Close()
 	require.Equal(t, "127.0.0.1", srv.Addr().(*net.TCPAddr).IP.String())
-	cmd := exec.Command("/usr/bin/python3", "testdata/pystore.py", strconv.Itoa(srv.Port()))
+	cmd := exec.Command(pyref.Python, "testdata/pystore.py", strconv.Itoa(srv.Port()))
 	cmd.Stderr = os.Stderr
 	done := make(chan struct{})
 	var out []byte

@@ -300,6 +300,8 @@ func goTest(env Env) Result {
 		return r
 	}
 	cmd := exec.Command(goBin, args...)
+	// The tests' Python side is this machine's torch, the library under test.
+	cmd.Env = append(os.Environ(), "TORCHFIT_PYTHON="+env.Python)
 	out, err := cmd.CombinedOutput()
 	r.Figures = map[string]any{"output": lastLines(string(out), 12)}
 	if err != nil {

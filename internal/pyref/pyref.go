@@ -16,8 +16,17 @@ import (
 	"testing"
 )
 
-// Python is the interpreter with python3-torch (make deps installs it).
-var Python = "/usr/bin/python3"
+// Python is the interpreter with torch on the libtorch under test: Debian's
+// python3-torch (make deps installs it), or TORCHFIT_PYTHON (make sets it
+// to .venv/bin/python for the PyTorch 2.11 leg; the GPU machines' python3).
+var Python = pythonFromEnv()
+
+func pythonFromEnv() string {
+	if p := os.Getenv("TORCHFIT_PYTHON"); p != "" {
+		return p
+	}
+	return "/usr/bin/python3"
+}
 
 const prelude = `
 import json, sys, math
@@ -75,7 +84,7 @@ type Error struct {
 func (e *Error) Error() string {
 	msg := e.Err.Error() + ": " + strings.TrimSpace(e.Stderr)
 	if strings.Contains(e.Stderr, "No module named 'torch'") || strings.Contains(e.Err.Error(), "executable file not found") {
-		msg += " (run 'make deps' to install python3-torch)"
+		msg += " (run 'make deps' to install python3-torch, or set TORCHFIT_PYTHON to a python with torch)"
 	}
 	return msg
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/torchfit/torchfit/internal/pyref"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/ptfile"
 )
@@ -23,7 +24,7 @@ func ExampleSave() {
 		fmt.Println(err)
 		return
 	}
-	out, err := exec.Command("/usr/bin/python3", "-c",
+	out, err := exec.Command(pyref.Python, "-c",
 		`import sys, torch; ck = torch.load(sys.argv[1]); print(ck["step"], list(ck["model"]), ck["model"]["layer.weight"].tolist())`, path).Output()
 	fmt.Print(string(out), err)
 	// Output:
