@@ -1,6 +1,7 @@
 package recipes
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -193,12 +194,9 @@ func ReadCommon(c *cli.Context) (Common, error) {
 	if err := FiniteFloats(c); err != nil {
 		return Common{}, err
 	}
-	dev, err := torch.ParseDevice(c.String("device"))
+	dev, err := ParseDevice(c.String("device"))
 	if err != nil {
 		return Common{}, &ConfigError{Field: "device", Value: c.String("device"), Err: err}
-	}
-	if dev.IsCUDA() && !torch.CUDAAvailable() {
-		return Common{}, &ConfigError{Field: "device", Value: c.String("device"), Reason: "CUDA is not available in this build or machine"}
 	}
 	precision := c.String("mixed-precision")
 	if sv, ok := c.Generic("mixed_precision").(*switchValue); ok && sv.set && !c.IsSet("mixed-precision") {
@@ -345,4 +343,23 @@ func ApplyPreset(c *cli.Context, cm *Common, p Preset) {
 	if !c.IsSet("grad-checkpointing") {
 		cm.GradCheckpointing = p.Checkpointing
 	}
+}
+
+// ParseDevice reads a --device value (cpu, cuda, cuda:N, auto) and checks
+// that the device is there: a CUDA device where there is none is an error
+// naming what is missing (torch.CheckDevice), which the CLI prints as one
+// line with exit status 2 — never libtorch's dispatcher table.
+func ParseDevice(s string) (torch.Device, error) {
+	dev, err := torch.ParseDevice(s)
+	if err != nil {
+		return dev, err
+	}
+	if err := torch.CheckDevice(dev); err != nil {
+		var te *torch.Error
+		if errors.As(err, &te) {
+			return dev, fmt.Errorf("%s: %s", s, te.Msg)
+		}
+		return dev, err
+	}
+	return dev, nil
 }

@@ -8,6 +8,7 @@
 //	torchfit ganvit data|train|eval|test-memory|memory-table
 //	torchfit mamba data|train|eval|generate|estimate
 //	torchfit memory                    the memory counter against a known allocation pattern
+//	torchfit doctor [--json]           libtorch, CUDA (and why not), devices, allocator, CPU, BLAS
 //	torchfit tts data|train-codec|train|say|eval|memory-test
 //	torchfit monitor [-- command]      GPU (NVML), host CPU and RSS: log, live line, summary
 //	torchfit plot --metrics m.jsonl    loss and memory curves (or a monitor log) to PNG
@@ -62,7 +63,7 @@ func newApp() *cli.App {
 	for _, r := range registry {
 		app.Commands = append(app.Commands, recipes.Command(r))
 	}
-	app.Commands = append(app.Commands, launchCommand(), memoryCommand(), plotCommand(), monitorCommand())
+	app.Commands = append(app.Commands, launchCommand(), memoryCommand(), plotCommand(), monitorCommand(), doctorCommand())
 	harden(app.Commands)
 	return app
 }
@@ -94,8 +95,8 @@ func exitStatus(err error, w io.Writer) int {
 	if errors.As(err, &re) && re.Status > 0 {
 		return re.Status // the rank's (2: its user error, printed by it)
 	}
-	if recipes.IsUserError(err) {
-		return 2
+	if recipes.IsUserError(err) || errors.Is(err, torch.ErrNoCUDA) {
+		return 2 // bad input, or a CUDA device asked for where there is none
 	}
 	var te *torch.Error
 	if errors.As(err, &te) && te.OOM {

@@ -44,7 +44,7 @@ func memoryCommand() *cli.Command {
 			&cli.StringFlag{Name: "device", Value: "cpu", Usage: "cpu or cuda[:N]"},
 		},
 		Action: func(c *cli.Context) error {
-			dev, err := torch.ParseDevice(c.String("device"))
+			dev, err := recipes.ParseDevice(c.String("device"))
 			if err != nil {
 				return recipes.Usagef("%v", err)
 			}

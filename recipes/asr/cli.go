@@ -280,7 +280,7 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "device", Value: "auto"},
 		},
 		Action: func(c *cli.Context) error {
-			dev, err := torch.ParseDevice(c.String("device"))
+			dev, err := recipes.ParseDevice(c.String("device"))
 			if err != nil {
 				return recipes.Usagef("%v", err)
 			}
@@ -325,7 +325,7 @@ func transcribeCommand() *cli.Command {
 			if c.NArg() == 0 {
 				return recipes.Usagef("transcribe: give one or more WAV files")
 			}
-			dev, err := torch.ParseDevice(c.String("device"))
+			dev, err := recipes.ParseDevice(c.String("device"))
 			if err != nil {
 				return recipes.Usagef("%v", err)
 			}
@@ -361,7 +361,7 @@ func memoryTableCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "preset", Value: cli.NewStringSlice("original", "optimized", "minimal", "tiny")},
 		},
 		Action: func(c *cli.Context) error {
-			dev, err := torch.ParseDevice(c.String("device"))
+			dev, err := recipes.ParseDevice(c.String("device"))
 			if err != nil {
 				return recipes.Usagef("%v", err)
 			}

@@ -199,7 +199,7 @@ func evalCommand() *cli.Command {
 			&cli.IntFlag{Name: "batch-size", Value: 64, Usage: "images per forward"},
 		},
 		Action: func(c *cli.Context) error {
-			dev, err := torch.ParseDevice(c.String("device"))
+			dev, err := recipes.ParseDevice(c.String("device"))
 			if err != nil {
 				return recipes.Usagef("--device: %v", err)
 			}

@@ -242,7 +242,7 @@ func measureCommand() *cli.Command {
 			&cli.IntFlag{Name: "threads", Usage: "libtorch CPU threads (0: default)"},
 		},
 		Action: func(c *cli.Context) error {
-			dev, err := torch.ParseDevice(c.String("device"))
+			dev, err := recipes.ParseDevice(c.String("device"))
 			if err != nil {
 				return recipes.Usagef("--device: %v", err)
 			}

@@ -357,7 +357,7 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "mixed-precision", Value: "no", Usage: "no, auto, bf16 or fp16"},
 		},
 		Action: func(c *cli.Context) error {
-			dev, err := torch.ParseDevice(c.String("device"))
+			dev, err := recipes.ParseDevice(c.String("device"))
 			if err != nil {
 				return recipes.Usagef("--device: %v", err)
 			}
@@ -398,7 +398,7 @@ func memoryTableCommand() *cli.Command {
 			&cli.IntFlag{Name: "clips", Usage: "use at most this many training clips (0: all)"},
 		),
 		Action: func(c *cli.Context) error {
-			dev, err := torch.ParseDevice(c.String("device"))
+			dev, err := recipes.ParseDevice(c.String("device"))
 			if err != nil {
 				return recipes.Usagef("--device: %v", err)
 			}

@@ -261,7 +261,7 @@ func sampleFlags() []cli.Flag {
 }
 
 func sampleFrom(c *cli.Context) (torch.Device, SampleOptions, error) {
-	dev, err := torch.ParseDevice(c.String("device"))
+	dev, err := recipes.ParseDevice(c.String("device"))
 	if err != nil {
 		return dev, SampleOptions{}, recipes.Usagef("--device: %v", err)
 	}
