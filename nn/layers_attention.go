@@ -56,6 +56,14 @@ func NewMultiheadAttention(embedDim, numHeads int64, dropout float64, batchFirst
 	return m
 }
 
+// SDPA chooses PyTorch 2.x's attention (scaled_dot_product_attention) over
+// 1.13's explicit softmax where this libtorch has it and no weights are
+// asked for, as torch.nn.MultiheadAttention does; tests turn it off to
+// compare both.
+var SDPA = torch.HasSDPA()
+
+func useSDPA(o AttnOpts) bool { return SDPA && !o.NeedWeights }
+
 // additiveMask turns a bool mask into 0/−inf of dtype dt; float masks pass.
 func additiveMask(mask *torch.Tensor, dt torch.DType) *torch.Tensor {
 	if mask.DType() == torch.Bool {
@@ -92,6 +100,42 @@ func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts
 			return y.Reshape(n, length, h, d).Transpose(1, 2) // (N, H, len, d)
 		}
 		qh, kh, vh := proj(q, 0, l), proj(k, 1, s), proj(v, 2, s)
+		if useSDPA(o) {
+			// PyTorch 2.x's F.multi_head_attention_forward without weights:
+			// the masks as one additive mask in the query's dtype, then
+			// scaled_dot_product_attention (same ops, same numbers).
+			var mask *torch.Tensor
+			add := func(x *torch.Tensor) {
+				if mask == nil {
+					mask = x
+				} else {
+					mask = mask.Add(x)
+				}
+			}
+			if o.AttnMask != nil {
+				am := additiveMask(o.AttnMask, query.DType())
+				if am.Dim() == 3 {
+					am = am.Reshape(n, h, l, s)
+				}
+				add(am)
+			}
+			if o.Causal {
+				add(additiveMask(torch.Ones([]int64{l, s}, torch.Bool, qh.Device()).Triu(1), query.DType()))
+			}
+			if o.KeyPaddingMask != nil {
+				add(additiveMask(o.KeyPaddingMask, query.DType()).Reshape(n, 1, 1, s))
+			}
+			p := 0.0
+			if m.Training() {
+				p = m.Dropout
+			}
+			ctx := torch.ScaledDotProductAttention(qh, kh, vh, mask, p, false).Transpose(1, 2).Reshape(n, l, e)
+			y := m.OutProj.Forward(ctx)
+			if !m.BatchFirst {
+				y = y.Transpose(0, 1)
+			}
+			return []*torch.Tensor{y, nil}
+		}
 		scores := qh.DivScalar(math.Sqrt(float64(d))).Matmul(kh.Transpose(-2, -1)) // (N, H, L, S)
 		dt := scores.DType()
 		if o.AttnMask != nil {

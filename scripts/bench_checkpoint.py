@@ -85,7 +85,7 @@ def peak_bytes(step):
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events.sort(key=lambda e: e.start_us())  # stable: same-microsecond events keep their order
+    events.sort(key=lambda e: e.start_ns() if hasattr(e, "start_ns") else e.start_us())  # stable: same-time events keep their order (start_us in 1.13, start_ns in 2.x)
     run = peak = 0
     for e in events:
         run += e.nbytes()

@@ -82,7 +82,7 @@ def net_and_peak(fn):
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events.sort(key=lambda e: e.start_us())
+    events.sort(key=lambda e: e.start_ns() if hasattr(e, "start_ns") else e.start_us())  # start_us in 1.13, start_ns in 2.x
     run = peak = 0
     for e in events:
         run += e.nbytes()

@@ -194,3 +194,28 @@ func Stft(x *Tensor, nFFT, hop, winLength int64, window *Tensor, power float64) 
 		return p
 	})
 }
+
+var opSDPA = defOp("aten::scaled_dot_product_attention", "")
+
+// HasSDPA reports whether this libtorch has scaled_dot_product_attention
+// (2.0 and later).
+func HasSDPA() bool {
+	maj, _, _ := LibtorchVersion()
+	return maj >= 2
+}
+
+// ScaledDotProductAttention is F.scaled_dot_product_attention(q, k, v,
+// attn_mask=mask, dropout_p=dropout, is_causal=causal) for q (…, L, E) and
+// k, v (…, S, E): softmax(q·kᵀ/√E + mask)·v with libtorch's fused kernels
+// (flash attention on the CPU for float inputs; flash or memory-efficient
+// on CUDA), which keep no (L, S) attention matrix for backward. mask may be
+// nil, bool (true: may attend) or float (added). It needs libtorch 2.0
+// (HasSDPA); on 1.13 it panics with *Error.
+func ScaledDotProductAttention(q, k, v, mask *Tensor, dropout float64, causal bool) *Tensor {
+	if !HasSDPA() {
+		maj, min, _ := LibtorchVersion()
+		throwf("ScaledDotProductAttention", "needs libtorch 2.0 or later (this is %d.%d)", maj, min)
+	}
+	var c call
+	return c.t(q).t(k).t(v).t(mask).f(dropout).b(causal).out1(opSDPA)
+}

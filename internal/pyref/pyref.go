@@ -115,40 +115,47 @@ func dedent(s string) string {
 // their documented semantics, the CUDA-only assertions are dropped, and
 // GradScaler is imported.
 const cpuGradScaler = `
-def _unscale(grads, found_inf, inv_scale):
-    for g in grads:
-        if not torch.isfinite(g).all():
-            found_inf.fill_(1.0)
-        g.mul_(inv_scale.item())
-def _update(scale, tracker, found_inf, growth, backoff, interval):
-    if found_inf.item():
-        scale.mul_(backoff); tracker.fill_(0)
-    else:
-        n = tracker.item() + 1
-        if n == interval:
-            if math.isfinite(scale.item() * growth):
-                scale.mul_(growth)
-            tracker.fill_(0)
-        else:
-            tracker.fill_(n)
-    return scale
-torch._amp_foreach_non_finite_check_and_unscale_ = _unscale
-torch._amp_update_scale_ = _update
-import torch.cuda.amp.grad_scaler as _gs
-def _replicator_init(self, master):  # drops the is_cuda assertion
-    self.master = master
-    self._per_device_tensors = {}
-_gs._MultiDeviceReplicator.__init__ = _replicator_init
-from torch.cuda.amp import GradScaler
 import warnings; warnings.simplefilter("ignore")
-torch.cuda.is_available = lambda: True  # keeps the scaler enabled
-# GradScaler.scale without its is_cuda assertion: the rest of its body.
-GradScaler.scale = lambda self, out: out * self._scale.to(device=out.device, non_blocking=True)
+if tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 3):
+    # PyTorch 2.3+ runs its own GradScaler on the CPU, with CPU kernels.
+    import functools, torch.amp
+    GradScaler = functools.partial(torch.amp.GradScaler, "cpu")
+else:
+    def _unscale(grads, found_inf, inv_scale):
+        for g in grads:
+            if not torch.isfinite(g).all():
+                found_inf.fill_(1.0)
+            g.mul_(inv_scale.item())
+    def _update(scale, tracker, found_inf, growth, backoff, interval):
+        if found_inf.item():
+            scale.mul_(backoff); tracker.fill_(0)
+        else:
+            n = tracker.item() + 1
+            if n == interval:
+                if math.isfinite(scale.item() * growth):
+                    scale.mul_(growth)
+                tracker.fill_(0)
+            else:
+                tracker.fill_(n)
+        return scale
+    torch._amp_foreach_non_finite_check_and_unscale_ = _unscale
+    torch._amp_update_scale_ = _update
+    import torch.cuda.amp.grad_scaler as _gs
+    def _replicator_init(self, master):  # drops the is_cuda assertion
+        self.master = master
+        self._per_device_tensors = {}
+    _gs._MultiDeviceReplicator.__init__ = _replicator_init
+    from torch.cuda.amp import GradScaler
+    torch.cuda.is_available = lambda: True  # keeps the scaler enabled
+    # GradScaler.scale without its is_cuda assertion: the rest of its body.
+    GradScaler.scale = lambda self, out: out * self._scale.to(device=out.device, non_blocking=True)
 `
 
 // WithCPUGradScaler prefixes script with a set-up that makes PyTorch's
-// GradScaler (imported as GradScaler) work on CPU tensors, for comparing
-// torchfit's scaler with it on a machine without a GPU.
+// GradScaler (as GradScaler) work on CPU tensors, for comparing torchfit's
+// scaler with it on a machine without a GPU: on PyTorch 2.3+ its own
+// torch.amp.GradScaler("cpu"); on 1.13 the CUDA scaler with its two
+// CUDA-only kernels replaced by CPU equivalents written from their sources.
 func WithCPUGradScaler(script string) string {
 	return cpuGradScaler + dedent(script)
 }

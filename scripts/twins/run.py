@@ -174,7 +174,8 @@ class Runner:
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             self.step()
         events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-        events.sort(key=lambda e: e.start_us())
+        # Kineto's events carry start_us() in 1.13, start_ns() in 2.x.
+        events.sort(key=lambda e: e.start_ns() if hasattr(e, "start_ns") else e.start_us())
         run = peak = 0
         for e in events:
             run += e.nbytes()
