@@ -65,7 +65,7 @@ endif
 export CGO_CXXFLAGS CGO_LDFLAGS
 GOFLAGS_TAGS := $(if $(strip $(TAGS)),-tags "$(strip $(TAGS))",)
 
-.PHONY: deps venv check-libtorch build vet test test-one test-torch2 cuda-link gpu-check gpu-pack test-short fuzz demo bench bench-ops bench-checkpoint quality-clip bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
+.PHONY: deps env venv check-libtorch build vet test test-one test-torch2 cuda-link gpu-check gpu-pack test-short fuzz demo bench bench-ops bench-checkpoint quality-clip bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
 
 # deps installs what a fresh Debian bookworm machine lacks (idempotent):
 # Debian's libtorch and the tools the recipes and tests use.
@@ -84,6 +84,16 @@ deps:
 	fi
 	@$(MAKE) --no-print-directory check-libtorch
 	@if [ -n "$(LIBTORCH)" ]; then echo "libtorch: $(LIBTORCH) (C++ ABI $(TORCH_CXX11_ABI)$(if $(filter cuda,$(TAGS)),$(comma) cuda tag))"; fi
+
+# env prints the environment go build/test need for this libtorch, for Go
+# programs built without make: eval "$$(make -s env LIBTORCH_USE_PYTORCH=1)"
+# then go build $$TORCHFIT_GOFLAGS ./...
+env:
+	@echo "export CGO_CXXFLAGS='$(strip $(CGO_CXXFLAGS))'"
+	@echo "export CGO_LDFLAGS='$(strip $(CGO_LDFLAGS))'"
+	@$(if $(LIBTORCH),echo "export LD_LIBRARY_PATH='$(LD_LIBRARY_PATH)'",true)
+	@echo "export TORCHFIT_GOFLAGS='$(GOFLAGS_TAGS)'"
+	@$(if $(filter 1,$(LIBTORCH_USE_PYTORCH)),echo "export TORCHFIT_PYTHON='$(PY)'",true)
 
 # venv makes $(VENV): PyTorch 2.11 from PyPI, pinned (third_party/torch2),
 # with the Python packages the twins use; never the system Python. The

@@ -6,6 +6,8 @@
 #include <ATen/Version.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <dlfcn.h>
+#include <link.h>
+#include <unistd.h>
 
 #ifdef TF_CUDA
 #include <c10/cuda/CUDAAllocatorConfig.h>
@@ -13,6 +15,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
 #include <thread>
 
 #include "shim.h"
@@ -59,6 +64,85 @@ const bool cache_bounded = [] {
   if (auto fn = set_capacity()) fn(cap);
   return true;
 }();
+
+// ---- the libtorch loaded against the headers compiled with -----------------
+
+// loaded_libtorch is the path of the libtorch_cpu this process loaded ("" if
+// none), found without touching any libtorch symbol.
+std::string loaded_libtorch() {
+  std::string found;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        const char* name = info->dlpi_name;
+        if (name && std::strstr(name, "/libtorch_cpu.so")) {
+          *static_cast<std::string*>(data) = name;
+          return 1;
+        }
+        return 0;
+      },
+      &found);
+  return found;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+namespace tf {
+
+// library_version reads the version of the libtorch whose libtorch_cpu is
+// at path: a pip package's torch/version.py, a libtorch zip's build-version,
+// or the version suffix of the file's real name (Debian's
+// libtorch_cpu.so.1.13). "" when it cannot tell.
+std::string library_version(const std::string& path) {
+  const std::string lib = path.substr(0, path.find_last_of('/'));
+  const std::string root = lib.substr(0, lib.find_last_of('/'));
+  std::smatch m;
+  const std::string py = read_file(root + "/version.py");
+  if (std::regex_search(py, m, std::regex("__version__\\s*=\\s*['\"]([0-9][^'\"]*)['\"]"))) return m[1];
+  const std::string bv = read_file(root + "/build-version");
+  if (std::regex_search(bv, m, std::regex("^\\s*([0-9]+\\.[0-9]+[^\\s]*)"))) return m[1];
+  char real[4096];
+  const std::string name = realpath(path.c_str(), real) ? std::string(real) : path;
+  if (std::regex_search(name, m, std::regex("libtorch_cpu\\.so\\.([0-9]+\\.[0-9]+[0-9.]*)$"))) return m[1];
+  return "";
+}
+
+// version_mismatch says why the loaded library cannot be the one the shim
+// was compiled against ("" when it can, or when its version is unknown).
+std::string version_mismatch(const std::string& path) {
+  const std::string v = library_version(path);
+  if (v.empty()) return "";
+  int major = -1, minor = -1;
+  if (std::sscanf(v.c_str(), "%d.%d", &major, &minor) != 2) return "";
+  if (major == TORCH_VERSION_MAJOR && minor == TORCH_VERSION_MINOR) return "";
+  std::ostringstream out;
+  out << "torchfit was compiled against libtorch " << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR
+      << " headers but loaded libtorch " << v << " (" << path << "): rebuild it against that library (make, or go build with its"
+      << " CGO flags: make env), or load the one it was built with; TORCHFIT_SKIP_VERSION_CHECK=1 goes on regardless";
+  return out.str();
+}
+
+}  // namespace tf
+
+namespace {
+
+// Before any other initialiser of the shim, and before any libtorch call:
+// a library other than the headers' fails later with an undefined symbol
+// or a crash, so it is one line and exit status 2 here.
+__attribute__((constructor(101))) void check_loaded_version() {
+  if (std::getenv("TORCHFIT_SKIP_VERSION_CHECK")) return;
+  const std::string why = tf::version_mismatch(loaded_libtorch());
+  if (why.empty()) return;
+  std::fprintf(stderr, "torchfit: %s\n", why.c_str());
+  std::fflush(stderr);
+  _exit(2);
+}
 
 }  // namespace
 
@@ -258,6 +342,13 @@ tf_err tf_cuda_device_props(int32_t device, tf_cudadevice* out) {
 #else
   TORCH_CHECK(false, "CUDA not available: torchfit was built without the cuda tag (device ", device, ")");
 #endif
+  TF_CATCH
+}
+
+tf_err tf_library_version(const char* path, char** version, char** mismatch) {
+  TF_TRY
+  *version = dup_string(tf::library_version(path));
+  *mismatch = dup_string(tf::version_mismatch(path));
   TF_CATCH
 }
 

@@ -534,3 +534,15 @@ func CUDADeviceProps(n int) (CUDADevice, error) {
 		Total: int64(d.total), Free: int64(d.free),
 	}, nil
 }
+
+// LibraryVersion reads the version of the libtorch whose libtorch_cpu is at
+// path and why the shim could not use it ("" when it could).
+func LibraryVersion(path string) (version, mismatch string, err error) {
+	c := C.CString(path)
+	defer C.free(unsafe.Pointer(c))
+	var v, m *C.char
+	if err := check(C.tf_library_version(c, &v, &m)); err != nil {
+		return "", "", err
+	}
+	return takeString(v), takeString(m), nil
+}

@@ -198,6 +198,12 @@ typedef struct {
   int64_t total, free;
 } tf_cudadevice;
 tf_err tf_cuda_device_props(int32_t device, tf_cudadevice* out);
+// tf_library_version reads the version of the libtorch whose libtorch_cpu
+// is at path (pip's version.py, a zip's build-version, a versioned file
+// name; "" if unknown) and why it cannot be used with the headers the shim
+// was compiled against ("" if it can). The shim runs the same check on the
+// library it loaded before anything else, and exits 2 on a mismatch.
+tf_err tf_library_version(const char* path, char** version, char** mismatch);
 tf_err tf_cuda_synchronize(int32_t device);
 
 // ---- CPU backends (backend.cc) ---------------------------------------------------
