@@ -137,3 +137,159 @@ func TestFusedAdamFallsBack(t *testing.T) {
 	}
 	require.Equal(t, run(false), run(true))
 }
+
+// fusedCases reach every branch of the kernel: Adam's weight decay added
+// to the gradient, AdamW's decay of the parameter, AMSGrad, maximize, and
+// both forms of ATen's lerp (PyTorch 2.1+ first moment): 1 − β1 < 0.5
+// (self + w·(end − self)) and ≥ 0.5 (end − (end − self)·(1 − w)). The
+// shapes make blocks of the kernel span parameters and the threads split
+// one.
+var fusedCases = []struct {
+	name, py string
+	mk       func([]Named) *Adam
+}{
+	{"Adam/wd+amsgrad+maximize+beta1=0.3", "torch.optim.Adam(ps, lr=0.05, betas=(0.3, 0.9), eps=1e-6, weight_decay=0.1, amsgrad=True, maximize=True)",
+		func(ps []Named) *Adam {
+			return NewAdam(ps, AdamConfig{LR: 0.05, Beta1: 0.3, Beta2: 0.9, Eps: 1e-6, WeightDecay: 0.1, AMSGrad: true, Maximize: true})
+		}},
+	{"AdamW/beta1=0.5", "torch.optim.AdamW(ps, lr=0.02, betas=(0.5, 0.95), weight_decay=0.2)",
+		func(ps []Named) *Adam {
+			return NewAdamW(ps, AdamConfig{LR: 0.02, Beta1: 0.5, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.2})
+		}},
+	{"AdamW/amsgrad", "torch.optim.AdamW(ps, lr=0.01, amsgrad=True)",
+		func(ps []Named) *Adam {
+			c := AdamWDefaults(0.01)
+			c.AMSGrad = true
+			return NewAdamW(ps, c)
+		}},
+}
+
+var fusedCaseShapes = [][]int64{{40000}, {3}, {5, 5}, {9000}}
+
+const fusedCaseSteps = 30
+
+const fusedCasesPyScript = `
+torch.set_num_threads(2)
+out = []
+for c in inp["cases"]:
+    torch.manual_seed(21)
+    ps = [torch.randn(s).requires_grad_() for s in inp["shapes"]]
+    opt = eval(c)
+    for s in range(inp["steps"]):
+        torch.manual_seed(2000 + s)
+        for p in ps:
+            p.grad = torch.randn(p.shape)
+        opt.step()
+    out.append([p.detach().reshape(-1).double().tolist() for p in ps])
+emit(out)
+`
+
+// runFusedCase runs case c for fusedCaseSteps steps, fused or as ops, on
+// threads threads, and returns the parameters.
+func runFusedCase(t *testing.T, mk func([]Named) *Adam, fused bool, threads int) [][]float32 {
+	t.Helper()
+	defer torch.SetNumThreads(torch.NumThreads())
+	torch.SetNumThreads(threads)
+	defer SetFusedOptimizers(SetFusedOptimizers(fused))
+	torch.ManualSeed(21)
+	var ps []Named
+	for k, s := range fusedCaseShapes {
+		ps = append(ps, Named{string(rune('a' + k)), torch.Randn(s).Keep()})
+	}
+	defer optimFree(ps)
+	opt := mk(ps)
+	defer opt.Free()
+	for s := 0; s < fusedCaseSteps; s++ {
+		torch.ManualSeed(uint64(2000 + s))
+		torch.Tidy(func() {
+			for _, p := range ps {
+				p.T.SetGrad(torch.Randn(p.T.Shape()))
+			}
+		})
+		opt.Step()
+	}
+	out := make([][]float32, len(ps))
+	for k, p := range ps {
+		out[k] = p.T.Float32s()
+	}
+	return out
+}
+
+// requireFusedEqual compares got with want element by element: bitwise on
+// a CPU with AVX2 and FMA, else within 1e-6 relative.
+func requireFusedEqual(t *testing.T, want [][]float64, got [][]float32) {
+	t.Helper()
+	exact, total, worst := 0, 0, 0.0
+	for k := range want {
+		require.Len(t, got[k], len(want[k]))
+		for i, g := range got[k] {
+			w := want[k][i]
+			total++
+			if float64(g) == w {
+				exact++
+			}
+			worst = math.Max(worst, math.Abs(float64(g)-w)/math.Max(1, math.Abs(w)))
+		}
+	}
+	t.Logf("%d of %d parameters bitwise equal; largest relative difference %.2e", exact, total, worst)
+	require.LessOrEqual(t, worst, 1e-6)
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		require.Equal(t, total, exact, "bitwise on a CPU with AVX2 and FMA")
+	}
+}
+
+func float64s(x [][]float32) [][]float64 {
+	out := make([][]float64, len(x))
+	for k, xs := range x {
+		out[k] = make([]float64, len(xs))
+		for i, v := range xs {
+			out[k][i] = float64(v)
+		}
+	}
+	return out
+}
+
+// TestFusedAdamCasesMatchPyTorch: each case, fused (1 and 2 threads) and
+// as ops, against the PyTorch of this libtorch.
+func TestFusedAdamCasesMatchPyTorch(t *testing.T) {
+	var pys []string
+	for _, c := range fusedCases {
+		pys = append(pys, c.py)
+	}
+	var want [][][]float64
+	pyref.Run(t, fusedCasesPyScript, map[string]any{"cases": pys, "shapes": fusedCaseShapes, "steps": fusedCaseSteps}, &want)
+	require.Len(t, want, len(fusedCases))
+	t.Logf("libtorch first moment by lerp: %v; fused square root by ATen: %v", adamLerp(), torch.FusedATenSqrt())
+	for ci, c := range fusedCases {
+		for _, tc := range []struct {
+			fused   bool
+			threads int
+		}{{true, 1}, {true, 2}, {false, 2}} {
+			t.Run(fmt.Sprintf("%s/fused=%v/%d-threads", c.name, tc.fused, tc.threads), func(t *testing.T) {
+				requireFusedEqual(t, want[ci], runFusedCase(t, c.mk, tc.fused, tc.threads))
+			})
+		}
+	}
+}
+
+// Both first-moment formulas (1.13's mul_ and add_, 2.1's lerp_) and the
+// kernel's ATen square root, on whichever libtorch this is: the fused step
+// computes what the ops compute, and the formulas differ.
+func TestFusedAdamFormulasMatchOps(t *testing.T) {
+	defer func(f func() bool) { adamLerp = f }(adamLerp)
+	defer torch.ForceFusedATenSqrt(true)()
+	for _, c := range fusedCases {
+		var results [2][][]float32
+		for li, lerp := range []bool{false, true} {
+			adamLerp = func() bool { return lerp }
+			t.Run(fmt.Sprintf("%s/lerp=%v", c.name, lerp), func(t *testing.T) {
+				ops := runFusedCase(t, c.mk, false, 2)
+				requireFusedEqual(t, float64s(ops), runFusedCase(t, c.mk, true, 2))
+				results[li] = ops
+			})
+		}
+		if results[0] != nil && results[1] != nil {
+			require.NotEqual(t, results[0], results[1], "%s: lerp and mul/add round alike everywhere", c.name)
+		}
+	}
+}

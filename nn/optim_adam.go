@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/torchfit/torchfit/torch"
 )
@@ -35,12 +36,13 @@ func AdamWDefaults(lr float64) AdamConfig {
 }
 
 // Adam is Adam or AdamW (NewAdamW), exactly as torch.optim.Adam/AdamW
-// (1.13, single-tensor path), with bias correction and the step counted
-// in float32 as PyTorch does:
+// (single-tensor path) of the PyTorch of the loaded libtorch, with bias
+// correction and the step counted in float32 as PyTorch does:
 //
 //	step += 1
 //	g = grad (+ weight_decay·p for Adam) ; p *= 1 − lr·weight_decay for AdamW
-//	m = β1·m + (1−β1)·g
+//	m = β1·m + (1−β1)·g                      1.13, 2.0: m.mul_(β1).add_(g, alpha=1−β1)
+//	                                         2.1 and later: m.lerp_(g, 1−β1)
 //	v = β2·v + (1−β2)·g·g
 //	vmax = max(vmax, v)                      AMSGrad
 //	denom = sqrt(v or vmax)/sqrt(1−β2^step) + eps
@@ -100,11 +102,12 @@ func newAdam(kind string, groups []ParamGroup, cfg AdamConfig, decoupled bool) *
 // dense contiguous float32 CPU tensor, it is one native call over all
 // parameters (torch.AdamStep), computing what the ops below compute with
 // the same float32 roundings; otherwise it runs the ops parameter by
-// parameter, as PyTorch 1.13's default does.
+// parameter, as PyTorch's default does.
 func (o *Adam) Step() {
 	if fusedOptimizers.Load() && o.fusedStep() {
 		return
 	}
+	lerp := adamLerp()
 	o.forEach(func(g *Group, p, grad *torch.Tensor, st *optimParamState) {
 		m, v := st.bufs["exp_avg"], st.bufs["exp_avg_sq"]
 		if m == nil {
@@ -123,7 +126,11 @@ func (o *Adam) Step() {
 		} else if g.WeightDecay != 0 {
 			grad = grad.AddScaled(p, g.WeightDecay)
 		}
-		m.MulScalarIn(g.Beta1).AddIn(grad, 1-g.Beta1)
+		if lerp {
+			m.LerpIn(grad, 1-g.Beta1)
+		} else {
+			m.MulScalarIn(g.Beta1).AddIn(grad, 1-g.Beta1)
+		}
 		v.MulScalarIn(g.Beta2).AddcmulIn(grad, grad, 1-g.Beta2)
 
 		bc1 := 1 - math.Pow(g.Beta1, step)
@@ -146,6 +153,17 @@ func (o *Adam) Step() {
 	})
 }
 
+// adamLerp reports whether the PyTorch of the loaded libtorch updates
+// Adam's first moment with exp_avg.lerp_(grad, 1 − β1) (2.1 and later,
+// pytorch/pytorch#104796) rather than exp_avg.mul_(β1).add_(grad,
+// alpha=1 − β1) (1.13, 2.0). ATen's lerp rounds once, fma(1−β1, g − m, m),
+// where mul_ then add_ round m·β1 first. Tests replace it to run either
+// formula on one libtorch.
+var adamLerp = sync.OnceValue(func() bool {
+	maj, min, _ := torch.LibtorchVersion()
+	return maj > 2 || maj == 2 && min >= 1
+})
+
 // fusedStep runs the step with torch.AdamStep; false when it does not
 // apply (nothing changed then).
 func (o *Adam) fusedStep() bool {
@@ -153,7 +171,7 @@ func (o *Adam) fusedStep() bool {
 	var hs []torch.AdamHyper
 	var states []*optimParamState
 	ok := true
-	amsgrad := false
+	amsgrad, lerp := false, adamLerp()
 	for _, g := range o.groups {
 		if g.AMSGrad {
 			amsgrad = true
@@ -192,7 +210,7 @@ func (o *Adam) fusedStep() bool {
 						vmaxs = append(vmaxs, vm)
 					}
 					step := float64(st.step + 1) // PyTorch counts in float32
-					h := torch.AdamHyper{Beta1: g.Beta1, Beta2: g.Beta2, Eps: g.Eps, Decay: 1, Maximize: g.Maximize,
+					h := torch.AdamHyper{Beta1: g.Beta1, Beta2: g.Beta2, Eps: g.Eps, Decay: 1, Maximize: g.Maximize, Lerp: lerp,
 						StepSize: g.LR / (1 - math.Pow(g.Beta1, step)), BC2Sqrt: math.Sqrt(1 - math.Pow(g.Beta2, step))}
 					if o.decoupled {
 						if g.WeightDecay != 0 {

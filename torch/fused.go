@@ -8,22 +8,26 @@ import (
 )
 
 // AdamHyper is one parameter's hyperparameters for AdamStep, as
-// torch.optim.Adam/AdamW (1.13) computes them in double for the step:
-// Decay = 1 − lr·weight_decay (AdamW; 1: none), WD the weight decay added
-// to the gradient (Adam; 0: none), StepSize = lr / (1 − β1^step), BC2Sqrt
-// = √(1 − β2^step).
+// torch.optim.Adam/AdamW computes them in double for the step: Decay =
+// 1 − lr·weight_decay (AdamW; 1: none), WD the weight decay added to the
+// gradient (Adam; 0: none), StepSize = lr / (1 − β1^step), BC2Sqrt =
+// √(1 − β2^step). Lerp picks the first-moment update of PyTorch 2.1 and
+// later, exp_avg.lerp_(grad, 1 − β1); false picks 1.13's (and 2.0's)
+// exp_avg.mul_(β1).add_(grad, alpha=1 − β1). The two round differently.
 type AdamHyper struct {
 	Decay, WD         float64
 	Beta1, Beta2, Eps float64
 	StepSize, BC2Sqrt float64
 	Maximize          bool
+	Lerp              bool
 }
 
 // AdamStep applies one Adam/AdamW step to every parameter that has a
 // gradient in one native call (the work split over libtorch's threads):
 // each element goes through the float32 operations of PyTorch's
 // single-tensor loop, in its order and with its roundings, in one pass
-// over memory instead of nine ops per parameter. maxExpAvgSq is nil
+// over memory instead of nine ops per parameter (with libtorch's sqrt over
+// blocks where it is MKL's, FusedATenSqrt). maxExpAvgSq is nil
 // without AMSGrad. It returns which parameters had a gradient and were
 // updated, and ok false — nothing changed — when some tensor is not a
 // dense, contiguous float32 CPU tensor (the caller then runs the ops).
@@ -49,6 +53,9 @@ func AdamStep(params, expAvg, expAvgSq, maxExpAvgSq []*Tensor, h []AdamHyper) (a
 			StepSize: x.StepSize, BC2Sqrt: x.BC2Sqrt}
 		if x.Maximize {
 			fh[k].Maximize = 1
+		}
+		if x.Lerp {
+			fh[k].Lerp = 1
 		}
 	}
 	flags := make([]int32, max(n, 1))
@@ -80,4 +87,19 @@ func ForceFusedKernel(name string) (undo func(), err error) {
 		return nil, &Error{Op: "ForceFusedKernel", Msg: err.Error(), wrapped: err}
 	}
 	return func() { fused.ForceKernel("") }, nil
+}
+
+// FusedATenSqrt reports whether AdamStep takes the square root of
+// exp_avg_sq with libtorch's own sqrt, over blocks of elements (libtorch
+// built with MKL: its float sqrt is MKL's vsSqrt, which does not always
+// round correctly, so the kernel cannot compute it itself), rather than
+// inline (elsewhere; ATen's sqrt is then the correctly rounded one).
+func FusedATenSqrt() bool { return fused.ATenSqrt() }
+
+// ForceFusedATenSqrt makes AdamStep take square roots with libtorch's
+// sqrt (on) or inline (off), for tests that run both on one libtorch, and
+// returns what puts libtorch's choice back.
+func ForceFusedATenSqrt(on bool) (undo func()) {
+	fused.ForceATenSqrt(on)
+	return fused.DefaultATenSqrt
 }

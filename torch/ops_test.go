@@ -602,7 +602,31 @@ func opCases() []opCase {
 		{name: "FromSliceBool", py: "torch.tensor([True, False])", fn: func(x env) any { return FromSlice([]bool{true, false}, nil) }},
 		{name: "FromSliceUint8", py: "torch.tensor([0, 255, 7], dtype=torch.uint8)", fn: func(x env) any { return FromSlice([]uint8{0, 255, 7}, nil) }},
 	}
+	if HasSDPA() { // libtorch 2.x; 1.13 has none (TestSDPANeedsLibtorch2)
+		cs = append(cs,
+			opCase{name: "ScaledDotProductAttention", py: "F.scaled_dot_product_attention(b234, b234 * 0.5, b234 + 1)",
+				fn: func(x env) any {
+					return ScaledDotProductAttention(x["b234"], x["b234"].MulScalar(0.5), x["b234"].AddScalar(1), nil, 0, false)
+				}, grads: []string{"b234"}},
+			opCase{name: "ScaledDotProductAttentionMasks", py: "[F.scaled_dot_product_attention(b234, b234, b234, attn_mask=sq), " +
+				"F.scaled_dot_product_attention(b234, b234, b234, attn_mask=sq > 0), F.scaled_dot_product_attention(b234, b234, b234, is_causal=True)]",
+				fn: func(x env) any {
+					q := x["b234"]
+					return []*Tensor{ScaledDotProductAttention(q, q, q, x["sq"], 0, false),
+						ScaledDotProductAttention(q, q, q, x["sq"].GtScalar(0), 0, false), ScaledDotProductAttention(q, q, q, nil, 0, true)}
+				}})
+	}
 	return cs
+}
+
+func TestSDPANeedsLibtorch2(t *testing.T) {
+	if HasSDPA() {
+		t.Skip("this libtorch has scaled_dot_product_attention (TestOpsMatchPyTorch compares it)")
+	}
+	x := Ones([]int64{1, 2, 4})
+	defer x.Free()
+	err := Try(func() { ScaledDotProductAttention(x, x, x, nil, 0, false) })
+	require.ErrorContains(t, err, "needs libtorch 2.0 or later")
 }
 
 // goOut is one Go result in the form Python's are compared in.
@@ -789,7 +813,7 @@ func TestOpsCoverage(t *testing.T) {
 			switch n {
 			case "ToSlice", "Float32s", "Float64s", "Int64s": // used by every case
 				continue
-			case "ManualSeed", "SetNumThreads", "NumThreads", "LibtorchVersion", "CUDAAvailable", "CUDADeviceCount":
+			case "ManualSeed", "SetNumThreads", "NumThreads", "LibtorchVersion", "CUDAAvailable", "CUDADeviceCount", "HasSDPA", "Synchronize":
 				continue // global state, not ops
 			}
 			if !strings.Contains(text, "."+n+"(") && !strings.Contains(text, " "+n+"(") && !strings.Contains(text, "("+n+"(") {

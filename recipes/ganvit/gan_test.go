@@ -75,36 +75,8 @@ func TestGANStepMatchesPython(t *testing.T) {
 		Scales        []float64
 		NoDiscGradInG bool
 	}
-	pyref.Run(t, `
+	pyref.Run(t, pyref.WithCPUGradScaler(`
 		torch.set_num_threads(1)
-		def unscale(grads, found_inf, inv_scale):
-		    for g in grads:
-		        if not torch.isfinite(g).all():
-		            found_inf.fill_(1.0)
-		        g.mul_(inv_scale.item())
-		def update(scale, tracker, found_inf, growth, backoff, interval):
-		    if found_inf.item():
-		        scale.mul_(backoff); tracker.fill_(0)
-		    else:
-		        n = tracker.item() + 1
-		        if n == interval:
-		            if math.isfinite(scale.item() * growth):
-		                scale.mul_(growth)
-		            tracker.fill_(0)
-		        else:
-		            tracker.fill_(n)
-		    return scale
-		torch._amp_foreach_non_finite_check_and_unscale_ = unscale
-		torch._amp_update_scale_ = update
-		import torch.cuda.amp.grad_scaler as gs
-		def replicator_init(self, master):
-		    self.master = master
-		    self._per_device_tensors = {}
-		gs._MultiDeviceReplicator.__init__ = replicator_init
-		from torch.cuda.amp import GradScaler
-		import warnings; warnings.simplefilter("ignore")
-		torch.cuda.is_available = lambda: True
-		GradScaler.scale = lambda self, out: out * self._scale.to(device=out.device, non_blocking=True)
 		nn = torch.nn
 		F = nn.functional
 		M, T, L, C, E = 16, 20, 4, 3, 2
@@ -179,7 +151,7 @@ func TestGANStepMatchesPython(t *testing.T) {
 		emit({"Gen": {k: v.flatten().tolist() for k, v in gen.state_dict().items()},
 		      "Disc": {k: v.flatten().tolist() for k, v in disc.state_dict().items()},
 		      "DLoss": dl, "GLoss": gl, "Scales": scales, "NoDiscGradInG": no_disc_grad})
-	`, map[string]any{"g0": g0, "d0": d0, "real": real.Float64s(), "cond": cond.Float64s(), "label": label.Int64s()}, &want)
+	`), map[string]any{"g0": g0, "d0": d0, "real": real.Float64s(), "cond": cond.Float64s(), "label": label.Int64s()}, &want)
 
 	require.True(t, want.NoDiscGradInG)
 	require.Equal(t, want.Scales, scales, "scale trajectory")

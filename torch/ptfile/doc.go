@@ -19,12 +19,24 @@
 // # Writing
 //
 // Save writes what Python's torch.load reads back as the same structure,
-// also with weights_only=True. The pickle is protocol 2 with the opcodes
-// and memo numbering of Python's pickle.Pickler and the storage records
-// are 64-byte aligned as PyTorch's writer aligns them, so for a state dict
-// every record is byte-identical to the one Python's torch.save writes.
-// A contiguous CPU tensor is written from libtorch's memory, without a Go
-// copy; any other one (a view, a CUDA tensor) through a contiguous CPU copy.
+// also with weights_only=True (the default since PyTorch 2.6), in PyTorch
+// 2.x's layout, which PyTorch 1.13 loads too: data.pkl, .format_version,
+// .storage_alignment, byteorder, one record per storage, version and
+// .data/serialization_id. The pickle is protocol 2 with the opcodes,
+// batches and memo numbering of CPython's pickler, and the zip is laid out
+// as PyTorch's writer (miniz) lays it out — records 64-byte aligned with
+// the same padding, data descriptors, zip64 fields past 4 GiB, and the
+// serialization id PyTorch derives from the record names and checksums —
+// so for a state dict the file is byte-identical to the one PyTorch 2.x's
+// torch.save writes (2.11 tested), and each record to the one 1.13 writes
+// (which has no .format_version, .storage_alignment, byteorder or
+// serialization id records). The layout is not cosmetic: a .format_version
+// record lets PyTorch 2.x compute storage offsets from record sizes (mmap
+// and meta-device loads). The folder inside the zip is named as PyTorch 2.x
+// names it: the file's base name up to its last dot, "archive" for a
+// non-ASCII path. A contiguous CPU tensor is written from libtorch's
+// memory, without a Go copy; any other one (a view, a CUDA tensor) through
+// a contiguous CPU copy.
 //
 // Writing a path is atomic: the data goes to a hidden temporary file in
 // the same directory, .NAME.tmp-PID-RANDOM, which the writer holds under an
@@ -46,7 +58,9 @@
 // is bounded. Storage bytes are read from the file straight into the
 // tensors' memory. Tensors that share a storage in the file (views) are
 // rebuilt over one storage with as_strided and share it after loading, as
-// in Python. Errors for bad input wrap ErrBadFile (ErrLegacyFormat for the
+// in Python. Files of PyTorch 1.6 to 2.x load alike: records Load does not
+// need (.format_version, .storage_alignment, .data/serialization_id) are
+// ignored, and a byteorder record must say little. Errors for bad input wrap ErrBadFile (ErrLegacyFormat for the
 // pre-1.6 format), and a failed Load leaves no tensor allocated. FuzzLoad
 // (make fuzz) feeds it arbitrary bytes.
 //

@@ -1,6 +1,7 @@
 package ptfile_test
 
 import (
+	"bytes"
 	"path/filepath"
 	"testing"
 
@@ -141,4 +142,97 @@ emit(diffs)
 `, paths, &diffs)
 		require.Empty(t, diffs)
 	})
+}
+
+// TestLoadTorch2File: a state dict PyTorch 2.11's torch.save wrote
+// (testdata/torch2_state_dict.pt, with 2.x's .format_version,
+// .storage_alignment, byteorder and .data/serialization_id records, and a
+// storage starting like a data descriptor) loads without a PyTorch 2.x at
+// hand, and saving what it holds writes the same bytes.
+func TestLoadTorch2File(t *testing.T) {
+	const path = "testdata/torch2_state_dict.pt"
+	data := readFile(t, path)
+	names, m, err := ptfile.LoadTensors(path)
+	require.NoError(t, err)
+	defer ptfile.FreeAll(m)
+	want := []struct {
+		name   string
+		dtype  torch.DType
+		shape  []int64
+		values []float64
+	}{
+		{"w", torch.Float32, []int64{2, 3}, []float64{0, 0.25, 0.5, 0.75, 1, 1.25}},
+		{"b", torch.Float16, []int64{3}, []float64{0.5, -1.5, 2}},
+		{"bf", torch.BFloat16, []int64{2}, []float64{1, -3.5}},
+		{"steps", torch.Int64, []int64{}, []float64{7}},
+		{"mask", torch.Bool, []int64{4}, []float64{1, 0, 1, 1}},
+		{"empty", torch.Float32, []int64{0, 4}, []float64{}},
+		{"pk", torch.Uint8, []int64{9}, []float64{'P', 'K', 7, 8, ' ', 'd', 'a', 't', 'a'}},
+	}
+	var wantNames []string
+	var named []ptfile.NamedTensor
+	for _, w := range want {
+		wantNames = append(wantNames, w.name)
+		got := m[w.name]
+		require.NotNil(t, got, w.name)
+		require.Equal(t, w.dtype, got.DType(), w.name)
+		require.Equal(t, w.shape, append([]int64{}, got.Shape()...), w.name)
+		require.Equal(t, w.values, append([]float64{}, got.Float64s()...), w.name)
+		named = append(named, ptfile.NamedTensor{Name: w.name, T: got})
+	}
+	require.Equal(t, wantNames, names)
+
+	var b bytes.Buffer
+	require.NoError(t, ptfile.WriteTo(&b, "torch2_state_dict", named))
+	require.True(t, bytes.Equal(data, b.Bytes()), "WriteTo writes PyTorch 2.11's file")
+	resaved := filepath.Join(t.TempDir(), "torch2_state_dict.pt")
+	require.NoError(t, ptfile.SaveTensors(resaved, named))
+	require.True(t, bytes.Equal(data, readFile(t, resaved)), "SaveTensors writes PyTorch 2.11's file")
+}
+
+// TestSaveArchiveName: the folder inside the zip is the one PyTorch's
+// torch.save names after the path: the base name up to its last dot, or
+// "archive" when that is empty or, as PyTorch 2.x does (it then writes
+// through a Python stream), for a non-ASCII path; PyTorch 1.13 uses the
+// name there too.
+func TestSaveArchiveName(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		file, archive string
+		ascii         bool
+	}{
+		{"model.pt", "model", true},
+		{"model", "model", true},
+		{"model.best.pt", "model.best", true},
+		{"a.b.c", "a.b", true},
+		{".hidden.pt", ".hidden", true},
+		{"ünï.pt", "archive", false},
+	}
+	var paths []string
+	for _, c := range cases {
+		p := filepath.Join(dir, c.file)
+		require.NoError(t, ptfile.Save(p, int64(1)))
+		got := records(t, readFile(t, p))
+		require.Contains(t, got, c.archive+"/data.pkl", c.file)
+		paths = append(paths, p)
+	}
+	var py struct {
+		Version [2]int
+		Names   []string
+	}
+	pyref.Run(t, `
+import zipfile
+names = []
+for p in inp:
+    torch.save(1, p)
+    names.append(zipfile.ZipFile(p).namelist()[0].split("/")[0])
+emit({"Version": `+pyVersionExpr+`, "Names": names})
+`, paths, &py)
+	for k, c := range cases {
+		if c.ascii || py.Version[0] >= 2 {
+			require.Equal(t, c.archive, py.Names[k], "%s: PyTorch %v", c.file, py.Version)
+		} else {
+			require.Equal(t, "ünï", py.Names[k], "%s: PyTorch 1.13 keeps a non-ASCII name", c.file)
+		}
+	}
 }

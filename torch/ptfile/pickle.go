@@ -1,11 +1,9 @@
 package ptfile
 
 import (
-	"archive/zip"
 	"bytes"
 	bin "encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math"
 	"reflect"
@@ -65,7 +63,8 @@ const (
 	opFrame          = 0x95
 )
 
-// batchSize is pickle's _BATCHSIZE: SETITEMS/APPENDS groups.
+// batchSize is pickle's BATCHSIZE: the most items in one SETITEMS or
+// APPENDS group.
 const batchSize = 1000
 
 // storageNames maps dtypes to the torch.*Storage class torch.save names.
@@ -81,8 +80,12 @@ type storageOut struct {
 	n   int64 // bytes
 }
 
-// pickler writes Python pickle protocol 2 as Python's pickle.Pickler does
-// for torch.save (same opcodes, same memo numbering).
+// pickler writes Python pickle protocol 2 as CPython's C pickler (which
+// torch.save's Pickler subclasses) does for torch.save: same opcodes, same
+// batches, same memo numbering. Python memoizes strings by object and Go
+// by value: they agree where equal strings are one object in Python
+// (literals, a loaded file's memoized strings), and storage keys, always
+// new objects in Python, are never looked up (newStr).
 type pickler struct {
 	b        bytes.Buffer
 	nmemo    int
@@ -136,10 +139,18 @@ func (p *pickler) str(s string) {
 		p.get(i)
 		return
 	}
+	p.strs[s] = p.newStr(s)
+}
+
+// newStr writes a string without looking it up in the memo: pickle
+// memoizes by object, and torch.save makes a new string object for each
+// storage key, so an equal string before it (a dict key "0") is not
+// reused for it, nor it for one after.
+func (p *pickler) newStr(s string) int {
 	p.op(opBinUnicode)
 	p.u32(uint32(len(s)))
 	p.b.WriteString(s)
-	p.strs[s] = p.put()
+	return p.put()
 }
 
 func (p *pickler) global(module, name string) {
@@ -244,31 +255,67 @@ func (p *pickler) emptyOrderedDict() {
 	p.put()
 }
 
-// dict writes n entries with SETITEM(S) batches.
-func (p *pickler) items(n int, each func(k int) error, multi, single byte) error {
-	for start := 0; start < n; start += batchSize {
-		end := min(start+batchSize, n)
-		if end-start > 1 {
-			p.op(opMark)
+// batching is how CPython's C pickler (_pickle.c, which torch.save's
+// Pickler is) groups a container's items.
+type batching int
+
+const (
+	// exactDict is batch_dict_exact, for a dict: one item with SETITEM;
+	// more in MARK ... SETITEMS batches of up to 1000, and after a full
+	// batch another, even an empty one.
+	exactDict batching = iota
+	// exactList is batch_list_exact, for a list: one item with APPEND;
+	// more in MARK ... APPENDS batches of up to 1000.
+	exactList
+	// iterated is batch_dict, for an OrderedDict's items: batches of up to
+	// 1000, the last with SETITEM when it holds one item.
+	iterated
+)
+
+// items writes n items (each writes one) with the opcodes for several
+// (multi) or one (single), batched as mode says.
+func (p *pickler) items(n int, each func(k int) error, multi, single byte, mode batching) error {
+	if n == 0 {
+		return nil
+	}
+	if n == 1 && mode != iterated {
+		if err := each(0); err != nil {
+			return err
 		}
-		for k := start; k < end; k++ {
+		p.op(single)
+		return nil
+	}
+	for k := 0; ; {
+		batch := min(batchSize, n-k)
+		if batch == 0 && mode != exactDict {
+			return nil
+		}
+		if batch == 1 && mode == iterated {
+			if err := each(k); err != nil {
+				return err
+			}
+			p.op(single)
+			return nil
+		}
+		p.op(opMark)
+		for end := k + batch; k < end; k++ {
 			if err := each(k); err != nil {
 				return err
 			}
 		}
-		if end-start > 1 {
-			p.op(multi)
-		} else {
-			p.op(single)
+		p.op(multi)
+		if batch < batchSize || (mode == exactList && k == n) {
+			return nil
 		}
 	}
-	return nil
 }
 
 func (p *pickler) dict(d *Dict) error {
+	mode := iterated
 	if d.Ordered {
 		p.emptyOrderedDict()
 	} else {
+		mode = exactDict
 		p.op(opEmptyDict)
 		p.put()
 	}
@@ -285,7 +332,7 @@ func (p *pickler) dict(d *Dict) error {
 			return err
 		}
 		return p.value(d.Entries[k].Value)
-	}, opSetItems, opSetItem)
+	}, opSetItems, opSetItem, mode)
 	if err != nil {
 		return err
 	}
@@ -303,7 +350,7 @@ func (p *pickler) dict(d *Dict) error {
 func (p *pickler) list(n int, each func(k int) error) error {
 	p.op(opEmptyList)
 	p.put()
-	return p.items(n, each, opAppends, opAppend)
+	return p.items(n, each, opAppends, opAppend, exactList)
 }
 
 // contiguousStrides are PyTorch's strides for a contiguous tensor.
@@ -343,7 +390,7 @@ func (p *pickler) tensor(t *torch.Tensor) error {
 	p.op(opMark)
 	p.str("storage")
 	p.global("torch", cls)
-	p.str(key)
+	p.newStr(key)
 	p.str("cpu")
 	p.int(numel)
 	p.op(opTuple)
@@ -520,8 +567,12 @@ func (p *pickler) reflectValue(v any) error {
 	return fmt.Errorf("cannot save a %T (want tensors, dicts, lists, numbers, strings, bools or nil)", v)
 }
 
-// encode writes v as torch.save does: archive/data.pkl, archive/data/<key>
-// for each storage (64-byte aligned), archive/version.
+// encode writes v as PyTorch 2.x's torch.save does: archive/data.pkl,
+// .format_version, .storage_alignment and byteorder, archive/data/<key>
+// for each storage (64-byte aligned), archive/version and
+// archive/.data/serialization_id. PyTorch 1.13 writes only data.pkl, the
+// storages and version, and loads this layout too (the other records are
+// ignored there).
 func encode(w io.Writer, archive string, v any, stateDict bool) (err error) {
 	if archive == "" {
 		archive = "archive"
@@ -539,78 +590,38 @@ func encode(w io.Writer, archive string, v any, stateDict bool) (err error) {
 	if perr != nil {
 		return perr
 	}
-	cw := &countWriter{w: w}
-	zw := zip.NewWriter(cw)
-	if err := writeRecord(zw, cw, archive+"/data.pkl", p.b.Bytes()); err != nil {
-		return err
-	}
-	for _, s := range p.storages {
-		if err := writeStorage(zw, cw, archive+"/data/"+s.key, s); err != nil {
+	zw := newZipWriter(w, archive)
+	for _, r := range []struct{ name, data string }{
+		{"data.pkl", p.b.String()},
+		// Version 1: storages are written in their keys' numeric order.
+		{".format_version", "1"},
+		{".storage_alignment", strconv.Itoa(recordAlign)},
+		// torchfit runs on little-endian machines, as libtorch's builds do.
+		{"byteorder", "little"},
+	} {
+		if err := zw.record(r.name, []byte(r.data)); err != nil {
 			return err
 		}
 	}
-	if err := writeRecord(zw, cw, archive+"/version", []byte("3\n")); err != nil {
+	for _, s := range p.storages {
+		if err := writeStorage(zw, "data/"+s.key, s); err != nil {
+			return err
+		}
+	}
+	if err := zw.record("version", []byte("3\n")); err != nil {
 		return err
 	}
-	return zw.Close()
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(b []byte) (int, error) {
-	n, err := c.w.Write(b)
-	c.n += int64(n)
-	return n, err
-}
-
-// recordAlign is the alignment of record data PyTorch's writer uses.
-const recordAlign = 64
-
-// createAligned starts a stored record whose data begins at a multiple of
-// 64 bytes, padding with an "FB" extra field as PyTorch's writer does.
-func createAligned(zw *zip.Writer, cw *countWriter, name string, size int64, crc uint32) (io.Writer, error) {
-	if err := zw.Flush(); err != nil {
-		return nil, err
-	}
-	const localHeader = 30
-	start := cw.n + localHeader + int64(len(name)) + 4
-	pad := (recordAlign - start%recordAlign) % recordAlign
-	extra := make([]byte, 4+pad)
-	bin.LittleEndian.PutUint16(extra[0:], 0x4246) // "FB"
-	bin.LittleEndian.PutUint16(extra[2:], uint16(pad))
-	for k := 4; k < len(extra); k++ {
-		extra[k] = 'Z'
-	}
-	fh := &zip.FileHeader{Name: name, Method: zip.Store, Extra: extra,
-		CRC32: crc, CompressedSize64: uint64(size), UncompressedSize64: uint64(size)}
-	return zw.CreateRaw(fh)
-}
-
-func writeRecord(zw *zip.Writer, cw *countWriter, name string, data []byte) error {
-	rw, err := createAligned(zw, cw, name, int64(len(data)), crc32.ChecksumIEEE(data))
-	if err != nil {
-		return err
-	}
-	_, err = rw.Write(data)
-	return err
+	return zw.close()
 }
 
 // writeStorage writes a tensor's elements: straight from libtorch's memory
 // for contiguous CPU tensors, through a contiguous CPU copy otherwise.
-func writeStorage(zw *zip.Writer, cw *countWriter, name string, s storageOut) error {
+func writeStorage(zw *zipWriter, name string, s storageOut) error {
 	err := s.t.RawBytes(func(data []byte) error {
 		if int64(len(data)) != s.n {
 			return fmt.Errorf("tensor changed while being saved")
 		}
-		rw, err := createAligned(zw, cw, name, s.n, crc32.ChecksumIEEE(data))
-		if err != nil {
-			return err
-		}
-		_, err = rw.Write(data)
-		return err
+		return zw.record(name, data)
 	})
 	if err != nil {
 		return fmt.Errorf("storage %s: %w", name, err)

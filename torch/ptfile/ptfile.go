@@ -7,15 +7,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/torchfit/torchfit/torch"
 )
 
 // This file is the package's public face: Save and Load and their
-// variants, and the atomic write. pickle.go writes PyTorch's pickle and the
-// zip container, unpickle.go reads them, value.go holds the Go values.
+// variants, and the atomic write. pickle.go writes PyTorch's pickle,
+// zipwrite.go the zip container around it, unpickle.go reads them, value.go
+// holds the Go values.
 
 // ErrBadFile is wrapped by every error Load returns for input that is not a
 // readable torch.save file (corrupt, truncated, or using a feature torchfit
@@ -75,19 +75,6 @@ func saveFile(path string, v any, stateDict bool) (err error) {
 	return atomicWrite(path, func(w io.Writer) error {
 		return encode(w, archiveName(path), v, stateDict)
 	})
-}
-
-// archiveName is the folder name inside the zip: Python uses the file
-// name up to its first dot.
-func archiveName(path string) string {
-	base := filepath.Base(path)
-	if i := strings.IndexByte(base, '.'); i >= 0 {
-		base = base[:i]
-	}
-	if base == "" || strings.ContainsAny(base, `/\`) {
-		return "archive"
-	}
-	return base
 }
 
 // atomicWrite writes a temporary file next to path with write, syncs it,

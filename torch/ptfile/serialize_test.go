@@ -5,10 +5,13 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -251,15 +254,20 @@ func TestSaveRejects(t *testing.T) {
 	}
 }
 
-// TestSavePythonReads: Go writes; Python's torch.load, with and without
-// weights_only, reads the same names and values.
+// TestSavePythonReads: Go writes; Python's torch.load reads the same names
+// and values with weights_only=False, with weights_only=True and with its
+// default (False on 1.13, True since 2.6), except where weights_only=True
+// fails on PyTorch 1.13 for Python's own file of the same object too.
+// PyTorch 2.x loads with TORCH_SERIALIZATION_DEBUG=1, which checks the
+// storage offsets it computes from the records' layout (as mmap and meta
+// loads use them) against the real ones.
 func TestSavePythonReads(t *testing.T) {
 	dir := t.TempDir()
 	ckpt, named := sampleState(t)
 	model, _ := ckpt.Get("model")
 	// PyTorch 1.13's weights_only unpickler lacks BINFLOAT and LONG1, so
 	// floats and big ints fail there even in files Python writes itself;
-	// intCkpt has neither, and must load with weights_only=True.
+	// intCkpt has neither, and loads with weights_only=True on 1.13 too.
 	intCkpt := ptfile.NewDict("model", model, "step", 3, "name", "x", "ok", false, "none", nil,
 		"opt", ptfile.NewDict("state", ptfile.NewDict(0, ptfile.NewDict("step", 7), 5, []any{ptfile.Tuple{1, "a"}})))
 	wantSD := &ptfile.Dict{Ordered: true}
@@ -267,15 +275,15 @@ func TestSavePythonReads(t *testing.T) {
 		wantSD.Set(n.Name, n.T)
 	}
 	cases := []struct {
-		name        string
-		save        func(path string) error
-		want        any
-		weightsOnly bool // weights_only=True must load it in 1.13
+		name          string
+		save          func(path string) error
+		want          any
+		floatsOrLongs bool // BINFLOAT or LONG1 in the pickle: 1.13's weights_only=True fails
 	}{
-		{"sd.pt", func(p string) error { return ptfile.SaveTensors(p, named) }, wantSD, true},
-		{"int_ckpt.pt", func(p string) error { return ptfile.Save(p, intCkpt) }, intCkpt, true},
-		{"ckpt.pth", func(p string) error { return ptfile.Save(p, ckpt) }, ckpt, false},
-		{"tensor.pt", func(p string) error { return ptfile.Save(p, named[2].T) }, named[2].T, true},
+		{"sd.pt", func(p string) error { return ptfile.SaveTensors(p, named) }, wantSD, false},
+		{"int_ckpt.pt", func(p string) error { return ptfile.Save(p, intCkpt) }, intCkpt, false},
+		{"ckpt.pth", func(p string) error { return ptfile.Save(p, ckpt) }, ckpt, true},
+		{"tensor.pt", func(p string) error { return ptfile.Save(p, named[2].T) }, named[2].T, false},
 	}
 	var paths []string
 	for _, c := range cases {
@@ -283,11 +291,17 @@ func TestSavePythonReads(t *testing.T) {
 		require.NoError(t, c.save(p))
 		paths = append(paths, p)
 	}
-	var got []any
+	var got struct {
+		Version [2]int
+		Loads   [][3]any // weights_only=False, default, weights_only=True
+	}
 	pyref.Run(t, pyDescribe+`
+import os
+os.environ["TORCH_SERIALIZATION_DEBUG"] = "1"
 out = []
 for p in inp:
-    a = torch.load(p)
+    a = torch.load(p, weights_only=False)
+    default = describe(torch.load(p))
     try:
         b = describe(torch.load(p, weights_only=True))
     except Exception as e:
@@ -300,17 +314,18 @@ for p in inp:
             b = "only Go's file fails: " + str(e)
         except Exception:
             b = "fails for Python's own file too"
-    out.append([describe(a), b])
-emit(out)
+    out.append([describe(a), default, b])
+emit({"Version": `+pyVersionExpr+`, "Loads": out})
 `, paths, &got)
 	for k, c := range cases {
-		pair := got[k].([]any)
 		w := canon(t, describe(t, c.want))
-		require.Equal(t, w, pair[0], "%s: torch.load", c.name)
-		if c.weightsOnly {
-			require.Equal(t, w, pair[1], "%s: torch.load(weights_only=True)", c.name)
+		r := got.Loads[k]
+		require.Equal(t, w, r[0], "%s: torch.load(weights_only=False)", c.name)
+		require.Equal(t, w, r[1], "%s: torch.load, PyTorch %v", c.name, got.Version)
+		if c.floatsOrLongs && got.Version[0] == 1 {
+			require.Equal(t, "fails for Python's own file too", r[2], "%s: torch.load(weights_only=True), PyTorch 1.13", c.name)
 		} else {
-			require.Equal(t, "fails for Python's own file too", pair[1], c.name)
+			require.Equal(t, w, r[2], "%s: torch.load(weights_only=True), PyTorch %v", c.name, got.Version)
 		}
 	}
 }
@@ -330,46 +345,117 @@ func records(t *testing.T, data []byte) map[string][]byte {
 	return out
 }
 
-// TestSaveMatchesPython: for a state dict, Go's records (data.pkl bytes
-// included) are exactly those Python's torch.save writes for the same
-// tensors, and storages are 64-byte aligned.
+// torch2Records are the records PyTorch 2.x's torch.save writes besides
+// 1.13's data.pkl, data/<key> and version; Save writes them all.
+var torch2Records = []string{".data/serialization_id", ".format_version", ".storage_alignment", "byteorder"}
+
+// requireSameFile checks that Go's file is the one PyTorch version
+// pyVersion writes. Save writes PyTorch 2.x's layout: against 2.x (2.11
+// tested) the whole file is byte-identical — records, their 64-byte
+// alignment and padding, data descriptors, central directory and
+// serialization id. PyTorch 1.13 writes none of torch2Records (nor the
+// padding around them): there every record Python writes is in Go's file,
+// byte-identical, and Go's has those four more.
+func requireSameFile(t *testing.T, pyVersion [2]int, py, got []byte, what string) {
+	t.Helper()
+	pyRecs, goRecs := records(t, py), records(t, got)
+	for name, b := range pyRecs {
+		require.Equal(t, b, goRecs[name], "%s: record %s", what, name)
+	}
+	var extra []string
+	for _, name := range keys(goRecs) {
+		if _, ok := pyRecs[name]; !ok {
+			extra = append(extra, name[strings.IndexByte(name, '/')+1:])
+		}
+	}
+	if pyVersion[0] == 1 {
+		require.Equal(t, torch2Records, extra, "%s: PyTorch %v writes none of 2.x's records", what, pyVersion)
+		return
+	}
+	require.Empty(t, extra, "%s: PyTorch %v writes the records Go writes", what, pyVersion)
+	require.True(t, bytes.Equal(py, got), "%s: PyTorch %v: Go's file is Python's, byte for byte", what, pyVersion)
+}
+
+// pyVersionExpr is a Python expression for torch's [major, minor].
+const pyVersionExpr = `[int(x) for x in torch.__version__.split("+")[0].split(".")[:2]]`
+
+// TestSaveMatchesPython: for a state dict, Go writes the file Python's
+// torch.save writes for the same tensors (see requireSameFile).
 func TestSaveMatchesPython(t *testing.T) {
 	dir := t.TempDir()
 	_, named := sampleState(t)
+	// A storage starting with a data descriptor's signature: PyTorch folds
+	// its bytes into the serialization id.
+	named = append(named, ptfile.NamedTensor{Name: "pk", T: torch.FromSlice([]uint8("PK\x07\x08 looks like a descriptor"), nil)})
 	goPath := filepath.Join(dir, "go", "model.pt")
 	pyPath := filepath.Join(dir, "py", "model.pt")
 	require.NoError(t, os.MkdirAll(filepath.Dir(goPath), 0o755))
 	require.NoError(t, ptfile.SaveTensors(goPath, named))
-	pyref.Run(t, `
-import os
-os.makedirs(os.path.dirname(inp[1]), exist_ok=True)
-sd = torch.load(inp[0])
-torch.save(sd, inp[1])
-`, []string{goPath, pyPath}, nil)
-
-	var pyFile string
-	pyref.Run(t, `
-import base64
-emit(base64.b64encode(open(inp, "rb").read()).decode())
-`, pyPath, &pyFile)
-	pyBytes, err := base64.StdEncoding.DecodeString(pyFile)
-	require.NoError(t, err)
-
-	goRecs := records(t, readFile(t, goPath))
-	pyRecs := records(t, pyBytes)
-	require.Equal(t, keys(pyRecs), keys(goRecs))
-	for name, b := range pyRecs {
-		require.Equal(t, b, goRecs[name], name)
+	var py struct {
+		Version [2]int
+		File    string
 	}
+	pyref.Run(t, `
+import os, base64
+os.makedirs(os.path.dirname(inp[1]), exist_ok=True)
+sd = torch.load(inp[0], weights_only=True)
+torch.save(sd, inp[1])
+emit({"Version": `+pyVersionExpr+`, "File": base64.b64encode(open(inp[1], "rb").read()).decode()})
+`, []string{goPath, pyPath}, &py)
+	goBytes := readFile(t, goPath)
+	requireSameFile(t, py.Version, decodeB64(t, py.File), goBytes, "state dict")
 
-	// Storage data starts at 64-byte boundaries.
-	data := readFile(t, goPath)
-	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	// Record data starts at 64-byte boundaries.
+	zr, err := zip.NewReader(bytes.NewReader(goBytes), int64(len(goBytes)))
 	require.NoError(t, err)
 	for _, f := range zr.File {
 		off, err := f.DataOffset()
 		require.NoError(t, err)
 		require.Zero(t, off%64, f.Name)
+	}
+}
+
+// TestSaveMatchesPythonSizes: files of 0 to 1001 items equal Python's (see
+// requireSameFile), for a dict and an OrderedDict of tensors and a list.
+// The sizes reach past where PyTorch 2.x's serialization id changes how it
+// orders the record names (a hash set that grows at 13, 29, 59...
+// records) and where the pickle batches 1000 items, differently for a
+// dict, an OrderedDict and a list (_pickle.c's batch_dict_exact,
+// batch_dict and batch_list_exact).
+func TestSaveMatchesPythonSizes(t *testing.T) {
+	sizes := []int{0, 1, 2, 8, 9, 24, 25, 54, 55, 999, 1000, 1001}
+	var py struct {
+		Version [2]int
+		Files   []string
+	}
+	pyref.Run(t, `
+import io, base64, collections
+out = []
+for n in inp:
+    for o in [{str(i): torch.full((i % 3,), float(i)) for i in range(n)},
+              collections.OrderedDict((str(i), torch.full((1,), float(i))) for i in range(n)),
+              list(range(n))]:
+        buf = io.BytesIO()
+        torch.save(o, buf)
+        out.append(base64.b64encode(buf.getvalue()).decode())
+emit({"Version": `+pyVersionExpr+`, "Files": out})
+`, sizes, &py)
+	for k, n := range sizes {
+		d := ptfile.NewDict()
+		var sd []ptfile.NamedTensor
+		l := make([]any, n)
+		for i := range n {
+			d.Set(strconv.Itoa(i), torch.Full([]int64{int64(i % 3)}, float64(i)))
+			sd = append(sd, ptfile.NamedTensor{Name: strconv.Itoa(i), T: torch.Full([]int64{1}, float64(i))})
+			l[i] = i
+		}
+		for j, v := range []any{d, sd, l} {
+			b, err := ptfile.SaveBytes(v)
+			require.NoError(t, err)
+			requireSameFile(t, py.Version, decodeB64(t, py.Files[3*k+j]), b, fmt.Sprintf("%d items, %T", n, v))
+		}
+		ptfile.FreeAll(d)
+		ptfile.FreeAll(sd)
 	}
 }
 

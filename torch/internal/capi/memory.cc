@@ -122,9 +122,9 @@ double cuda_fraction[64] = {0};
 // _lazy_init): before that the allocator has no devices, and its stats and
 // settings calls fail with "Invalid device argument" (seen on an H100).
 void cuda_ready(int32_t device) {
-  at::globalContext().lazyInitCUDA();
   const int n = at::detail::getCUDAHooks().getNumGPUs();
   TORCH_CHECK(device >= 0 && device < n, "cuda:", device, " does not exist: CUDA sees ", n, " device(s)");
+  TF_LAZY_INIT_CUDA();
 }
 #endif
 
@@ -223,7 +223,12 @@ tf_err tf_mem_set_limit(int32_t device_type, int32_t device, int64_t bytes, doub
 tf_err tf_mem_empty_cache(int32_t* done) {
   TF_TRY
 #ifdef TF_CUDA
-  at::globalContext().lazyInitCUDA();
+  // A CUDA build on a machine without a device has no cache to empty.
+  if (at::detail::getCUDAHooks().getNumGPUs() == 0) {
+    *done = 0;
+    return nullptr;
+  }
+  TF_LAZY_INIT_CUDA();
   c10::cuda::CUDACachingAllocator::emptyCache();
   *done = 1;
 #else

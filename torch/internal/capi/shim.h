@@ -82,6 +82,14 @@ struct DeviceScope {
 void* cudart_symbol(const char* name);
 }  // namespace tf
 #define TF_CUDART(fn) (reinterpret_cast<decltype(&::fn)>(tf::cudart_symbol(#fn)))
+
+// Initialises CUDA and its caching allocator once (Python's _lazy_init);
+// 2.x deprecates lazyInitCUDA for the device-generic lazyInitDevice.
+#if TF_TORCH_AT_LEAST(2, 6)
+#define TF_LAZY_INIT_CUDA() at::globalContext().lazyInitDevice(c10::DeviceType::CUDA)
+#else
+#define TF_LAZY_INIT_CUDA() at::globalContext().lazyInitCUDA()
+#endif
 #endif
 
 struct tf_tensor_s {

@@ -1,10 +1,11 @@
 // adam.cc: Adam and AdamW over all parameters in one call.
 //
-// PyTorch 1.13's CPU AdamW (the default, single-tensor path) runs, per
-// parameter, nine ATen ops, each a pass over memory:
+// PyTorch's CPU AdamW (the default, single-tensor path) runs, per
+// parameter, up to nine ATen ops, each a pass over memory:
 //
 //   param.mul_(1 - lr * weight_decay)                       AdamW
-//   exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+//   exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)         1.13 and 2.0
+//   exp_avg.lerp_(grad, 1 - beta1)                          2.1 and later
 //   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
 //   denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
 //   param.addcdiv_(exp_avg, denom, value=-step_size)
@@ -13,9 +14,15 @@
 // rounding as those kernels do (measured against them on this libtorch's
 // AVX2 kernels, element by element): a Python float becomes a float32
 // scalar; add with alpha is fma(other, alpha, self); addcmul is
-// fma(value·t1, t2, self); addcdiv is self + (value·t1)/t2; nothing else
-// is fused (the pragma below keeps the compiler from contracting).
+// fma(value·t1, t2, self); addcdiv is self + (value·t1)/t2; lerp with a
+// weight w is fma(w, end - self, self) for |w| < 0.5, else fma(w - 1,
+// end - self, end) (ATen's lerp_vec; its scalar tail contracts to the
+// same); nothing else is fused (the pragma below keeps the compiler from
+// contracting).
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/sqrt.h>
 
 #include <algorithm>
 #include <atomic>
@@ -46,53 +53,127 @@ bool usable(const at::Tensor& t, const at::Tensor& like) {
          t.is_contiguous() && t.numel() == like.numel();
 }
 
-// update_body runs elements [lo, hi) of one parameter. It is compiled
-// three times, once per instruction set (update_avx512, update_avx2,
-// update_default: fmaf is one instruction in the first two, a correct but
+// The update of one element is the float32 operations below. Where ATen's
+// float sqrt is the correctly rounded one (libtorch without MKL, as
+// Debian's 1.13), update_body runs it in one pass, std::sqrt taking the
+// square root. Where libtorch has MKL (PyTorch 2.x pip wheels), ATen's
+// sqrt is MKL's vsSqrt, which does not always round correctly and whose
+// roundings the kernel cannot compute itself: the update then runs in two
+// stages over blocks of at most kBlock elements (which may span
+// parameters), moments_body updating the moments and leaving what the
+// denominator takes the root of in a block buffer, at::sqrt_ taking the
+// roots there, and apply_body updating the parameters.
+//
+// Each body is compiled three times, once per instruction set (avx512,
+// avx2, default: fmaf is one instruction in the first two, a correct but
 // slow library call in the last); tf_fused_isa picks the best the CPU has
 // at start-up, or the one a test forces. All three compute the same
 // roundings.
-static inline __attribute__((always_inline)) void update_body(const Param& q, int64_t lo, int64_t hi) {
-  const tf_adam_hyper& h = *q.h;
-  const float decay = static_cast<float>(h.decay);
-  const float wd = static_cast<float>(h.wd);
-  const float b1 = static_cast<float>(h.beta1);
-  const float a1 = static_cast<float>(1 - h.beta1);
-  const float b2 = static_cast<float>(h.beta2);
-  const float a2 = static_cast<float>(1 - h.beta2);
-  const float eps = static_cast<float>(h.eps);
-  const float bc2 = static_cast<float>(h.bc2_sqrt);
-  const float neg_step = static_cast<float>(-h.step_size);
-  const bool decoupled = h.decay != 1;
-  const bool coupled = h.wd != 0;
-  for (int64_t i = lo; i < hi; i++) {
-    float g = q.g[i];
-    if (h.maximize) g = -g;
-    float p = q.p[i];
-    if (coupled) g = std::fmaf(p, wd, g);  // grad.add(param, alpha=weight_decay)
-    if (decoupled) p = p * decay;          // param.mul_(1 - lr * weight_decay)
-    float m = q.m[i] * b1;
-    m = std::fmaf(g, a1, m);  // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-    float v = q.v[i] * b2;
-    v = std::fmaf(a2 * g, g, v);  // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    q.m[i] = m;
-    q.v[i] = v;
-    float s = v;
-    if (q.vmax) {
-      s = std::fmax(q.vmax[i], v);  // torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
-      q.vmax[i] = s;
-    }
-    const float denom = std::sqrt(s) / bc2 + eps;  // (sqrt() / bias_correction2_sqrt).add_(eps)
-    q.p[i] = p + neg_step * m / denom;              // param.addcdiv_(exp_avg, denom, value=-step_size)
-  }
+constexpr int64_t kBlock = 8192;
+
+// Consts: one parameter's hyperparameters as the float32 scalars the ATen
+// kernels take them as.
+struct Consts {
+  float decay, wd, b1, a1, lerp_coeff, b2, a2, eps, bc2, neg_step;
+  bool lerp, lerp_small, decoupled, coupled, maximize;
+};
+
+static inline __attribute__((always_inline)) Consts consts(const tf_adam_hyper& h) {
+  Consts c;
+  c.decay = static_cast<float>(h.decay);
+  c.wd = static_cast<float>(h.wd);
+  c.b1 = static_cast<float>(h.beta1);
+  c.a1 = static_cast<float>(1 - h.beta1);
+  c.lerp = h.lerp != 0;
+  c.lerp_small = std::fabs(c.a1) < 0.5f;  // at::native::is_lerp_weight_small
+  c.lerp_coeff = c.lerp_small ? c.a1 : c.a1 - 1.0f;
+  c.b2 = static_cast<float>(h.beta2);
+  c.a2 = static_cast<float>(1 - h.beta2);
+  c.eps = static_cast<float>(h.eps);
+  c.bc2 = static_cast<float>(h.bc2_sqrt);
+  c.neg_step = static_cast<float>(-h.step_size);
+  c.decoupled = h.decay != 1;
+  c.coupled = h.wd != 0;
+  c.maximize = h.maximize != 0;
+  return c;
 }
 
-__attribute__((target("avx512f"))) void update_avx512(const Param& q, int64_t lo, int64_t hi) { update_body(q, lo, hi); }
-__attribute__((target("avx2,fma"))) void update_avx2(const Param& q, int64_t lo, int64_t hi) { update_body(q, lo, hi); }
-void update_default(const Param& q, int64_t lo, int64_t hi) { update_body(q, lo, hi); }
+// moments updates exp_avg, exp_avg_sq and max_exp_avg_sq of element i and
+// returns what the denominator takes the square root of.
+static inline __attribute__((always_inline)) float moments(const Param& q, const Consts& c, int64_t i) {
+  float g = q.g[i];
+  if (c.maximize) g = -g;
+  if (c.coupled) g = std::fmaf(q.p[i], c.wd, g);  // grad.add(param, alpha=weight_decay)
+  float m = q.m[i];
+  if (c.lerp) {
+    // exp_avg.lerp_(grad, 1 - beta1): ATen's lerp_vec, fmadd(w, end - self,
+    // self) or fmadd(w - 1, end - self, end)
+    m = std::fmaf(c.lerp_coeff, g - m, c.lerp_small ? m : g);
+  } else {
+    m = std::fmaf(g, c.a1, m * c.b1);  // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+  }
+  float v = q.v[i] * c.b2;
+  v = std::fmaf(c.a2 * g, g, v);  // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+  q.m[i] = m;
+  q.v[i] = v;
+  if (q.vmax) {
+    v = std::fmax(q.vmax[i], v);  // torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
+    q.vmax[i] = v;
+  }
+  return v;
+}
+
+// apply updates the parameter of element i, root the square root of what
+// moments returned.
+static inline __attribute__((always_inline)) void apply(const Param& q, const Consts& c, int64_t i, float root) {
+  float p = q.p[i];
+  if (c.decoupled) p = p * c.decay;          // param.mul_(1 - lr * weight_decay)
+  const float denom = root / c.bc2 + c.eps;  // (sqrt() / bias_correction2_sqrt).add_(eps)
+  q.p[i] = p + c.neg_step * q.m[i] / denom;  // param.addcdiv_(exp_avg, denom, value=-step_size)
+}
+
+// update_body updates elements [lo, hi) of one parameter in one pass.
+static inline __attribute__((always_inline)) void update_body(const Param& q, int64_t lo, int64_t hi) {
+  const Consts c = consts(*q.h);
+  for (int64_t i = lo; i < hi; i++) apply(q, c, i, std::sqrt(moments(q, c, i)));
+}
+
+// moments_body runs stage one on elements [lo, hi) of one parameter, into
+// s[0, hi - lo).
+static inline __attribute__((always_inline)) void moments_body(const Param& q, int64_t lo, int64_t hi, float* s) {
+  const Consts c = consts(*q.h);
+  for (int64_t i = lo; i < hi; i++) s[i - lo] = moments(q, c, i);
+}
+
+// apply_body runs stage two on elements [lo, hi) of one parameter, r[0,
+// hi - lo) the square roots.
+static inline __attribute__((always_inline)) void apply_body(const Param& q, int64_t lo, int64_t hi, const float* r) {
+  const Consts c = consts(*q.h);
+  for (int64_t i = lo; i < hi; i++) apply(q, c, i, r[i - lo]);
+}
 
 using UpdateFn = void (*)(const Param&, int64_t, int64_t);
-const UpdateFn kernels[] = {update_default, update_avx2, update_avx512};
+using MomentsFn = void (*)(const Param&, int64_t, int64_t, float*);
+using ApplyFn = void (*)(const Param&, int64_t, int64_t, const float*);
+
+#define TF_FUSED_KERNEL(name, target)                                                                               \
+  target void update_##name(const Param& q, int64_t lo, int64_t hi) { update_body(q, lo, hi); }                    \
+  target void moments_##name(const Param& q, int64_t lo, int64_t hi, float* s) { moments_body(q, lo, hi, s); }     \
+  target void apply_##name(const Param& q, int64_t lo, int64_t hi, const float* r) { apply_body(q, lo, hi, r); }
+
+TF_FUSED_KERNEL(avx512, __attribute__((target("avx512f"))))
+TF_FUSED_KERNEL(avx2, __attribute__((target("avx2,fma"))))
+TF_FUSED_KERNEL(default, )
+#undef TF_FUSED_KERNEL
+
+struct Kernel {
+  UpdateFn update;
+  MomentsFn moments;
+  ApplyFn apply;
+};
+const Kernel kernels[] = {{update_default, moments_default, apply_default},
+                          {update_avx2, moments_avx2, apply_avx2},
+                          {update_avx512, moments_avx512, apply_avx512}};
 
 // runs reports whether the CPU runs kernel isa.
 bool runs(int32_t isa) {
@@ -116,13 +197,26 @@ int32_t best() {
 
 std::atomic<int32_t> current{-1};
 
-UpdateFn kernel() {
+const Kernel& kernel() {
   int32_t isa = current.load(std::memory_order_relaxed);
   if (isa < 0) {
     isa = best();
     current.store(isa, std::memory_order_relaxed);
   }
   return kernels[isa];
+}
+
+// sqrt_mode: 1 takes the square roots with at::sqrt_ (libtorch with
+// MKL), 0 with std::sqrt; -1 until decided.
+std::atomic<int32_t> sqrt_mode{-1};
+
+bool aten_sqrt() {
+  int32_t mode = sqrt_mode.load(std::memory_order_relaxed);
+  if (mode < 0) {
+    mode = at::hasMKL() ? 1 : 0;
+    sqrt_mode.store(mode, std::memory_order_relaxed);
+  }
+  return mode == 1;
 }
 }  // namespace
 
@@ -168,13 +262,39 @@ tf_err tf_fused_adam(const tf_tensor* params, const tf_tensor* exp_avg, const tf
   for (int32_t k = 0; k < np; k++) start[k + 1] = start[k] + ps[k].n;
   // One range over every element of every parameter, split over the
   // threads: small parameters share a chunk, large ones are split.
-  const UpdateFn update_fn = kernel();
+  const Kernel& fn = kernel();
+  if (!aten_sqrt()) {
+    at::parallel_for(0, start[np], 32768, [&](int64_t lo, int64_t hi) {
+      int32_t k = static_cast<int32_t>(std::upper_bound(start.begin(), start.end(), lo) - start.begin()) - 1;
+      for (; k < np && start[k] < hi; k++) {
+        const int64_t a = std::max(lo, start[k]) - start[k];
+        const int64_t b = std::min(hi, start[k + 1]) - start[k];
+        if (a < b) fn.update(ps[k], a, b);
+      }
+    });
+    return nullptr;
+  }
+  // With libtorch's sqrt each chunk runs in blocks of at most kBlock
+  // elements, both stages over a block before the next.
   at::parallel_for(0, start[np], 32768, [&](int64_t lo, int64_t hi) {
-    int32_t k = static_cast<int32_t>(std::upper_bound(start.begin(), start.end(), lo) - start.begin()) - 1;
-    for (; k < np && start[k] < hi; k++) {
-      const int64_t a = std::max(lo, start[k]) - start[k];
-      const int64_t b = std::min(hi, start[k + 1]) - start[k];
-      if (a < b) update_fn(ps[k], a, b);
+    float buf[kBlock];
+    int32_t first = static_cast<int32_t>(std::upper_bound(start.begin(), start.end(), lo) - start.begin()) - 1;
+    for (int64_t b0 = lo; b0 < hi; b0 += kBlock) {
+      const int64_t b1 = std::min(hi, b0 + kBlock);
+      while (start[first + 1] <= b0) first++;
+      // each calls f(parameter, from, to, its part of buf) for the
+      // parameters' elements [from, to) in the block [b0, b1)
+      auto each = [&](auto f) {
+        for (int32_t k = first; k < np && start[k] < b1; k++) {
+          const int64_t a = std::max(b0, start[k]) - start[k];
+          const int64_t b = std::min(b1, start[k + 1]) - start[k];
+          if (a < b) f(ps[k], a, b, buf + (start[k] + a - b0));
+        }
+      };
+      each([&](const Param& q, int64_t a, int64_t b, float* s) { fn.moments(q, a, b, s); });
+      at::Tensor t = at::from_blob(buf, {b1 - b0}, at::TensorOptions().dtype(at::kFloat));
+      at::sqrt_(t);  // exp_avg_sq.sqrt(), as libtorch takes it
+      each([&](const Param& q, int64_t a, int64_t b, float* r) { fn.apply(q, a, b, r); });
     }
   });
   TF_CATCH
@@ -189,6 +309,12 @@ int32_t tf_fused_isa(int32_t force) {
   if (force == -2) current.store(best(), std::memory_order_relaxed);
   kernel();
   return current.load(std::memory_order_relaxed);
+}
+
+int32_t tf_fused_aten_sqrt(int32_t force) {
+  if (force == 0 || force == 1) sqrt_mode.store(force, std::memory_order_relaxed);
+  if (force == -2) sqrt_mode.store(-1, std::memory_order_relaxed);
+  return aten_sqrt() ? 1 : 0;
 }
 
 }  // extern "C"

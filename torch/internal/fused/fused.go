@@ -11,6 +11,7 @@ package fused
 #cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++
 #cgo nocallback tf_fused_adam
 #cgo nocallback tf_fused_isa
+#cgo nocallback tf_fused_aten_sqrt
 #include <stdlib.h>
 #include "fused.h"
 */
@@ -33,7 +34,7 @@ type AdamHyper struct {
 	StepSize float64 // lr / (1 - beta1^step)
 	BC2Sqrt  float64 // sqrt(1 - beta2^step)
 	Maximize int32
-	_        int32
+	Lerp     int32 // 1: exp_avg.lerp_(grad, 1 - beta1) (PyTorch 2.1+); 0: mul_ then add_ (1.13)
 }
 
 // Adam runs tf_fused_adam: applied[k] reports whether params[k] had a
@@ -81,3 +82,21 @@ func ForceKernel(name string) error {
 	}
 	return fmt.Errorf("fused: no kernel %q (have %v)", name, isaNames)
 }
+
+// ATenSqrt reports whether Adam takes the square root of exp_avg_sq with
+// libtorch's sqrt over blocks (libtorch with MKL, whose vsSqrt does not
+// always round correctly) rather than inline (correctly rounded).
+func ATenSqrt() bool { return C.tf_fused_aten_sqrt(-1) == 1 }
+
+// ForceATenSqrt makes Adam take square roots with libtorch's sqrt (on) or
+// inline (off), for tests; DefaultATenSqrt puts the choice back.
+func ForceATenSqrt(on bool) {
+	if on {
+		C.tf_fused_aten_sqrt(1)
+	} else {
+		C.tf_fused_aten_sqrt(0)
+	}
+}
+
+// DefaultATenSqrt puts ATenSqrt back to libtorch's choice.
+func DefaultATenSqrt() { C.tf_fused_aten_sqrt(-2) }

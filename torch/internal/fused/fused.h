@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 // Per-parameter hyperparameters of tf_fused_adam, computed in double as
-// torch.optim.Adam/AdamW (1.13) computes its Python floats.
+// torch.optim.Adam/AdamW computes its Python floats.
 typedef struct {
   double decay;      // AdamW: p *= decay (1 - lr·weight_decay); 1: none
   double wd;         // Adam: g += wd·p; 0: none
@@ -21,7 +21,8 @@ typedef struct {
   double step_size;  // lr / (1 - beta1^step)
   double bc2_sqrt;   // sqrt(1 - beta2^step)
   int32_t maximize;
-  int32_t pad;
+  int32_t lerp;      // 1: exp_avg.lerp_(grad, 1 - beta1) (PyTorch 2.1 and later);
+                     // 0: exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1) (1.13, 2.0)
 } tf_adam_hyper;
 
 // tf_fused_adam applies one Adam/AdamW step to the n parameters params[k]
@@ -31,8 +32,9 @@ typedef struct {
 // involved is dense, float32, on the CPU and contiguous, with a
 // parameter's tensors of equal sizes: otherwise *supported = 0 and nothing
 // changes. Each element is updated with the float32 operations, in the
-// order and with the roundings, of PyTorch's single-tensor loop; the work
-// is split over libtorch's threads.
+// order and with the roundings, of PyTorch's single-tensor loop (its 1.13
+// or its 2.1+ first moment, by h[k].lerp); the work is split over
+// libtorch's threads.
 tf_err tf_fused_adam(const tf_tensor* params, const tf_tensor* exp_avg, const tf_tensor* exp_avg_sq,
                      const tf_tensor* max_exp_avg_sq, const tf_adam_hyper* h, int32_t n, int32_t* applied,
                      int32_t* supported);
@@ -44,6 +46,14 @@ enum { TF_FUSED_ISA_DEFAULT = 0, TF_FUSED_ISA_AVX2 = 1, TF_FUSED_ISA_AVX512 = 2 
 // run it); -1 reports the kernel in use; -2 selects the best one again.
 // Returns the kernel in use.
 int32_t tf_fused_isa(int32_t force);
+
+// tf_fused_aten_sqrt: how tf_fused_adam takes the square root of
+// exp_avg_sq: 1 with libtorch's at::sqrt_ over blocks (chosen where
+// libtorch has MKL, whose vsSqrt its sqrt calls and which does not always
+// round correctly), 0 inline with std::sqrt (correctly rounded, as ATen's
+// sqrt is without MKL). force 0 or 1 selects one (for tests), -2 the
+// default again, -1 nothing. Returns the mode in use.
+int32_t tf_fused_aten_sqrt(int32_t force);
 
 #ifdef __cplusplus
 }

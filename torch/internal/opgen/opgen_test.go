@@ -93,6 +93,8 @@ func TestCompatible(t *testing.T) {
 		{"aten::f(Tensor self, Tensor other, int n, int[] sizes, bool flag) -> Tensor", false},
 		{"aten::f(Tensor self, Tensor other, int m, int[] sizes) -> Tensor", false},
 		{"aten::f(Tensor self, Tensor other, float n, int[] sizes) -> Tensor", false},
+		{"aten::f(Tensor self, Tensor other, Scalar n, int[] sizes) -> Tensor", true},
+		{"aten::f(Tensor self, Tensor other, int n, Scalar[] sizes) -> Tensor", false},
 		{"aten::f(Tensor self, Tensor other, int n) -> Tensor", false},
 		{"aten::f(Tensor self, Tensor other, int n, int[] sizes) -> (Tensor, Tensor)", false},
 		{"aten::f(Tensor self, Tensor other, int n, int[] sizes) -> Tensor[]", false},
@@ -122,7 +124,10 @@ func compatible(w *wrapper, real *Schema) error {
 			return errors.New("fewer arguments than the wrapper passes")
 		}
 		a, r := w.Schema.Args[j], real.Args[j]
-		if a.Name != r.Name || kind(a.Type) != kind(r.Type) {
+		// A Scalar takes the int a wrapper passes (2.x widened var's and
+		// std's correction from int? to Scalar?).
+		widened := kind(a.Type) == "int" && kind(r.Type) == "Scalar"
+		if a.Name != r.Name || (kind(a.Type) != kind(r.Type) && !widened) {
 			return errors.New("argument " + a.Type.String() + " " + a.Name + " is now " + r.Type.String() + " " + r.Name)
 		}
 	}
