@@ -219,3 +219,45 @@ func TestGradScalerStateRoundTrip(t *testing.T) {
 	l := torch.Scalar(3)
 	require.True(t, d.Scale(l).Same(l), "a disabled scaler passes the loss through")
 }
+
+// Float16 autocast on the CPU: libtorch 2.4+ does it, as PyTorch's
+// torch.autocast("cpu", dtype=torch.float16), and the scaled step equals
+// PyTorch's torch.amp.GradScaler("cpu") step; 1.13 refuses it in one line.
+func TestAutocastCPUFloat16(t *testing.T) {
+	x := torch.FromSlice([]float32{0.5, -1, 2, 0.25, 1.5, -0.75}, []int64{2, 3})
+	w := torch.FromSlice([]float32{0.1, -0.2, 0.3, 0.4, 0.5, -0.6}, []int64{2, 3}, torch.RequiresGrad)
+	if !amp.CPUFloat16() {
+		err := torch.Try(func() { amp.Autocast(torch.CPU, torch.Float16, func() { torch.Linear(x, w, nil) }) })
+		require.ErrorContains(t, err, "bfloat16 only")
+		_, err = amp.ParsePrecision("fp16", torch.CPU, amp.HostCPU())
+		require.ErrorContains(t, err, "needs libtorch 2.4")
+		return
+	}
+	var y *torch.Tensor
+	amp.Autocast(torch.CPU, torch.Float16, func() { y = torch.Linear(x, w, nil) })
+	require.Equal(t, torch.Float16, y.DType())
+	s := amp.NewGradScaler(torch.CPU, amp.ScalerOptions{InitScale: 1024})
+	opt := &sgd{params: []*torch.Tensor{w}, lr: 0.1}
+	s.Scale(y.ToDType(torch.Float32).Square().Sum()).Backward()
+	require.True(t, s.Step(opt))
+	s.Update()
+	var want struct {
+		Y []float64 `json:"y"`
+		W []float64 `json:"w"`
+	}
+	pyref.Run(t, `
+		x = torch.tensor([[0.5, -1, 2], [0.25, 1.5, -0.75]])
+		w = torch.tensor([[0.1, -0.2, 0.3], [0.4, 0.5, -0.6]], requires_grad=True)
+		with torch.autocast("cpu", dtype=torch.float16):
+		    y = torch.nn.functional.linear(x, w)
+		assert y.dtype == torch.float16
+		s = torch.amp.GradScaler("cpu", init_scale=1024)
+		opt = torch.optim.SGD([w], lr=0.1)
+		s.scale(y.float().square().sum()).backward()
+		s.step(opt)
+		s.update()
+		emit({"y": t2l(y.flatten()), "w": t2l(w.flatten())})
+	`, nil, &want)
+	require.InDeltaSlice(t, want.Y, y.Float64s(), 1e-3)
+	require.InDeltaSlice(t, want.W, w.Float64s(), 1e-6)
+}

@@ -38,6 +38,9 @@ func (p Precision) Scaled() bool { return p == FP16 }
 type CPU struct {
 	NativeBF16 bool   // AVX-512 BF16 or AMX: bfloat16 matmuls run in hardware
 	Source     string // where the answer came from
+	// FP16Autocast: this libtorch autocasts to float16 on the CPU (2.4
+	// and later; 1.13's CPU autocast takes bfloat16 only).
+	FP16Autocast bool
 }
 
 // EnvNativeBF16 overrides the CPU probe: "1" says the CPU computes
@@ -48,6 +51,19 @@ const EnvNativeBF16 = "TORCHFIT_NATIVE_BF16"
 // HostCPU probes the CPU (/proc/cpuinfo flags avx512_bf16 and amx_bf16),
 // unless TORCHFIT_NATIVE_BF16 says otherwise.
 func HostCPU() CPU {
+	c := probeCPU()
+	c.FP16Autocast = CPUFloat16()
+	return c
+}
+
+// CPUFloat16 reports whether this libtorch autocasts to float16 on the CPU
+// (2.4 and later; 1.13 takes bfloat16 only).
+func CPUFloat16() bool {
+	maj, min, _ := torch.LibtorchVersion()
+	return maj > 2 || (maj == 2 && min >= 4)
+}
+
+func probeCPU() CPU {
 	switch os.Getenv(EnvNativeBF16) {
 	case "1":
 		return CPU{NativeBF16: true, Source: EnvNativeBF16 + "=1"}
@@ -85,8 +101,8 @@ type Choice struct {
 func (c Choice) String() string { return string(c.Precision) + " (" + c.Reason + ")" }
 
 // ParsePrecision resolves a --mixed-precision value for device: fp32
-// (also float32, no, none, off), bf16 (bfloat16), fp16 (float16, half; CUDA
-// only), or auto (also on, yes, true): fp16 with a GradScaler on CUDA; on
+// (also float32, no, none, off), bf16 (bfloat16), fp16 (float16, half; CUDA,
+// or the CPU with libtorch 2.4+: cpu.FP16Autocast), or auto (also on, yes, true): fp16 with a GradScaler on CUDA; on
 // the CPU bf16 where the CPU computes it natively, else fp32 (libtorch
 // emulates bfloat16 there: it saves memory but runs many times slower).
 func ParsePrecision(s string, device torch.Device, cpu CPU) (Choice, error) {
@@ -99,8 +115,11 @@ func ParsePrecision(s string, device torch.Device, cpu CPU) (Choice, error) {
 		}
 		return Choice{BF16, "asked for"}, nil
 	case "fp16", "float16", "half":
+		if !device.IsCUDA() && !cpu.FP16Autocast {
+			return Choice{}, fmt.Errorf("amp: float16 autocast on the CPU needs libtorch 2.4 or later (this one takes bf16 only); use bf16, or CUDA")
+		}
 		if !device.IsCUDA() {
-			return Choice{}, fmt.Errorf("amp: float16 autocast needs CUDA; use bf16 on the CPU")
+			return Choice{FP16, "asked for: float16 autocast on the CPU (libtorch 2.4+) with a GradScaler"}, nil
 		}
 		return Choice{FP16, "asked for"}, nil
 	case "auto", "on", "yes", "true":

@@ -29,7 +29,9 @@ func TestParsePrecision(t *testing.T) {
 		{"", torch.CPU, native, FP32, false},
 		{"FP32", torch.CPU, native, FP32, false},
 		{"fp16", torch.CUDA(0), native, FP16, false},
-		{"fp16", torch.CPU, native, "", true},
+		{"fp16", torch.CPU, native, "", true}, // libtorch 1.13: bf16 only on the CPU
+		{"fp16", torch.CPU, CPU{NativeBF16: true, Source: "test", FP16Autocast: true}, FP16, false},
+		{"half", torch.CPU, CPU{Source: "test", FP16Autocast: true}, FP16, false},
 		{"int8", torch.CPU, native, "", true},
 	} {
 		c, err := ParsePrecision(tc.in, tc.dev, tc.cpu)
@@ -43,6 +45,8 @@ func TestParsePrecision(t *testing.T) {
 	}
 	c, _ := ParsePrecision("auto", torch.CPU, emulated)
 	require.Contains(t, c.String(), "no native bfloat16")
+	maj, min, _ := torch.LibtorchVersion()
+	require.Equal(t, maj > 2 || (maj == 2 && min >= 4), HostCPU().FP16Autocast, "libtorch %d.%d", maj, min)
 }
 
 func TestHostCPU(t *testing.T) {

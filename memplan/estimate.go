@@ -174,8 +174,8 @@ func checkPrecision(fn, field string, p amp.Precision, dev torch.Device) (amp.Pr
 	case amp.FP32, amp.BF16:
 		return p, nil
 	case amp.FP16:
-		if !dev.IsCUDA() {
-			return p, optErr(fn, field, "float16 autocast needs CUDA; use amp.BF16 on the CPU")
+		if !dev.IsCUDA() && !amp.CPUFloat16() {
+			return p, optErr(fn, field, "float16 autocast on the CPU needs libtorch 2.4 or later; use amp.BF16, or CUDA")
 		}
 		return p, nil
 	}

@@ -67,8 +67,8 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.Precision == "" {
 		cfg.Precision = amp.FP32
 	}
-	if cfg.Precision == amp.FP16 && !cfg.Device.IsCUDA() {
-		return nil, fmt.Errorf("train: float16 training needs CUDA; use bf16 on the CPU")
+	if cfg.Precision == amp.FP16 && !cfg.Device.IsCUDA() && !amp.CPUFloat16() {
+		return nil, fmt.Errorf("train: float16 training on the CPU needs libtorch 2.4 or later; use bf16, or CUDA")
 	}
 	return &Engine{cfg: cfg, micro: cfg.MicroBatch}, nil
 }
