@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/torchfit/torchfit/torch"
 )
 
 // Env is torchrun's contract with the processes it starts: where this
@@ -145,8 +147,9 @@ func OptionsFromEnv(opt Options, getenv func(string) string) (Options, error) {
 //     under "/worker/attempt_N"), or else one rank 0 hosts — a StoreServer
 //     bound to MASTER_ADDR, which must then be an address of rank 0's
 //     machine (c10d's own server would listen on every interface);
-//   - the group on prefix "default_pg/0", then the store-based barrier and
-//     the group's sequence number, as Python does.
+//   - the group where the Python of the same libtorch puts it (groupPrefix),
+//     then on 1.13 the store-based barrier, and the group's sequence
+//     number, as Python does.
 //
 // Gloo binds to the address from which this machine reaches MASTER_ADDR
 // (loopback for a loopback MASTER_ADDR), or to Options.Interface.
@@ -186,7 +189,9 @@ func Init(env Env, opt Options) (g *Group, err error) {
 	if err != nil {
 		return nil, err
 	}
-	groupStore, err := pgStore.Prefix("0")
+	major, _, _ := torch.LibtorchVersion()
+	v1 := major < 2
+	groupStore, err := groupPrefix(pgStore, v1, opt.Backend)
 	if err != nil {
 		return nil, err
 	}
@@ -196,15 +201,37 @@ func Init(env Env, opt Options) (g *Group, err error) {
 	}
 	g.env = env
 	g.server = server
-	if err := pgStore.barrier("store_based_barrier_key:1", env.World, opt.Timeout); err != nil {
-		g.Close()
-		return nil, withRank(err, env.Rank)
+	if v1 {
+		if err := pgStore.barrier("store_based_barrier_key:1", env.World, opt.Timeout); err != nil {
+			g.Close()
+			return nil, withRank(err, env.Rank)
+		}
 	}
 	if err := g.call("rendezvous", func(h cGroup) cErr { return setSequenceNumber(h) }); err != nil {
 		g.Close()
 		return nil, err
 	}
 	return g, nil
+}
+
+// groupPrefix is where torch.distributed's init_process_group puts the
+// default group's backend in the store: PrefixStore("0") on libtorch 1.13
+// (keys "default_pg/0/…"); on 2.x PrefixStore("0/") and then the device's,
+// "cpu/" for Gloo or "cuda/" for NCCL (keys "default_pg/0//cpu//…"), and no
+// store-based barrier after it unless TORCH_DIST_INIT_BARRIER=1.
+func groupPrefix(pg *Store, v1 bool, backend Backend) (*Store, error) {
+	if v1 {
+		return pg.Prefix("0")
+	}
+	group, err := pg.Prefix("0/")
+	if err != nil {
+		return nil, err
+	}
+	device := "cpu/"
+	if backend == NCCL {
+		device = "cuda/"
+	}
+	return group.Prefix(device)
 }
 
 // InitFromEnv is Init on the environment torchrun (or `torchfit launch`)

@@ -91,9 +91,11 @@ func TestGoAndPythonRanks(t *testing.T) {
 	}
 }
 
-// dist.StoreServer answers every query of libtorch 1.13's TCPStore client
-// (Python's) as c10d's own server does, including a wait that a later set
-// by another client (Go's c10d client) releases, and a wait that times out.
+// dist.StoreServer answers every query of the TCPStore client of the
+// libtorch under test (Python's; 1.13 or 2.x) as c10d's own server does,
+// including a wait that a later set by another client (Go's c10d client,
+// which on 2.x opens with VALIDATE and PING too) releases, and a wait that
+// times out.
 func TestStoreServerSpeaksTCPStore(t *testing.T) {
 	srv, err := dist.ListenStore("127.0.0.1:0")
 	require.NoError(t, err)
@@ -119,13 +121,24 @@ func TestStoreServerSpeaksTCPStore(t *testing.T) {
 	require.NoError(t, perr, "%s", out)
 	var got map[string]any
 	require.NoError(t, json.Unmarshal(lastLine(out), &got))
-	require.Equal(t, map[string]any{
+	want := map[string]any{
 		"get": "hello", "add1": 5.0, "add2": 3.0, "n": "3",
 		"cas_absent": "first", "cas_match": "second", "cas_mismatch": "second",
 		"num_keys": got["num_keys"],
 		"delete":   true, "delete_again": false,
 		"from_go": "gopher", "wait_timeout": true,
-	}, got)
+	}
+	if major, _, _ := torch.LibtorchVersion(); major >= 2 {
+		want["after_timeout"] = "second"
+		want["append"] = "abcd"
+		want["multi_get"] = []any{"x", "y"}
+		want["check"] = []any{true, false}
+		want["queue_len"] = 2.0
+		want["queue_pop"] = []any{"v1", "v2"}
+		want["queue_empty"] = true
+		want["list_keys"] = []any{"ap", "c", "from_go", "m1", "m2", "n"}
+	}
+	require.Equal(t, want, got)
 	require.GreaterOrEqual(t, got["num_keys"], 3.0)
 	v, err := st.Get("c")
 	require.NoError(t, err)

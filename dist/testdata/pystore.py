@@ -1,5 +1,6 @@
 # A Python TCPStore client of dist.StoreServer (TestStoreServerSpeaksTCPStore):
-# every query of libtorch 1.13's TCPStore. argv: port.
+# every query of libtorch 1.13's TCPStore, and on 2.x (which opens with
+# VALIDATE and PING) its newer ones too. argv: port.
 import json
 import sys
 from datetime import timedelta
@@ -28,4 +29,24 @@ try:
     out["wait_timeout"] = False
 except Exception:
     out["wait_timeout"] = True
+if hasattr(s, "queue_push"):  # libtorch 2.x
+    # The timed-out wait above was canceled (CANCEL_WAIT): the connection
+    # is still in step.
+    out["after_timeout"] = s.get("c").decode()
+    s.append("ap", "ab")
+    s.append("ap", "cd")
+    out["append"] = s.get("ap").decode()
+    s.multi_set(["m1", "m2"], ["x", "y"])
+    out["multi_get"] = [v.decode() for v in s.multi_get(["m1", "m2"])]
+    out["check"] = [s.check(["m1", "m2"]), s.check(["m1", "absent"])]
+    s.queue_push("q", "v1")
+    s.queue_push("q", "v2")
+    out["queue_len"] = s.queue_len("q")
+    out["queue_pop"] = [s.queue_pop("q").decode(), s.queue_pop("q", False).decode()]
+    try:
+        s.queue_pop("q", False)
+        out["queue_empty"] = False
+    except dist.QueueEmptyError:
+        out["queue_empty"] = True
+    out["list_keys"] = sorted(s.list_keys())
 print(json.dumps(out))
