@@ -1,0 +1,210 @@
+package gpucheck
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/torchfit/torchfit/monitor"
+	"github.com/torchfit/torchfit/torch"
+)
+
+func init() {
+	register(&Check{Name: "seed-tables", Doc: "the seeds' memory tables measured on the GPU: asr memory-table, ganvit memory-table, mamba estimate --dry-run",
+		Timeout: 4 * time.Minute, Run: seedTables})
+	register(&Check{Name: "vram-presets", Doc: "each --vram preset trains under a memory cap of that size on the card",
+		Timeout: 4 * time.Minute, Run: vramPresets})
+	register(&Check{Name: "cpu-offload", Doc: "Mamba's --cpu-offload (the seed's use_cpu_offload): device bytes saved, step-time cost",
+		Timeout: 3 * time.Minute, Run: cpuOffload})
+	register(&Check{Name: "data-on-device", Doc: "GAN/ViT data kept on the CPU (one batch moved) vs --data-on-device (the seed's notebook)",
+		Timeout: 2 * time.Minute, Run: dataOnDevice})
+	register(&Check{Name: "monitor", Doc: "torchfit monitor's NVML reading against nvidia-smi at the same moment",
+		Run: monitorCheck})
+}
+
+// tableRun is one torchfit command whose output is a table for the report.
+func runAll(env Env, runs [][]string) (Result, []*run) {
+	r := Result{Figures: map[string]any{}}
+	var bad []string
+	var out []*run
+	for _, args := range runs {
+		x := torchfit(context.Background(), env, "", args...)
+		out = append(out, x)
+		key := strings.Join(args[:2], " ")
+		r.Figures[key+" command"] = x.cmdline(env.Torchfit)
+		r.Figures[key] = strings.TrimSpace(tail(x.out, 2500))
+		if x.code != 0 {
+			bad = append(bad, fmt.Sprintf("%s: exit %d: %s", key, x.code, lastLines(x.out, 2)))
+		}
+	}
+	if len(bad) > 0 {
+		r.Status, r.Summary = Fail, strings.Join(bad, "; ")
+	} else {
+		r.Status = Pass
+	}
+	return r, out
+}
+
+func seedTables(env Env) Result {
+	if r, ok := needGPU(); !ok {
+		return r
+	}
+	d := func(name string) string { return filepath.Join(env.Data, name) }
+	r, _ := runAll(env, [][]string{
+		{"asr", "memory-table", "--data", d("asr"), "--device", "cuda"},
+		{"ganvit", "memory-table", "--data", d("ganvit"), "--device", "cuda", "--preset", "cpu"},
+		{"mamba", "estimate", "--device", "cuda", "--dry-run", "--all"},
+	})
+	if r.Status == Pass {
+		r.Summary = "asr memory-table (every preset, levers on and off), ganvit memory-table (cpu preset), mamba estimate --dry-run --all, measured on CUDA"
+	}
+	r.Cmd = "make gpu-check GPUCHECK=seed-tables"
+	return r
+}
+
+func vramPresets(env Env) Result {
+	if r, ok := needGPU(); !ok {
+		return r
+	}
+	r := Result{Figures: map[string]any{}, Cmd: "make gpu-check GPUCHECK=vram-presets"}
+	type preset struct {
+		recipe string
+		args   []string
+		sizes  []string
+	}
+	all := []string{"8gb", "12gb", "16gb", "24gb"}
+	presets := []preset{
+		{"asr", []string{"asr", "train", "--data", filepath.Join(env.Data, "asr"), "--max-steps", "3", "--valid-limit", "4"}, all},
+		{"clip", []string{"clip", "train", "--data", filepath.Join(env.Data, "clip"), "--max-steps", "2", "--grad-accum", "2"}, []string{"8gb"}}, // 81 images: less than the preset's effective 128
+		{"mamba", []string{"mamba", "train", "--data_dir", filepath.Join(env.Data, "mamba"), "--max-steps", "2", "--eval-tokens", "2048"}, []string{"8gb", "24gb"}},
+	}
+	var bad, good []string
+	for _, p := range presets {
+		for _, size := range p.sizes {
+			gib, _ := strconv.Atoi(strings.TrimSuffix(size, "gb"))
+			work, _ := os.MkdirTemp(env.Work, p.recipe+size)
+			metrics := filepath.Join(work, "m.jsonl")
+			args := append(append([]string{}, p.args...), "--device", "cuda", "--vram", size,
+				"--memory-limit", fmt.Sprintf("%dGiB", gib), "--checkpoint-dir", filepath.Join(work, "ck"), "--metrics", metrics)
+			x := torchfit(context.Background(), env, metrics, args...)
+			name := p.recipe + " --vram " + size
+			fig := fmt.Sprintf("exit %d, %.1f s, peak %.0f MiB of a %d GiB cap", x.code, x.seconds, x.peakMiB(), gib)
+			if s := x.lastStep(); s != nil {
+				fig += fmt.Sprintf(", micro-batch %v, oom retries %v", s["micro_batch"], s["oom_retries"])
+			}
+			r.Figures[name] = fig
+			if x.code != 0 {
+				bad = append(bad, name+": "+lastLines(x.out, 2))
+				r.Log += "$ " + x.cmdline(env.Torchfit) + "\n" + tail(x.out, 1200) + "\n"
+				continue
+			}
+			good = append(good, name)
+		}
+	}
+	if len(bad) > 0 {
+		r.Status, r.Summary = Fail, strings.Join(bad, "; ")
+		return r
+	}
+	r.Status, r.Summary = Pass, "trained under a cap of the preset's size: "+strings.Join(good, ", ")
+	return r
+}
+
+func cpuOffload(env Env) Result {
+	if r, ok := needGPU(); !ok {
+		return r
+	}
+	r := Result{Figures: map[string]any{}, Cmd: "make gpu-check GPUCHECK=cpu-offload"}
+	var res [2]*run
+	for i, off := range []bool{false, true} {
+		work, _ := os.MkdirTemp(env.Work, "offload")
+		metrics := filepath.Join(work, "m.jsonl")
+		args := []string{"mamba", "train", "--data_dir", filepath.Join(env.Data, "mamba"), "--device", "cuda", "--vram", "8gb",
+			"--max-steps", "4", "--eval-tokens", "2048", "--checkpoint-dir", filepath.Join(work, "ck"), "--metrics", metrics}
+		if off {
+			args = append(args, "--cpu-offload")
+		}
+		res[i] = torchfit(context.Background(), env, metrics, args...)
+		if res[i].code != 0 {
+			r.Status, r.Summary, r.Log = Fail, fmt.Sprintf("offload %v: exit %d: %s", off, res[i].code, lastLines(res[i].out, 2)), tail(res[i].out, 2000)
+			return r
+		}
+		r.Figures[fmt.Sprintf("offload %v", off)] = fmt.Sprintf("peak %.0f MiB, %.1f s for 4 steps (process)", res[i].peakMiB(), res[i].seconds)
+	}
+	saved := res[0].peakMiB() - res[1].peakMiB()
+	r.Figures["device MiB saved"] = saved
+	if !(saved > 0) {
+		r.Status, r.Summary = Fail, fmt.Sprintf("--cpu-offload did not lower the device peak (%.0f → %.0f MiB)", res[0].peakMiB(), res[1].peakMiB())
+		return r
+	}
+	r.Status = Pass
+	r.Summary = fmt.Sprintf("mamba --vram 8gb: device peak %.0f → %.0f MiB with --cpu-offload; %.1f → %.1f s for 4 steps",
+		res[0].peakMiB(), res[1].peakMiB(), res[0].seconds, res[1].seconds)
+	return r
+}
+
+func dataOnDevice(env Env) Result {
+	if r, ok := needGPU(); !ok {
+		return r
+	}
+	r := Result{Figures: map[string]any{}, Cmd: "make gpu-check GPUCHECK=data-on-device"}
+	var peaks [2]float64
+	for i, on := range []bool{false, true} {
+		work, _ := os.MkdirTemp(env.Work, "dod")
+		metrics := filepath.Join(work, "m.jsonl")
+		args := []string{"ganvit", "train", "--data", filepath.Join(env.Data, "ganvit"), "--device", "cuda", "--preset", "cpu", "--vit", "tiny",
+			"--stage", "gan", "--gan-epochs", "1", "--max-steps", "3", "--checkpoint-dir", filepath.Join(work, "ck"), "--metrics", metrics}
+		if on {
+			args = append(args, "--data-on-device")
+		}
+		x := torchfit(context.Background(), env, metrics, args...)
+		if x.code != 0 {
+			r.Status, r.Summary, r.Log = Fail, fmt.Sprintf("data on device %v: exit %d: %s", on, x.code, lastLines(x.out, 2)), tail(x.out, 2000)
+			return r
+		}
+		peaks[i] = x.peakMiB()
+		r.Figures[fmt.Sprintf("--data-on-device %v", on)] = fmt.Sprintf("peak %.1f MiB; %s", peaks[i], lastLines(x.out, 1))
+	}
+	r.Status = Pass
+	r.Summary = fmt.Sprintf("ganvit GAN stage (40 clips of 3 s): device peak %.1f MiB with the data on the CPU, %.1f MiB with it on the device", peaks[0], peaks[1])
+	if !(peaks[1] > peaks[0]) {
+		r.Status = Fail
+	}
+	return r
+}
+
+func monitorCheck(env Env) Result {
+	if r, ok := needGPU(); !ok {
+		return r
+	}
+	src, err := monitor.OpenNVML("")
+	if err != nil {
+		return failf("NVML: %v", err)
+	}
+	defer src.Close()
+	x := torch.Empty([]int64{1 << 28}, torch.Float32, gpu) // 1 GiB
+	defer x.Free()
+	must(torch.Synchronize(gpu))
+	gpus, err := src.Read()
+	smi, smiErr := nvidiaSMI("--query-gpu=memory.used")
+	if err != nil || len(gpus) == 0 {
+		return failf("NVML read: %v", err)
+	}
+	if smiErr != nil {
+		return failf("nvidia-smi: %v", smiErr)
+	}
+	smiMiB, _ := strconv.ParseFloat(strings.TrimSpace(strings.Split(smi, "\n")[0]), 64)
+	nvmlMiB := float64(gpus[0].MemUsed) / mib
+	r := Result{Figures: map[string]any{"NVML used (MiB)": nvmlMiB, "nvidia-smi used (MiB)": smiMiB,
+		"allocated by this process (MiB)": float64(torch.MustMemoryStats(gpu).Allocated) / mib}}
+	if d := nvmlMiB - smiMiB; d > 64 || d < -64 {
+		r.Status, r.Summary = Fail, fmt.Sprintf("NVML says %.0f MiB used, nvidia-smi %.0f", nvmlMiB, smiMiB)
+		return r
+	}
+	r.Status = Pass
+	r.Summary = fmt.Sprintf("with 1 GiB allocated: NVML %.0f MiB used, nvidia-smi %.0f MiB", nvmlMiB, smiMiB)
+	return r
+}
