@@ -100,11 +100,18 @@ func (s *nvmlSource) Read() ([]GPU, error) {
 	out := make([]GPU, 0, len(s.devices))
 	for i, d := range s.devices {
 		g := GPU{Index: i, Name: s.names[i]}
-		mem, ret := d.GetMemoryInfo()
-		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("monitor: GPU %d memory: %v", i, ret)
+		// nvmlDeviceGetMemoryInfo_v2's Used leaves out the memory the
+		// driver reserves, as nvidia-smi's memory.used does (v1's counts it:
+		// 479 MiB more on an H100 with driver 580); older drivers have v1 only.
+		if mem, ret := d.GetMemoryInfo_v2(); ret == nvml.SUCCESS {
+			g.MemUsed, g.MemTotal = mem.Used, mem.Total
+		} else {
+			mem, ret := d.GetMemoryInfo()
+			if ret != nvml.SUCCESS {
+				return nil, fmt.Errorf("monitor: GPU %d memory: %v", i, ret)
+			}
+			g.MemUsed, g.MemTotal = mem.Used, mem.Total
 		}
-		g.MemUsed, g.MemTotal = mem.Used, mem.Total
 		if u, ret := d.GetUtilizationRates(); ret == nvml.SUCCESS {
 			g.Util, g.MemUtil = u.Gpu, u.Memory
 		}

@@ -26,6 +26,10 @@ type fakeDevice struct {
 	step        uint64
 	power       bool
 	memErr      bool
+	// v2: the driver answers nvmlDeviceGetMemoryInfo_v2, whose Used
+	// leaves out reserved (which v1's Used includes).
+	v2       bool
+	reserved uint64
 }
 
 // fakeNVML is the go-nvml mock standing in for libnvidia-ml.so.1 with the
@@ -44,6 +48,17 @@ func fakeNVML(initRet nvml.Return, devs ...*fakeDevice) (*mock.Interface, *int) 
 					return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
 				}
 				m := nvml.Memory{Used: d.used, Total: d.total, Free: d.total - d.used}
+				d.used += d.step
+				return m, nvml.SUCCESS
+			},
+			GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) {
+				mu.Lock()
+				defer mu.Unlock()
+				if !d.v2 || d.memErr {
+					return nvml.Memory_v2{}, nvml.ERROR_NOT_SUPPORTED
+				}
+				// The driver's reserve is in v1's Used, not in v2's.
+				m := nvml.Memory_v2{Used: d.used - d.reserved, Reserved: d.reserved, Total: d.total, Free: d.total - d.used}
 				d.used += d.step
 				return m, nvml.SUCCESS
 			},
@@ -316,4 +331,28 @@ func TestReadLogErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(metrics, []byte(`{"step": 1, "loss": 2}`+"\n"), 0o644))
 	require.False(t, IsLog(metrics))
 	require.False(t, IsLog(filepath.Join(dir, "none")))
+}
+
+// Used is nvidia-smi's memory.used: v2's Used (without the driver's
+// reserve) where the driver has it, v1's otherwise.
+func TestMemoryUsedAsNvidiaSMI(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dev  fakeDevice
+		want uint64
+	}{
+		{"v2", fakeDevice{name: "H100", used: 2570 << 20, total: 80 << 30, v2: true, reserved: 479 << 20}, 2091 << 20},
+		{"v1 only", fakeDevice{name: "old", used: 2570 << 20, total: 80 << 30}, 2570 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := tc.dev
+			lib, _ := fakeNVML(nvml.SUCCESS, &d)
+			src, err := openLib(lib, "fake")
+			require.NoError(t, err)
+			defer src.Close()
+			gpus, err := src.Read()
+			require.NoError(t, err)
+			require.Equal(t, tc.want, gpus[0].MemUsed)
+		})
+	}
 }

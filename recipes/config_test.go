@@ -13,7 +13,13 @@ import (
 // d-model, applying the config file with keys, and returns what it read.
 func runWith(t *testing.T, keys map[string]string, args ...string) (Common, *cli.Context, error) {
 	t.Helper()
-	cmd := &cli.Command{Name: "train", Flags: append(Flags(Defaults{BatchSize: 4, GradAccum: 1, Epochs: 1, LR: 1e-3}),
+	return runWithDefaults(t, Defaults{BatchSize: 4, GradAccum: 1, Epochs: 1, LR: 1e-3}, keys, args...)
+}
+
+// runWithDefaults is runWith for a recipe with defaults d.
+func runWithDefaults(t *testing.T, d Defaults, keys map[string]string, args ...string) (Common, *cli.Context, error) {
+	t.Helper()
+	cmd := &cli.Command{Name: "train", Flags: append(Flags(d),
 		&cli.IntFlag{Name: "d-model"}, &cli.IntFlag{Name: "text-encoder-dim"}, &cli.IntFlag{Name: "loader-batch"})}
 	var cm Common
 	var ctx *cli.Context
@@ -83,4 +89,19 @@ func TestConfigSections(t *testing.T) {
 		require.Contains(t, err.Error(), tc.want, tc.name)
 		require.True(t, IsUserError(err), tc.name)
 	}
+}
+
+// A recipe's default memory fraction (CLIP's 0.95, the seed's) gives way to
+// a --memory-limit the user gives; both given by the user is refused.
+func TestMemoryLimitReplacesTheDefaultFraction(t *testing.T) {
+	d := Defaults{BatchSize: 4, GradAccum: 1, Epochs: 1, LR: 1e-3, MemoryFraction: 0.95}
+	cm, _, err := runWithDefaults(t, d, nil)
+	require.NoError(t, err)
+	require.Equal(t, 0.95, cm.MemoryFraction)
+	cm, _, err = runWithDefaults(t, d, nil, "--memory-limit", "8GiB")
+	require.NoError(t, err)
+	require.Equal(t, "8GiB", cm.MemoryLimit)
+	require.Zero(t, cm.MemoryFraction)
+	_, _, err = runWithDefaults(t, d, nil, "--memory-limit", "8GiB", "--memory-fraction", "0.5")
+	require.ErrorContains(t, err, "not both")
 }

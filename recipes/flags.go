@@ -198,13 +198,19 @@ func ReadCommon(c *cli.Context) (Common, error) {
 	if err != nil {
 		return Common{}, &ConfigError{Field: "device", Value: c.String("device"), Err: err}
 	}
+	// A cap the user gives replaces the recipe's default fraction (CLIP's
+	// 0.95); both given by the user is refused (Common.Validate).
+	fraction := c.Float64("memory-fraction")
+	if c.String("memory-limit") != "" && !c.IsSet("memory-fraction") {
+		fraction = 0
+	}
 	precision := c.String("mixed-precision")
 	if sv, ok := c.Generic("mixed_precision").(*switchValue); ok && sv.set && !c.IsSet("mixed-precision") {
 		precision = sv.value
 	}
 	cm := Common{
 		Data: c.String("data"), Config: c.String("config"), BatchSize: c.Int("batch-size"), GradAccum: c.Int("grad-accum"),
-		Precision: precision, Device: dev, MemoryLimit: c.String("memory-limit"), MemoryFraction: c.Float64("memory-fraction"),
+		Precision: precision, Device: dev, MemoryLimit: c.String("memory-limit"), MemoryFraction: fraction,
 		VRAM: c.String("vram"), AutoBatch: c.Bool("auto-batch") || c.Bool("dry-run"), DryRun: c.Bool("dry-run"),
 		GradCheckpointing: c.Bool("grad-checkpointing"), ClipNorm: c.Float64("clip-norm"), EmptyCacheEvery: c.Int("empty-cache-every"),
 		CheckpointDir: c.String("checkpoint-dir"), CheckpointEvery: c.Int("checkpoint-every"), Resume: c.String("resume"),
