@@ -15,6 +15,15 @@
 // torchfit's other shim calls, Go's time between calls) and sweep the
 // ASR twin's padding multiple (-shapes: lever 4, shape bucketing).
 //
+// With a PyTorch 2.x Python side (TORCHFIT_PYTHON), bench-recipes also
+// times the twin under torch.compile (inductor, default mode; -compile,
+// on by default where torch has it) in a second Python process, in the
+// same rotation (Options.Compiled): the table adds its median step, Go
+// over it, compiled over eager Python, its first step (compilation
+// included, timed apart from the medians) and its own loss/gradient check.
+// A torch without torch.compile (1.13) or a compilation that fails gives
+// "n/a: " and the reason in place of figures.
+//
 // # Adding a recipe
 //
 // A recipe plugs in with two files:

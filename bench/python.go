@@ -27,6 +27,33 @@ type Python struct {
 // ErrPython is a failed request to the Python side.
 var ErrPython = errors.New("bench: python")
 
+// RemoteError is an error the Python side replied (it wraps ErrPython).
+type RemoteError struct {
+	Op    string // the request's op
+	Msg   string // the error (Python's exception: its class and message)
+	Trace string // Python's traceback, when it sent one
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("%v: %s: %s\n%s", ErrPython, e.Op, e.Msg, e.Trace)
+}
+
+// Unwrap makes a RemoteError an ErrPython.
+func (e *RemoteError) Unwrap() error { return ErrPython }
+
+// PyInfo is what the Python side runs on.
+type PyInfo struct {
+	Torch   string `json:"torch"`   // torch.__version__
+	Compile bool   `json:"compile"` // torch.compile exists (PyTorch 2.x)
+}
+
+// Info asks the Python side for its torch.
+func (p *Python) Info() (PyInfo, error) {
+	var in PyInfo
+	err := p.Do(map[string]any{"op": "info"}, &in)
+	return in, err
+}
+
 // StartPython starts the server with env added to this process's
 // environment. root is the repository root.
 func StartPython(root string, env ...string) (*Python, error) {
@@ -69,7 +96,7 @@ func (p *Python) Do(req map[string]any, out any) error {
 		Trace string `json:"trace"`
 	}
 	if json.Unmarshal(line, &e) == nil && e.Error != "" {
-		return fmt.Errorf("%w: %s: %s\n%s", ErrPython, req["op"], e.Error, e.Trace)
+		return &RemoteError{Op: fmt.Sprint(req["op"]), Msg: e.Error, Trace: e.Trace}
 	}
 	if out == nil {
 		return nil

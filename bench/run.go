@@ -27,6 +27,13 @@ type Options struct {
 	Variants []Variant
 	// NoPeak skips the memory measurement.
 	NoPeak bool
+	// Compiled, when not nil, is a second Python side (a server of its
+	// own, so that dynamo and the inductor's kernels never share a process
+	// with the eager twin) that runs the twin under torch.compile
+	// (scripts/twins/run.py says what it compiles) in the same rotation.
+	// Its failures do not fail the measurement: Result.CompiledNA says
+	// why it has no figures.
+	Compiled *Python
 	// Logf reports progress (nil: quiet).
 	Logf func(format string, args ...any)
 }
@@ -101,7 +108,29 @@ type Result struct {
 	// Peak bytes of a steady-state step above what was held before it,
 	// and what was held (model, gradients, optimizer state, batch).
 	GoPeak, GoBase, PyPeak, PyBase int64
+	// Python with torch.compile (Options.Compiled), in the same rotation:
+	// step seconds and process CPU seconds by repetition.
+	PyCompiled, PyCompiledCPU [][]float64 `json:",omitempty"`
+	// CompileSeconds is the compiled twin's first step (compilation
+	// included), timed on its own before the warm-up; CompileGraphs the
+	// graphs dynamo compiled in the warm-up (more than one: graph breaks).
+	CompileSeconds float64 `json:",omitempty"`
+	CompileGraphs  int     `json:",omitempty"`
+	// CompiledCheck is the compiled twin's loss and gradients against
+	// torchfit's (the same check as Check, on a model compiled for it).
+	// A compiled twin beyond Tolerance is still timed (it is what
+	// torch.compile gives a user) and the table marks it
+	// (CompiledCheckOK).
+	CompiledCheck *CheckResult `json:",omitempty"`
+	// CompiledNA says why a compiled side that was asked for has no
+	// figures: a torch without torch.compile, the compilation's error (its
+	// first line).
+	CompiledNA string `json:",omitempty"`
 }
+
+// HasCompiled reports whether a compiled Python side was asked for:
+// figures or the reason there are none.
+func (r Result) HasCompiled() bool { return len(r.PyCompiled) > 0 || r.CompiledNA != "" }
 
 // Measure checks twin at cfg against Python and times it. py must be a
 // running Python side; dir receives the exchange files.
@@ -137,21 +166,56 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 	if err != nil {
 		return res, err
 	}
-	if err := py.Do(map[string]any{"op": "load", "script": script, "file": path, "threads": cfg.Threads}, nil); err != nil {
+	load := func(p *Python, path string, compile bool) error {
+		req := map[string]any{"op": "load", "script": script, "file": path, "threads": cfg.Threads}
+		if compile {
+			req["compile"] = true
+		}
+		return p.Do(req, nil)
+	}
+	if err := load(py, path, false); err != nil {
 		return res, err
 	}
-	lt, gt, floor := Tolerance(cfg.Precision)
+	_, _, floor := Tolerance(cfg.Precision)
 	if err := py.Do(map[string]any{"op": "check", "floor": floor}, &res.Check); err != nil {
 		return res, err
 	}
-	os.Remove(path)
 	c := res.Check
 	logf("%s %s: loss %.6f (Go) vs %.6f (Python), Δ %.1e; %d gradients, worst %.1e (%s)",
 		tw.Name(), cfg.Precision, c.GoLoss, c.Loss, c.LossRel(), c.Grads, c.MaxRel, c.Worst)
-	if c.LossRel() > lt || c.MaxRel > gt || len(c.Missing) > 0 || c.Grads == 0 {
-		return res, fmt.Errorf("%w: %s %s: loss %v vs %v, gradients %d compared, worst %.2e (%s), missing %v",
-			ErrMismatch, tw.Name(), cfg.Precision, c.GoLoss, c.Loss, c.Grads, c.MaxRel, c.Worst, c.Missing)
+	if err := checkErr(tw.Name(), cfg.Precision, c); err != nil {
+		os.Remove(path)
+		return res, err
 	}
+	cp := o.Compiled
+	// compiledFailed records why the compiled side has no figures and
+	// takes it out of the measurement.
+	compiledFailed := func(what string, err error) {
+		res.CompiledNA = naReason(err)
+		res.PyCompiled, res.PyCompiledCPU = nil, nil
+		cp = nil
+		logf("%s %s: compiled Python: %s: %v", tw.Name(), cfg.Precision, what, err)
+	}
+	if cp != nil {
+		var cc CheckResult
+		t0 := time.Now()
+		err := load(cp, path, true)
+		if err == nil {
+			err = cp.Do(map[string]any{"op": "check", "floor": floor}, &cc)
+		}
+		if err == nil {
+			res.CompiledCheck = &cc
+			logf("%s %s: compiled Python (%.1f s, compilation included): loss %.6f, Δ %.1e; %d gradients, worst %.1e (%s)",
+				tw.Name(), cfg.Precision, time.Since(t0).Seconds(), cc.Loss, cc.LossRel(), cc.Grads, cc.MaxRel, cc.Worst)
+			if err := checkErr(tw.Name()+" (torch.compile)", cfg.Precision, cc); err != nil {
+				logf("%s %s: compiled Python: beyond tolerance, timed all the same: %v", tw.Name(), cfg.Precision, err)
+			}
+		}
+		if err != nil {
+			compiledFailed("check", err)
+		}
+	}
+	os.Remove(path)
 
 	// The timed model, with the recipe's dropout.
 	inst, err = tw.Build(cfg)
@@ -164,8 +228,13 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 		return res, err
 	}
 	defer os.Remove(path)
-	if err := py.Do(map[string]any{"op": "load", "script": script, "file": path, "threads": cfg.Threads}, nil); err != nil {
+	if err := load(py, path, false); err != nil {
 		return res, err
+	}
+	if cp != nil {
+		if err := load(cp, path, true); err != nil {
+			compiledFailed("load", err)
+		}
 	}
 	goSteps := func(n int) (ts, cs []float64, err error) {
 		for k := 0; k < n; k++ {
@@ -180,11 +249,7 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 		return ts, cs, nil
 	}
 	pySteps := func(n int) ([]float64, []float64, error) {
-		var r struct {
-			Times []float64 `json:"times"`
-			CPU   []float64 `json:"cpu"`
-		}
-		err := py.Do(map[string]any{"op": "steps", "n": n}, &r)
+		r, err := pyStepsOn(py, n)
 		return r.Times, r.CPU, err
 	}
 	if _, _, err := goSteps(o.warmup()); err != nil {
@@ -192,6 +257,14 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 	}
 	if _, _, err := pySteps(o.warmup()); err != nil {
 		return res, err
+	}
+	if cp != nil {
+		if err := compiledWarmup(cp, o.warmup(), &res); err != nil {
+			compiledFailed("warm-up", err)
+		} else {
+			logf("%s %s: compiled Python: first step %.1f s (compilation included), %d graphs",
+				tw.Name(), cfg.Precision, res.CompileSeconds, res.CompileGraphs)
+		}
 	}
 	if !o.NoPeak {
 		if res.GoPeak, res.GoBase, err = goPeak(inst); err != nil {
@@ -220,10 +293,26 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 		}})
 	}
 	sides = append(sides, side{"python", func() ([]float64, []float64, error) { return pySteps(o.steps()) }})
+	if cp != nil {
+		sides = append(sides, side{compiledSide, func() ([]float64, []float64, error) {
+			if cp == nil { // failed in an earlier repetition
+				return nil, nil, nil
+			}
+			r, err := pyStepsOn(cp, o.steps())
+			if g := sum(r.Graphs); err == nil && g > 0 {
+				logf("%s %s: compiled Python compiled %d graphs in timed steps", tw.Name(), cfg.Precision, g)
+			}
+			return r.Times, r.CPU, err
+		}})
+	}
 	for r := 0; r < o.reps(); r++ {
 		for k := range sides {
 			s := sides[(k+r)%len(sides)] // rotate who goes first
 			ts, cs, err := s.run()
+			if err != nil && s.name == compiledSide {
+				compiledFailed("steps", err)
+				continue
+			}
 			if err != nil {
 				return res, fmt.Errorf("bench: %s %s: %w", tw.Name(), s.name, err)
 			}
@@ -232,15 +321,110 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 				res.Go, res.GoCPU = append(res.Go, ts), append(res.GoCPU, cs)
 			case "python":
 				res.Py, res.PyCPU = append(res.Py, ts), append(res.PyCPU, cs)
+			case compiledSide:
+				if cp != nil {
+					res.PyCompiled, res.PyCompiledCPU = append(res.PyCompiled, ts), append(res.PyCompiledCPU, cs)
+				}
 			default:
 				res.Variants[s.name] = append(res.Variants[s.name], ts)
 				res.VariantsCPU[s.name] = append(res.VariantsCPU[s.name], cs)
 			}
 		}
-		logf("  rep %d: Go %.1f ms (CPU %.1f), Python %.1f ms (CPU %.1f)", r+1, median(res.Go[r])*1e3, median(res.GoCPU[r])*1e3,
+		line := fmt.Sprintf("  rep %d: Go %.1f ms (CPU %.1f), Python %.1f ms (CPU %.1f)", r+1, median(res.Go[r])*1e3, median(res.GoCPU[r])*1e3,
 			median(res.Py[r])*1e3, median(res.PyCPU[r])*1e3)
+		if r < len(res.PyCompiled) {
+			line += fmt.Sprintf(", compiled Python %.1f ms (CPU %.1f)", median(res.PyCompiled[r])*1e3, median(res.PyCompiledCPU[r])*1e3)
+		}
+		logf("%s", line)
 	}
 	return res, nil
+}
+
+// compiledSide names the compiled Python side in Measure's rotation.
+const compiledSide = "python-compiled"
+
+// pyStepsReply is run.py's answer to "steps".
+type pyStepsReply struct {
+	Times  []float64 `json:"times"`
+	CPU    []float64 `json:"cpu"`
+	Graphs []int     `json:"graphs"` // graphs dynamo compiled in each step (a compiled twin)
+}
+
+func pyStepsOn(p *Python, n int) (pyStepsReply, error) {
+	var r pyStepsReply
+	err := p.Do(map[string]any{"op": "steps", "n": n}, &r)
+	if err == nil && len(r.Times) != n {
+		err = fmt.Errorf("%w: steps: %d times for %d steps", ErrPython, len(r.Times), n)
+	}
+	return r, err
+}
+
+// compiledWarmup runs the compiled twin's warm-up: its first step, where
+// torch.compile compiles, timed on its own (res.CompileSeconds), the rest
+// of warmup steps one at a time, and up to 3 more while a step still
+// compiles a graph, so that the timed steps run compiled code only.
+func compiledWarmup(p *Python, warmup int, res *Result) error {
+	const extra = 3
+	last := 0
+	for k := 0; k < warmup || (last > 0 && k < warmup+extra); k++ {
+		r, err := pyStepsOn(p, 1)
+		if err != nil {
+			return err
+		}
+		if k == 0 {
+			res.CompileSeconds = r.Times[0]
+		}
+		last = sum(r.Graphs)
+		res.CompileGraphs += last
+	}
+	return nil
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// checkErr is an ErrMismatch when c is beyond Tolerance at p.
+func checkErr(name string, p amp.Precision, c CheckResult) error {
+	lt, gt, _ := Tolerance(p)
+	if c.LossRel() > lt || c.MaxRel > gt || len(c.Missing) > 0 || c.Grads == 0 {
+		return fmt.Errorf("%w: %s %s: loss %v vs %v, gradients %d compared, worst %.2e (%s), missing %v",
+			ErrMismatch, name, p, c.GoLoss, c.Loss, c.Grads, c.MaxRel, c.Worst, c.Missing)
+	}
+	return nil
+}
+
+// naReason is the line a table shows for a compiled side that failed:
+// the Python error's first line (with the next one when the first only
+// introduces it, as "backend='inductor' raised:" does), at most 160
+// characters.
+func naReason(err error) string {
+	msg := err.Error()
+	var re *RemoteError
+	if errors.As(err, &re) {
+		msg = re.Msg
+	}
+	var lines []string
+	for _, l := range strings.Split(msg, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return "failed"
+	}
+	out := lines[0]
+	if strings.HasSuffix(out, ":") && len(lines) > 1 {
+		out += " " + lines[1]
+	}
+	if r := []rune(out); len(r) > 160 {
+		out = string(r[:159]) + "…"
+	}
+	return out
 }
 
 // goPeak measures one step's peak above what is held before it.
@@ -298,6 +482,24 @@ func (r Result) Ratio() float64 { return median(flat(r.Go)) / median(flat(r.Py))
 
 // CPURatio is Go's median process CPU time per step over Python's.
 func (r Result) CPURatio() float64 { return median(flat(r.GoCPU)) / median(flat(r.PyCPU)) }
+
+// CompiledCheckOK reports whether the compiled twin's check is within
+// Tolerance.
+func (r Result) CompiledCheckOK() bool {
+	return r.CompiledCheck != nil && checkErr("", r.Config.Precision, *r.CompiledCheck) == nil
+}
+
+// CompiledRatio is Go's median step over compiled Python's.
+func (r Result) CompiledRatio() float64 { return median(flat(r.Go)) / median(flat(r.PyCompiled)) }
+
+// CompiledCPURatio is Go's median process CPU time per step over compiled Python's.
+func (r Result) CompiledCPURatio() float64 {
+	return median(flat(r.GoCPU)) / median(flat(r.PyCompiledCPU))
+}
+
+// CompiledOverEager is compiled Python's median step over eager Python's
+// (below 1: torch.compile is faster).
+func (r Result) CompiledOverEager() float64 { return median(flat(r.PyCompiled)) / median(flat(r.Py)) }
 
 // VariantCPURatio is a variant's median CPU time per step over torchfit's default.
 func (r Result) VariantCPURatio(name string) float64 {

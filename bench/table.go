@@ -12,21 +12,61 @@ import (
 // threads and precision, the median step on each side, Go/Python as the
 // ratio of the medians and as the median and range of the per-repetition
 // ratios, the ratio of the median process CPU times per step, each side's step peak above what it holds between steps, and the
-// check's differences.
+// check's differences. When a result has a compiled Python side
+// (Options.Compiled), six columns follow: torch.compile's median step,
+// Go over it (wall and CPU time), compiled over eager Python, and the
+// compiled twin's first step (compilation included) with the graphs dynamo
+// compiled, and the compiled twin's check (✗: beyond Tolerance); or
+// "n/a: " and the reason it has none.
 func Table(w io.Writer, rs []Result) {
-	fmt.Fprintln(w, "| recipe | threads | precision | batch | length | Go ms/step | Python ms/step | Go / Python | per pair (median, range) | Go / Python CPU time | Go peak | Python peak | check: loss Δ, worst grad Δ |")
-	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
+	compiled := slices.ContainsFunc(rs, Result.HasCompiled)
+	head := "| recipe | threads | precision | batch | length | Go ms/step | Python ms/step | Go / Python | per pair (median, range) | Go / Python CPU time | Go peak | Python peak | check: loss Δ, worst grad Δ |"
+	rule := "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"
+	if compiled {
+		head += " compiled Python ms/step | Go / compiled | Go / compiled CPU time | compiled / eager Python | compile: first step s (graphs) | compiled check: loss Δ, worst grad Δ |"
+		rule += "---:|---:|---:|---:|---:|---|"
+	}
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, rule)
 	for _, r := range rs {
 		pr := r.PairRatios()
 		length := "default"
 		if r.Config.Length > 0 {
 			length = fmt.Sprint(r.Config.Length)
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %d | %s | %.1f | %.1f | **%.2f** | %.2f [%.2f–%.2f] | %.2f | %s | %s | %.0e, %.0e |\n",
+		fmt.Fprintf(w, "| %s | %d | %s | %d | %s | %.1f | %.1f | **%.2f** | %.2f [%.2f–%.2f] | %.2f | %s | %s | %.0e, %.0e |",
 			r.Twin, r.Config.Threads, r.Config.Precision, r.Config.Batch, length,
 			median(flat(r.Go))*1e3, median(flat(r.Py))*1e3, r.Ratio(),
 			median(pr), slices.Min(pr), slices.Max(pr), r.CPURatio(), mib(r.GoPeak), mib(r.PyPeak), r.Check.LossRel(), r.Check.MaxRel)
+		if compiled {
+			fmt.Fprint(w, compiledCells(r))
+		}
+		fmt.Fprintln(w)
 	}
+}
+
+// compiledCells are Table's compiled-Python columns of r.
+func compiledCells(r Result) string {
+	switch {
+	case r.CompiledNA != "":
+		return fmt.Sprintf(" n/a: %s | – | – | – | – | – |", cell(r.CompiledNA))
+	case len(r.PyCompiled) == 0:
+		return " – | – | – | – | – | – |"
+	}
+	chk := "–"
+	if c := r.CompiledCheck; c != nil {
+		chk = fmt.Sprintf("%.0e, %.0e", c.LossRel(), c.MaxRel)
+		if !r.CompiledCheckOK() {
+			chk += fmt.Sprintf(" ✗ (%s)", cell(c.Worst))
+		}
+	}
+	return fmt.Sprintf(" %.1f | **%.2f** | %.2f | %.2f | %.1f (%d) | %s |", median(flat(r.PyCompiled))*1e3,
+		r.CompiledRatio(), r.CompiledCPURatio(), r.CompiledOverEager(), r.CompileSeconds, r.CompileGraphs, chk)
+}
+
+// cell makes s safe inside a markdown table cell.
+func cell(s string) string {
+	return strings.NewReplacer("|", "\\|", "\n", " ").Replace(s)
 }
 
 // VariantTable writes each Go variant's median step (and CPU time) over

@@ -8,8 +8,12 @@ loss and gradients torchfit computed, and times training steps when asked,
 so that Go and Python steps can be interleaved in one run.
 
 Requests and replies:
-  {"op": "load", "script": PATH, "file": PT, "threads": N}
+  {"op": "info"}  -> {"torch": torch.__version__, "compile": whether torch.compile exists}
+  {"op": "load", "script": PATH, "file": PT, "threads": N, "compile": false}
         -> {"params": number of parameters, "threads": N}
+        "compile": true wraps the twin's functions in torch.compile (below);
+        with a torch that has none (1.13) the reply is the error
+        "torch 1.13 has no torch.compile".
   {"op": "check"}  one forward/backward at the loaded weights, compared with
         the file's "check" entry (torchfit's loss and gradients): max_rel is
         the largest difference of a gradient over its largest element (or
@@ -18,7 +22,8 @@ Requests and replies:
         -> {"loss": x, "go_loss": y, "grads": n, "max_abs": a, "max_rel": r,
             "worst": name, "missing": [...]}
   {"op": "steps", "n": K}  K training steps -> {"times": [seconds, ...],
-        "cpu": [the process's CPU seconds (user + system), ...]}
+        "cpu": [the process's CPU seconds (user + system), ...]}; a compiled
+        twin's reply adds "graphs": [graphs dynamo compiled in each step, ...]
   {"op": "peak"}  one profiled training step -> {"peak": bytes, "base": bytes}
   {"op": "quit"}
 An error is replied as {"error": message}.
@@ -39,6 +44,16 @@ for one micro-batch: loss under autocast (bf16) or not, loss.item(),
 backward, clip_grad_norm_, AdamW (PyTorch's default implementation) with
 the file's parameter groups, zero_grad(set_to_none=True).
 
+torch.compile: what a PyTorch 2.x user compiles, in the default mode
+(inductor, on CPU C++ kernels that g++ builds): the twin's loss() -- forward
+and, through AOTAutograd, its backward -- or, for a twin without one, its
+backward() and step(); the optimizer step stays PyTorch's default AdamW, as
+in the eager twin. Compilation happens in the first step, which the driver
+times on its own (warm-up); dynamo's caches are reset at every load. The
+driver runs a compiled twin in a server of its own, so that dynamo, the
+inductor's compile workers and its kernels never share a process with the
+eager twin's timings.
+
 Peak memory: PyTorch 1.13 keeps no CPU allocator statistics, so one
 steady-state step runs under torch.profiler(profile_memory=True), whose
 memory events are every allocation and free of c10's CPU allocator with its
@@ -57,6 +72,23 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 
+class NotAvailable(Exception):
+    """An option this torch does not have (replied without the class name)."""
+
+
+def torch_version():
+    return ".".join(torch.__version__.split("+")[0].split(".")[:2])
+
+
+def dynamo_graphs():
+    """Graphs dynamo has compiled in this process so far (0 without dynamo)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return 0
+    return int(counters["stats"]["unique_graphs"])
+
+
 def load_script(path):
     spec = importlib.util.spec_from_file_location("twin_" + str(abs(hash(path))), path)
     mod = importlib.util.module_from_spec(spec)
@@ -67,6 +99,7 @@ def load_script(path):
 class Runner:
     def __init__(self):
         self.tw = None
+        self.compiled = False
 
     def load(self, req):
         torch.set_num_threads(int(req["threads"]))
@@ -75,13 +108,30 @@ class Runner:
         self.spec = spec
         self.data = data
         mod = load_script(req["script"])
+        self.tw = None
+        self.compiled = bool(req.get("compile", False))
+        if self.compiled and not hasattr(torch, "compile"):
+            raise NotAvailable(f"torch {torch_version()} has no torch.compile")
+        if self.compiled:
+            importlib.import_module("torch._dynamo").reset()
         self.tw = mod.build(spec, data)
+        if self.compiled:
+            self.compile_twin()
         self.custom_step = getattr(self.tw, "step", None)
         self.backward = getattr(self.tw, "backward", None)
         self.after_step = getattr(self.tw, "after_step", None)
         if self.custom_step is None:
             self.opt = self.make_opt()
         return {"params": sum(p.numel() for p in self.tw.model.parameters()), "threads": torch.get_num_threads()}
+
+    def compile_twin(self):
+        """Replaces the twin's loss() (or backward() and step()) with
+        torch.compile of it, default mode: compiled when first called."""
+        names = ["loss"] if hasattr(self.tw, "loss") else ["backward", "step"]
+        for name in names:
+            fn = getattr(self.tw, name, None)
+            if fn is not None:
+                setattr(self.tw, name, torch.compile(fn))
 
     def make_opt(self):
         o = self.spec["optim"]
@@ -159,14 +209,20 @@ class Runner:
         return out
 
     def steps(self, req):
-        times, cpu = [], []
+        times, cpu, graphs = [], [], []
         for _ in range(int(req["n"])):
+            g0 = dynamo_graphs() if self.compiled else 0
             c0 = time.process_time()
             t0 = time.perf_counter()
             self.step()
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
-        return {"times": times, "cpu": cpu}
+            if self.compiled:
+                graphs.append(dynamo_graphs() - g0)
+        out = {"times": times, "cpu": cpu}
+        if self.compiled:
+            out["graphs"] = graphs
+        return out
 
     def peak(self, req):
         opts = [self.opt] if hasattr(self, "opt") else getattr(self.tw, "optimizers", [])
@@ -222,7 +278,9 @@ def main():
         if op == "quit":
             break
         try:
-            if op == "load":
+            if op == "info":
+                out = {"torch": torch.__version__, "compile": hasattr(torch, "compile")}
+            elif op == "load":
                 out = r.load(req)
             elif op == "check":
                 out = r.check(req)
@@ -232,6 +290,8 @@ def main():
                 out = r.peak(req)
             else:
                 out = {"error": f"unknown op {op!r}"}
+        except NotAvailable as e:
+            out = {"error": str(e)}
         except Exception as e:  # reported to the driver, which stops
             out = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
         sys.stdout.write(json.dumps(out) + "\n")

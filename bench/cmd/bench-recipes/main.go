@@ -56,6 +56,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	growLength := fs.String("grow-length", "", "measure at each of these lengths (e.g. 160,320,640) and plot cost against length into -plot")
 	plotPNG := fs.String("plot", "bench-growth.png", "the picture -grow-batch or -grow-length draws")
 	pyEnv := fs.String("python-env", "", "comma-separated KEY=VALUE added to the Python side's environment (e.g. MALLOC_MMAP_THRESHOLD_=33554432)")
+	compile := fs.Bool("compile", false, "also time Python with torch.compile (inductor, default mode; a second Python process) in the same rotation (default: on when the Python side's torch has torch.compile, 2.x)")
 	variants := fs.String("variants", "", "Go variants timed in the same rotation (see bench.Levers): "+strings.Join(bench.LeverNames(), ", "))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -195,6 +196,26 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if len(env) > 0 {
 		logf("Python's environment adds %v", env)
 	}
+	info, err := py.Info()
+	if err != nil {
+		return fmt.Errorf("bench-recipes: the Python side's torch: %w", err)
+	}
+	compiled := info.Compile
+	if flagSet(fs, "compile") {
+		compiled = *compile
+	} else if !info.Compile {
+		logf("Python's torch %s has no torch.compile: no compiled-Python columns (-compile shows them as n/a)", info.Torch)
+	}
+	var cpy *bench.Python
+	if compiled {
+		// A server of its own: dynamo, the inductor's compile workers
+		// and kernels stay out of the eager twin's process.
+		if cpy, err = bench.StartPython(root, env...); err != nil {
+			return err
+		}
+		defer cpy.Close()
+		logf("Python %s also with torch.compile (inductor, default mode), in a second process", info.Torch)
+	}
 	start := time.Now()
 	var results []bench.Result
 	for _, tw := range tws {
@@ -213,7 +234,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 						cfg.Length = v
 					}
 					logf("%s, %d thread(s), %s, batch %d, length %d", tw.Name(), th, p, cfg.Batch, cfg.Length)
-					r, err := bench.Measure(py, tw, cfg, bench.Options{Reps: *reps, Steps: *steps, Warmup: *warmup, Variants: vs, Logf: logf}, dir)
+					r, err := bench.Measure(py, tw, cfg, bench.Options{Reps: *reps, Steps: *steps, Warmup: *warmup, Variants: vs, Compiled: cpy, Logf: logf}, dir)
 					if err != nil {
 						return err
 					}
@@ -236,6 +257,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(&b, "\n%d interleaved repetitions of %d steps per side (after %d warm-up steps), %s in all.\n",
 		*reps, *steps, *warmup, time.Since(start).Round(time.Second))
+	if compiled && info.Compile {
+		fmt.Fprintf(&b, "Compiled Python: torch %s in a process of its own, torch.compile (inductor, default mode) of each twin's loss() "+
+			"(or backward() and step()), AdamW eager; its first step (compilation included) is timed apart, and its warm-up goes on "+
+			"while a step compiles a graph (3 more steps at most).\n", info.Torch)
+	}
 	fmt.Fprint(stdout, b.String())
 	if *out != "" {
 		if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
@@ -250,6 +276,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return os.WriteFile(*raw, js, 0o644)
 	}
 	return nil
+}
+
+// flagSet reports whether the command line set the flag called name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // ints parses a comma-separated list of positive integers.
