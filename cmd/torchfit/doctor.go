@@ -94,6 +94,13 @@ func buildDoctor() (doctorReport, error) {
 	r.CPU.BLAS = blasInfo(b.Config)
 	r.CPU.BLASKernels = torch.BLAS().String()
 	r.CPU.OneDNN = torch.OneDNNVersion()
+	if r.CPU.OneDNN == "" {
+		// The wheel links oneDNN in with its symbols hidden: its
+		// configuration still names the version.
+		if m := onednnField.FindStringSubmatch(b.Config); m != nil {
+			r.CPU.OneDNN = m[1] + " (from the build configuration)"
+		}
+	}
 	r.CPU.Threads = torch.NumThreads()
 	r.Distributed.Gloo = true // package dist always builds ProcessGroupGloo
 	r.Distributed.NCCL = dist.HasNCCL()
@@ -121,7 +128,10 @@ func configValue(cfg, name string) string {
 	return ""
 }
 
-var blasField = regexp.MustCompile(`BLAS_INFO=([^,\s]+)`)
+var (
+	blasField   = regexp.MustCompile(`BLAS_INFO=([^,\s]+)`)
+	onednnField = regexp.MustCompile(`MKL-DNN v([0-9][0-9.]*)`)
+)
 
 // blasInfo is libtorch's BLAS as its configuration states it.
 func blasInfo(cfg string) string {
