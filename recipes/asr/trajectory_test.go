@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
@@ -118,11 +119,16 @@ func TestTinyTrajectory(t *testing.T) {
 	require.NoError(t, err)
 	var want trajectory
 	require.NoError(t, json.Unmarshal(raw, &want))
-	if got.Fingerprint == want.Fingerprint {
+	// The fingerprint does not see everything: on CPUs with avx512_bf16
+	// (the machines of later sessions; the recording's flags were not
+	// kept) the losses differ from step 3 on by at most 2e-7 relative
+	// although the fingerprint matches, with torchfit's SkylakeX BLAS
+	// kernels. Bitwise is required where the CPU is the recording's kind.
+	if got.Fingerprint == want.Fingerprint && !amp.HostCPU().NativeBF16 {
 		require.Equal(t, want.Losses, got.Losses, "losses, bitwise")
 		require.Equal(t, want.Params, got.Params, "parameters, bitwise")
 		return
 	}
-	t.Logf("numerics fingerprint %s differs from the recording's %s: comparing losses to 1e-4", got.Fingerprint, want.Fingerprint)
+	t.Logf("numerics fingerprint %s (recording: %s), native bf16 %v: comparing losses to 1e-4", got.Fingerprint, want.Fingerprint, amp.HostCPU().NativeBF16)
 	require.InDeltaSlice(t, want.Losses, got.Losses, 1e-4*math.Abs(want.Losses[0]))
 }

@@ -28,7 +28,10 @@ func chirp() []float32 {
 func TestAudioMatchesPython(t *testing.T) {
 	// One thread, as pyref's Python: the 2.11 wheel's MKL pinverse differs
 	// in its last bits with the thread count (1 vs 2: 1.4e-7), which the 32
-	// multiplicative mel-inversion steps raise to 3e-4 of the magnitude.
+	// multiplicative mel-inversion steps raise to 3e-4 of the magnitude. At
+	// one thread the magnitude differs by 4e-7 (2.11) and 1.2e-4 (1.13,
+	// whose Go side runs OpenBLAS's SkylakeX kernels and Python its own
+	// Prescott ones on an AVX-512 CPU): the bound below is 2e-4.
 	defer torch.SetNumThreads(torch.NumThreads())
 	torch.SetNumThreads(1)
 	m, err := NewMel()
@@ -90,7 +93,7 @@ emit({'LogMel': logmel.flatten().tolist(), 'Mag': mag.flatten().tolist(), 'Wav':
 		require.LessOrEqual(t, worst, tol*scale, name)
 	}
 	closeTo("log-mel", lm, want.LogMel, 1e-5)
-	closeTo("magnitude", mag, want.Mag, 1e-4)
+	closeTo("magnitude", mag, want.Mag, 2e-4)
 	closeTo("Griffin-Lim waveform", wav, want.Wav, 1e-3)
 }
 
