@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/torchfit/torchfit/internal/pyref"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/train/ckpt"
 )
@@ -117,7 +118,10 @@ func TestLaunchTrainsLikeOneProcess(t *testing.T) {
 		{"resume 2 → 1 ranks", "", args("resume1", false, "--resume", epoch1("launch"))},
 		{"resume 1 → 2 ranks, ZeRO-1", "", launch(args("resume2", true, "--resume", epoch1("one"), "--zero")...)},
 	}
-	if torchrun, err := exec.LookPath("/usr/bin/torchrun"); err == nil {
+	// The torchrun of the Python under test (its TCPStore is the one the
+	// ranks' libtorch speaks): Debian's beside /usr/bin/python3, the
+	// venv's for the 2.11 leg.
+	if torchrun, err := exec.LookPath(filepath.Join(filepath.Dir(pyref.Python), "torchrun")); err == nil {
 		// Debian's torchrun 1.13 under Python 3.11 fails on its own
 		// default --redirects 0 (enum.Flag no longer lists the zero
 		// member); redirecting stderr (2) and teeing it back works.
