@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/distributed"
 )
 
 // joinGroup joins the data-parallel process group when the command runs
@@ -19,11 +19,11 @@ import (
 // with a --checkpoint-dir and no --resume resumes from the last checkpoint
 // written there.
 func (r *Run) joinGroup() error {
-	env, _, err := dist.ReadEnv(nil)
+	env, _, err := distributed.ReadEnv(nil)
 	if err != nil {
 		return err
 	}
-	g, ok, err := dist.InitFromEnv(dist.Options{})
+	g, ok, err := distributed.InitFromEnv(distributed.Options{})
 	if err != nil {
 		return err
 	}

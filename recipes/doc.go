@@ -20,7 +20,7 @@
 //     end (log lines, progress bar, metrics file: package report), and a
 //     context that SIGINT/SIGTERM cancel; under a launcher (torchfit
 //     launch, torchrun: WORLD_SIZE set) it joins the data-parallel group
-//     (Run.Group, package dist) and only rank 0 renders events;
+//     (Run.Group, package distributed) and only rank 0 renders events;
 //   - errors a user causes are typed (UsageError, ConfigError, or any error
 //     with a UserError method): a command line prints one line and exits 2.
 //

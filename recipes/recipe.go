@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/distributed"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/train"
@@ -47,7 +47,7 @@ type Run struct {
 	// Group is the data-parallel process group when a launcher started
 	// the command (torchfit launch, torchrun); nil in one process. Only
 	// rank 0 renders events (log lines, progress, the metrics file).
-	Group   *dist.Group
+	Group   *distributed.Group
 	cleanup []func() error
 	// held are Prepare's own log lines (the memory cap), written before
 	// the recipe's first log line or event: a command that then fails on

@@ -7,7 +7,7 @@ import (
 	"github.com/torchfit/torchfit/torch/internal/capi"
 )
 
-// For other cgo packages of torchfit (package dist: c10d collectives), which
+// For other cgo packages of torchfit (package distributed: c10d collectives), which
 // hand tensors to their own C++ translation units. The handle is the shim's
 // tf_tensor (torch/internal/capi/capi.h): a pointer to a struct holding one
 // at::Tensor (shim.h: struct tf_tensor_s).

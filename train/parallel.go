@@ -9,7 +9,7 @@ import (
 
 // Parallel makes training data parallel: each process (rank) trains on its
 // shard of every batch (torch/data: Options.Shard) and the ranks' gradients
-// are summed. Package dist implements it over libtorch's c10d
+// are summed. Package distributed implements it over libtorch's c10d
 // (dist.DataParallel); the core only calls these methods, the same number
 // of times in the same order on every rank:
 //

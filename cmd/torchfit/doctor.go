@@ -11,7 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/torchfit/torchfit/amp"
-	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/distributed"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -102,8 +102,8 @@ func buildDoctor() (doctorReport, error) {
 		}
 	}
 	r.CPU.Threads = torch.NumThreads()
-	r.Distributed.Gloo = true // package dist always builds ProcessGroupGloo
-	r.Distributed.NCCL = dist.HasNCCL()
+	r.Distributed.Gloo = true // package distributed always builds ProcessGroupGloo
+	r.Distributed.NCCL = distributed.HasNCCL()
 	return r, nil
 }
 

@@ -5,7 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/distributed"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/report"
 )
@@ -28,7 +28,7 @@ func launchCommand() *cli.Command {
 			&cli.StringFlag{Name: "master-addr", Aliases: []string{"master_addr"}, Value: "127.0.0.1", Usage: "node 0's address, the only one its store listens on"},
 			&cli.IntFlag{Name: "master-port", Aliases: []string{"master_port"}, Usage: "the store's port (0: a free one; several nodes: required)"},
 			&cli.IntFlag{Name: "max-restarts", Aliases: []string{"max_restarts"}, Usage: "start every rank again this many times after one failed (one node); a train command resumes from the last checkpoint in its --checkpoint-dir"},
-			&cli.DurationFlag{Name: "grace", Value: dist.LaunchGrace, Usage: "after a rank fails: time the others get to stop (SIGTERM) before SIGKILL"},
+			&cli.DurationFlag{Name: "grace", Value: distributed.LaunchGrace, Usage: "after a rank fails: time the others get to stop (SIGTERM) before SIGKILL"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
@@ -40,7 +40,7 @@ func launchCommand() *cli.Command {
 			}
 			ctx, stop := report.SignalContext(c.Context)
 			defer stop()
-			return dist.Launch(ctx, dist.LaunchConfig{
+			return distributed.Launch(ctx, distributed.LaunchConfig{
 				NProc: c.Int("nproc"), NNodes: c.Int("nnodes"), NodeRank: c.Int("node-rank"),
 				MasterAddr: c.String("master-addr"), MasterPort: c.Int("master-port"),
 				Command: append([]string{self}, c.Args().Slice()...), Grace: c.Duration("grace"), MaxRestarts: c.Int("max-restarts"),

@@ -31,7 +31,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/distributed"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/recipes/clip"
@@ -91,7 +91,7 @@ func exitStatus(err error, w io.Writer) int {
 		fmt.Fprintf(w, "panic: %v\n\n%s\n", ie.value, ie.stack)
 	}
 	fmt.Fprintln(w, "torchfit:", oneLine(err.Error()))
-	var re *dist.RankError
+	var re *distributed.RankError
 	if errors.As(err, &re) && re.Status > 0 {
 		return re.Status // the rank's (2: its user error, printed by it)
 	}

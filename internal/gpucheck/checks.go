@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/torchfit/torchfit/amp"
-	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/distributed"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -106,7 +106,7 @@ func facts(env Env) Result {
 		"go.cxx11_abi": b.CXX11ABI, "go.cuda_tag": b.CUDATag, "go.cuda_available": b.CUDA.Available,
 		"go.cuda_runtime": b.CUDA.Runtime, "go.cudnn": b.CUDA.CuDNN, "go.nccl": b.CUDA.NCCL,
 		"go.driver_cuda": b.CUDA.Driver, "go.allocator_settings": b.CUDA.AllocatorSettings,
-		"go.nccl_in_dist": dist.HasNCCL(),
+		"go.nccl_in_dist": distributed.HasNCCL(),
 	}, Cmd: "go run -tags cuda ./cmd/torchfit doctor"}
 	if b.CUDA.ExpandableSegments != nil {
 		r.Figures["go.expandable_segments"] = *b.CUDA.ExpandableSegments
@@ -139,8 +139,8 @@ func facts(env Env) Result {
 	if b.CUDA.ExpandableSegments == nil || !*b.CUDA.ExpandableSegments {
 		bad = append(bad, "expandable_segments is not on by default")
 	}
-	if !dist.HasNCCL() {
-		bad = append(bad, "package dist was built without NCCL")
+	if !distributed.HasNCCL() {
+		bad = append(bad, "package distributed was built without NCCL")
 	}
 	if len(bad) > 0 {
 		r.Status, r.Summary = Fail, strings.Join(bad, "; ")
@@ -595,24 +595,24 @@ func ncclCheck(env Env) Result {
 	if r, ok := needGPU(); !ok {
 		return r
 	}
-	if !dist.HasNCCL() {
-		return failf("package dist was built without NCCL")
+	if !distributed.HasNCCL() {
+		return failf("package distributed was built without NCCL")
 	}
 	dir, err := os.MkdirTemp(env.Work, "nccl")
 	if err != nil {
 		return failf("%v", err)
 	}
-	store, err := dist.NewFileStore(filepath.Join(dir, "store"), 1, 30*time.Second)
+	store, err := distributed.NewFileStore(filepath.Join(dir, "store"), 1, 30*time.Second)
 	if err != nil {
 		return failf("store: %v", err)
 	}
-	g, err := dist.NewGroup(store, 0, 1, dist.Options{Backend: dist.NCCL, Timeout: 60 * time.Second})
+	g, err := distributed.NewGroup(store, 0, 1, distributed.Options{Backend: distributed.NCCL, Timeout: 60 * time.Second})
 	if err != nil {
 		return failf("NCCL group: %v", err)
 	}
 	defer g.Close()
 	x := torch.Arange(0, 8, 1, torch.Float32, gpu)
-	if err := g.AllReduce(dist.Sum, x); err != nil {
+	if err := g.AllReduce(distributed.Sum, x); err != nil {
 		return failf("all-reduce: %v", err)
 	}
 	got := torch.ToSlice[float32](x.To(torch.CPU, torch.Float32))

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/torchfit/torchfit/amp"
-	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/distributed"
 	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
@@ -73,13 +73,13 @@ type TrainConfig struct {
 	// process): BatchSize and GradAccum are each rank's, so the global
 	// batch is BatchSize × GradAccum × ranks; every rank trains its shard
 	// of each batch, gradients are all-reduced in buckets of BucketBytes
-	// (0: dist.DefaultBucketBytes) during backward, rank 0 writes the
+	// (0: distributed.DefaultBucketBytes) during backward, rank 0 writes the
 	// checkpoints. ZeRO shards the optimizer state over the ranks.
-	Group       *dist.Group
+	Group       *distributed.Group
 	BucketBytes int64
 	ZeRO        bool
 	// AllReduceAfterBackward all-reduces after backward instead of during
-	// it (dist.DataParallelOptions.AfterBackward).
+	// it (distributed.DataParallelOptions.AfterBackward).
 	AllReduceAfterBackward bool
 }
 
@@ -333,7 +333,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 			return res, recipes.Usagef("asr: --auto-batch and --dry-run measure one process: run them without a launcher")
 		}
 		rank, world = g.Rank(), g.Size()
-		dp, derr := dist.NewDataParallel(g, m, dist.DataParallelOptions{BucketBytes: cfg.BucketBytes, AfterBackward: cfg.AllReduceAfterBackward})
+		dp, derr := distributed.NewDataParallel(g, m, distributed.DataParallelOptions{BucketBytes: cfg.BucketBytes, AfterBackward: cfg.AllReduceAfterBackward})
 		if derr != nil {
 			return res, derr
 		}
@@ -345,7 +345,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 			}
 		}()
 		if cfg.ZeRO {
-			z, err := dist.NewZeRO(g, counted)
+			z, err := distributed.NewZeRO(g, counted)
 			if err != nil {
 				return res, err
 			}
@@ -836,7 +836,7 @@ func (c *countedOptimizer) Step() {
 
 // logParallel logs, on rank 0, what the gradient all-reduce cost and each
 // rank's optimizer state (one all-reduce: every rank calls it).
-func logParallel(dp *dist.DataParallel, counted *countedOptimizer, logf func(string, ...any)) error {
+func logParallel(dp *distributed.DataParallel, counted *countedOptimizer, logf func(string, ...any)) error {
 	st := dp.Stats()
 	bytes := make([]float64, dp.World())
 	bytes[dp.Rank()] = float64(counted.grew)

@@ -1,4 +1,4 @@
-package dist_test
+package distributed_test
 
 import (
 	"encoding/json"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/distributed"
 	"github.com/torchfit/torchfit/internal/pyref"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -37,11 +37,11 @@ func init() {
 		var out interopOut
 		err = torch.TidyErr(func() error {
 			x := torch.FromSlice([]float32{float32(r + 1), float32(10 * (r + 1)), 0.5}, nil)
-			if err := g.AllReduce(dist.Sum, x); err != nil {
+			if err := g.AllReduce(distributed.Sum, x); err != nil {
 				return err
 			}
 			m := torch.FromSlice([]float64{r}, nil)
-			if err := g.AllReduce(dist.Max, m); err != nil {
+			if err := g.AllReduce(distributed.Max, m); err != nil {
 				return err
 			}
 			b := torch.FromSlice([]float32{float32(r*3 + 1), 2}, nil)
@@ -70,7 +70,7 @@ func init() {
 
 // A Go rank and a Python rank (torch.distributed, Gloo, the same libtorch)
 // in one process group all-reduce, broadcast and all-gather, and agree —
-// with the Go rank hosting the store (dist.StoreServer, Python a TCPStore
+// with the Go rank hosting the store (distributed.StoreServer, Python a TCPStore
 // client) and with Python's rank 0 hosting it (c10d's server, Go a client).
 func TestGoAndPythonRanks(t *testing.T) {
 	script, err := filepath.Abs("testdata/pyrank.py")
@@ -91,13 +91,13 @@ func TestGoAndPythonRanks(t *testing.T) {
 	}
 }
 
-// dist.StoreServer answers every query of the TCPStore client of the
+// distributed.StoreServer answers every query of the TCPStore client of the
 // libtorch under test (Python's; 1.13 or 2.x) as c10d's own server does,
 // including a wait that a later set by another client (Go's c10d client,
 // which on 2.x opens with VALIDATE and PING too) releases, and a wait that
 // times out.
 func TestStoreServerSpeaksTCPStore(t *testing.T) {
-	srv, err := dist.ListenStore("127.0.0.1:0")
+	srv, err := distributed.ListenStore("127.0.0.1:0")
 	require.NoError(t, err)
 	defer srv.Close()
 	require.Equal(t, "127.0.0.1", srv.Addr().(*net.TCPAddr).IP.String())
@@ -110,7 +110,7 @@ func TestStoreServerSpeaksTCPStore(t *testing.T) {
 		defer close(done)
 		out, perr = cmd.Output()
 	}()
-	st, serr := dist.NewTCPStore("127.0.0.1", srv.Port(), 0, 10*time.Second)
+	st, serr := distributed.NewTCPStore("127.0.0.1", srv.Port(), 0, 10*time.Second)
 	require.NoError(t, serr)
 	defer st.Close()
 	// Python sets "c" before it waits for "from_go": Get waits for it.

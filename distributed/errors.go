@@ -1,4 +1,4 @@
-package dist
+package distributed
 
 import (
 	"errors"
@@ -27,15 +27,15 @@ const (
 // Sentinels matched with errors.Is.
 var (
 	// ErrTimeout matches errors of kind KindTimeout.
-	ErrTimeout = errors.New("dist: timed out")
+	ErrTimeout = errors.New("distributed: timed out")
 	// ErrPeer matches errors of kind KindPeer.
-	ErrPeer = errors.New("dist: connection to a peer failed")
+	ErrPeer = errors.New("distributed: connection to a peer failed")
 	// ErrBroken matches errors of kind KindBroken.
-	ErrBroken = errors.New("dist: process group broken by an earlier failure")
+	ErrBroken = errors.New("distributed: process group broken by an earlier failure")
 	// ErrUsage matches configuration errors: a bad environment (RANK,
 	// WORLD_SIZE, MASTER_ADDR, MASTER_PORT), bad ranks or roots, wrong
 	// tensor counts. A front end reports them as the user's (exit 2).
-	ErrUsage = errors.New("dist: invalid configuration")
+	ErrUsage = errors.New("distributed: invalid configuration")
 )
 
 // Error is what the package's operations return.
@@ -48,9 +48,9 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	s := "dist: " + e.Op + ": " + e.Msg
+	s := "distributed: " + e.Op + ": " + e.Msg
 	if e.Rank >= 0 {
-		s = fmt.Sprintf("dist: rank %d: %s: %s", e.Rank, e.Op, e.Msg)
+		s = fmt.Sprintf("distributed: rank %d: %s: %s", e.Rank, e.Op, e.Msg)
 	}
 	return s
 }
@@ -74,7 +74,7 @@ func (e *Error) Unwrap() error { return e.err }
 // UsageError is a bad distributed configuration (environment, ranks).
 type UsageError struct{ Msg string }
 
-func (e *UsageError) Error() string { return "dist: " + e.Msg }
+func (e *UsageError) Error() string { return "distributed: " + e.Msg }
 
 // Is matches ErrUsage.
 func (e *UsageError) Is(target error) bool { return target == ErrUsage }

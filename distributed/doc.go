@@ -1,4 +1,4 @@
-// Package dist is torchfit's distributed data parallel training over
+// Package distributed is torchfit's distributed data parallel training over
 // libtorch's own c10d: process groups (Gloo on the CPU, NCCL in CUDA
 // builds), stores, collectives, a bucketed gradient reducer that overlaps
 // communication with backward, and ZeRO stage 1 (sharded optimizer state).
@@ -11,4 +11,4 @@
 // dies or stops answering makes the others fail within the group's
 // timeout, never hang. The store and Gloo have no authentication: run
 // across machines on a trusted network only.
-package dist
+package distributed

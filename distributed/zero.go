@@ -1,4 +1,4 @@
-package dist
+package distributed
 
 import (
 	"encoding/json"
@@ -242,7 +242,7 @@ func (z *ZeRO) GatherState() (release func(), err error) {
 		for r := 1; r < z.g.size; r++ {
 			var es []stateEntry
 			if err := json.Unmarshal(descs[r], &es); err != nil {
-				return fmt.Errorf("dist: ZeRO: rank %d's state description: %w", r, err)
+				return fmt.Errorf("distributed: ZeRO: rank %d's state description: %w", r, err)
 			}
 			for k, e := range es {
 				t := torch.Empty(e.Shape, torch.DType(e.DType)).Keep()

@@ -1,4 +1,4 @@
-package dist_test
+package distributed_test
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/distributed"
 	"github.com/torchfit/torchfit/internal/pyref"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -117,7 +117,7 @@ func spawn(t *testing.T, j job) []rankResult {
 	res := make([]rankResult, j.world)
 	var wg sync.WaitGroup
 	for r := 0; r < j.world; r++ {
-		e := dist.Env{Rank: r, World: j.world, LocalRank: r, LocalWorld: j.world, MasterAddr: "127.0.0.1", MasterPort: j.port}
+		e := distributed.Env{Rank: r, World: j.world, LocalRank: r, LocalWorld: j.world, MasterAddr: "127.0.0.1", MasterPort: j.port}
 		env := append(append(os.Environ(), helperVar+"="+j.helper), e.Vars()...)
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 		if j.python != nil {
@@ -158,8 +158,8 @@ func envInt(name string, def int) int {
 }
 
 // initGroup joins the group the spawned environment describes.
-func initGroup(timeout time.Duration) (*dist.Group, error) {
-	g, ok, err := dist.InitFromEnv(dist.Options{Timeout: timeout})
+func initGroup(timeout time.Duration) (*distributed.Group, error) {
+	g, ok, err := distributed.InitFromEnv(distributed.Options{Timeout: timeout})
 	if err == nil && !ok {
 		err = fmt.Errorf("no WORLD_SIZE in the environment")
 	}

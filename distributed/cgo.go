@@ -1,4 +1,4 @@
-package dist
+package distributed
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../torch/internal/capi

@@ -1,4 +1,4 @@
-package dist
+package distributed
 
 import (
 	"context"
@@ -57,7 +57,7 @@ type RankError struct {
 }
 
 func (e *RankError) Error() string {
-	return fmt.Sprintf("dist: launch: rank %d failed: %v (the other ranks were stopped)", e.Rank, e.Err)
+	return fmt.Sprintf("distributed: launch: rank %d failed: %v (the other ranks were stopped)", e.Rank, e.Err)
 }
 
 func (e *RankError) Unwrap() error { return e.Err }

@@ -1,4 +1,4 @@
-package dist_test
+package distributed_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/distributed"
 )
 
 // Launch refuses a bad configuration with ErrUsage before starting
@@ -20,24 +20,24 @@ func TestLaunch(t *testing.T) {
 	sh := []string{"/bin/sh", "-c"}
 	for _, c := range []struct {
 		name   string
-		cfg    dist.LaunchConfig
+		cfg    distributed.LaunchConfig
 		usage  bool
 		status int // the *RankError's (0: none)
 		rank   int
 	}{
-		{"no ranks", dist.LaunchConfig{NProc: 0, Command: []string{"true"}}, true, 0, 0},
-		{"node out of range", dist.LaunchConfig{NProc: 1, NNodes: 2, NodeRank: 2, MasterPort: 29999, Command: []string{"true"}}, true, 0, 0},
-		{"nodes without a port", dist.LaunchConfig{NProc: 1, NNodes: 2, Command: []string{"true"}}, true, 0, 0},
-		{"restarts on several nodes", dist.LaunchConfig{NProc: 1, NNodes: 2, NodeRank: 1, MasterPort: 29999, MaxRestarts: 1, Command: []string{"true"}}, true, 0, 0},
-		{"no command", dist.LaunchConfig{NProc: 1}, true, 0, 0},
-		{"no such program", dist.LaunchConfig{NProc: 1, Command: []string{"/nonexistent/torchfit"}}, true, 0, 0},
-		{"foreign master address", dist.LaunchConfig{NProc: 1, MasterAddr: "192.0.2.1", Command: []string{"true"}}, true, 0, 0},
-		{"all succeed", dist.LaunchConfig{NProc: 2, Command: append(sh, `test "$WORLD_SIZE" = 2 && test "$TORCHELASTIC_USE_AGENT_STORE" = True`)}, false, 0, 0},
+		{"no ranks", distributed.LaunchConfig{NProc: 0, Command: []string{"true"}}, true, 0, 0},
+		{"node out of range", distributed.LaunchConfig{NProc: 1, NNodes: 2, NodeRank: 2, MasterPort: 29999, Command: []string{"true"}}, true, 0, 0},
+		{"nodes without a port", distributed.LaunchConfig{NProc: 1, NNodes: 2, Command: []string{"true"}}, true, 0, 0},
+		{"restarts on several nodes", distributed.LaunchConfig{NProc: 1, NNodes: 2, NodeRank: 1, MasterPort: 29999, MaxRestarts: 1, Command: []string{"true"}}, true, 0, 0},
+		{"no command", distributed.LaunchConfig{NProc: 1}, true, 0, 0},
+		{"no such program", distributed.LaunchConfig{NProc: 1, Command: []string{"/nonexistent/torchfit"}}, true, 0, 0},
+		{"foreign master address", distributed.LaunchConfig{NProc: 1, MasterAddr: "192.0.2.1", Command: []string{"true"}}, true, 0, 0},
+		{"all succeed", distributed.LaunchConfig{NProc: 2, Command: append(sh, `test "$WORLD_SIZE" = 2 && test "$TORCHELASTIC_USE_AGENT_STORE" = True`)}, false, 0, 0},
 		// Rank 1 fails at once; rank 0 would sleep for a minute unless stopped.
-		{"a rank fails", dist.LaunchConfig{NProc: 2, Grace: 2 * time.Second,
+		{"a rank fails", distributed.LaunchConfig{NProc: 2, Grace: 2 * time.Second,
 			Command: append(sh, `if [ "$RANK" = 1 ]; then exit 7; fi; exec sleep 60`)}, false, 7, 1},
 		// Every attempt fails; the restart count reaches the ranks.
-		{"restarts run out", dist.LaunchConfig{NProc: 2, MaxRestarts: 2, Grace: 2 * time.Second,
+		{"restarts run out", distributed.LaunchConfig{NProc: 2, MaxRestarts: 2, Grace: 2 * time.Second,
 			Command: append(sh, `if [ "$RANK" = 0 ]; then exit $((3 + TORCHELASTIC_RESTART_COUNT)); fi; exec sleep 60`)}, false, 5, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -45,17 +45,17 @@ func TestLaunch(t *testing.T) {
 			c.cfg.Logf = func(format string, args ...any) { log.WriteString(format + "\n") }
 			c.cfg.Stdout, c.cfg.Stderr = os.Stderr, os.Stderr
 			start := time.Now()
-			err := dist.Launch(context.Background(), c.cfg)
+			err := distributed.Launch(context.Background(), c.cfg)
 			require.Less(t, time.Since(start), 20*time.Second, "the others were stopped")
 			if c.usage {
-				require.ErrorIs(t, err, dist.ErrUsage)
+				require.ErrorIs(t, err, distributed.ErrUsage)
 				return
 			}
 			if c.status == 0 {
 				require.NoError(t, err)
 				return
 			}
-			var re *dist.RankError
+			var re *distributed.RankError
 			require.True(t, errors.As(err, &re), "%v", err)
 			require.Equal(t, c.status, re.Status)
 			require.Equal(t, c.rank, re.Rank)

@@ -1,4 +1,4 @@
-package dist_test
+package distributed_test
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/distributed"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -26,12 +26,12 @@ func init() {
 		var out collectivesOut
 		err = torch.TidyErr(func() error {
 			x := torch.FromSlice([]float32{float32(r + 1), float32(2 * (r + 1))}, nil)
-			if err := g.AllReduce(dist.Sum, x); err != nil {
+			if err := g.AllReduce(distributed.Sum, x); err != nil {
 				return err
 			}
 			out.Sum = toF64(x)
 			m := torch.FromSlice([]float64{r}, nil)
-			if err := g.AllReduce(dist.Max, m); err != nil {
+			if err := g.AllReduce(distributed.Max, m); err != nil {
 				return err
 			}
 			out.Max = toF64(m)
@@ -55,7 +55,7 @@ func init() {
 				ins[k] = torch.FromSlice([]float32{float32(r) + float32(k)}, nil)
 			}
 			sc := torch.Zeros([]int64{1})
-			if err := g.ReduceScatter(sc, ins, dist.Sum); err != nil {
+			if err := g.ReduceScatter(sc, ins, distributed.Sum); err != nil {
 				return err
 			}
 			out.Scatter = toF64(sc)
@@ -84,7 +84,7 @@ func init() {
 			// A non-contiguous tensor: a transposed view, reduced in place.
 			base := torch.FromSlice([]float32{1, 2, 3, 4, 5, 6}, []int64{2, 3})
 			tv := base.Transpose(0, 1)
-			if err := g.AllReduce(dist.Sum, tv); err != nil {
+			if err := g.AllReduce(distributed.Sum, tv); err != nil {
 				return err
 			}
 			out.Strided = toF64(base)
@@ -139,31 +139,31 @@ func TestReadEnvErrors(t *testing.T) {
 		{"port too large", map[string]string{"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "70000"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, ok, err := dist.ReadEnv(func(k string) string { return c.env[k] })
+			_, ok, err := distributed.ReadEnv(func(k string) string { return c.env[k] })
 			require.True(t, ok)
-			require.ErrorIs(t, err, dist.ErrUsage)
+			require.ErrorIs(t, err, distributed.ErrUsage)
 		})
 	}
-	env, ok, err := dist.ReadEnv(func(string) string { return "" })
+	env, ok, err := distributed.ReadEnv(func(string) string { return "" })
 	require.NoError(t, err)
 	require.False(t, ok)
-	require.Equal(t, dist.Env{}, env)
-	env, ok, err = dist.ReadEnv(func(k string) string {
+	require.Equal(t, distributed.Env{}, env)
+	env, ok, err = distributed.ReadEnv(func(k string) string {
 		return map[string]string{"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500",
 			"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "2"}[k]
 	})
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.Equal(t, dist.Env{Rank: 3, World: 4, LocalRank: 1, LocalWorld: 4, MasterAddr: "10.0.0.1", MasterPort: 29500, AgentStore: true, Attempt: 2}, env)
-	_, err = dist.OptionsFromEnv(dist.Options{}, func(k string) string { return map[string]string{"TORCHFIT_DIST_TIMEOUT": "soon"}[k] })
-	require.ErrorIs(t, err, dist.ErrUsage)
+	require.Equal(t, distributed.Env{Rank: 3, World: 4, LocalRank: 1, LocalWorld: 4, MasterAddr: "10.0.0.1", MasterPort: 29500, AgentStore: true, Attempt: 2}, env)
+	_, err = distributed.OptionsFromEnv(distributed.Options{}, func(k string) string { return map[string]string{"TORCHFIT_DIST_TIMEOUT": "soon"}[k] })
+	require.ErrorIs(t, err, distributed.ErrUsage)
 }
 
 // Rank 0 must host the store on MASTER_ADDR: an address of another machine
 // is a usage error, not a hang.
 func TestInitRefusesForeignMasterAddr(t *testing.T) {
-	_, err := dist.Init(dist.Env{Rank: 0, World: 2, MasterAddr: "192.0.2.1", MasterPort: 29999}, dist.Options{Timeout: 2 * time.Second})
-	require.ErrorIs(t, err, dist.ErrUsage)
-	var ue *dist.UsageError
+	_, err := distributed.Init(distributed.Env{Rank: 0, World: 2, MasterAddr: "192.0.2.1", MasterPort: 29999}, distributed.Options{Timeout: 2 * time.Second})
+	require.ErrorIs(t, err, distributed.ErrUsage)
+	var ue *distributed.UsageError
 	require.True(t, errors.As(err, &ue))
 }

@@ -1,4 +1,4 @@
-package dist_test
+package distributed_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/distributed"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
@@ -38,7 +38,7 @@ type ddpOut struct {
 	// tensors' sizes.
 	OptBytes, StateBytes int64
 	Buckets              []int64
-	Stats                dist.ReduceStats
+	Stats                distributed.ReduceStats
 	Checkpoint           string
 	Err                  string
 	Kind                 string
@@ -78,7 +78,7 @@ func params(m nn.Module) map[string][]float64 {
 func ddpRun() (any, error) {
 	single := os.Getenv("DDP_SINGLE") == "1"
 	micro, accum := envInt("DDP_MICRO", 2), envInt("DDP_ACCUM", 2)
-	var g *dist.Group
+	var g *distributed.Group
 	if !single {
 		var err error
 		if g, err = initGroup(time.Duration(envInt("DDP_TIMEOUT", 30)) * time.Second); err != nil {
@@ -91,12 +91,12 @@ func ddpRun() (any, error) {
 	counted := &countedOpt{Optimizer: nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), 0.05), nn.AdamWDefaults(2e-2))}
 	var opt nn.Optimizer = counted
 	cfg := train.Config{MicroBatch: micro, Accum: accum, Device: torch.CPU, ClipNorm: 0.5}
-	var dp *dist.DataParallel
+	var dp *distributed.DataParallel
 	rank, world := 0, 1
 	if g != nil {
 		rank, world = g.Rank(), g.Size()
 		var err error
-		dp, err = dist.NewDataParallel(g, m, dist.DataParallelOptions{BucketBytes: int64(envInt("DDP_BUCKET", 0)),
+		dp, err = distributed.NewDataParallel(g, m, distributed.DataParallelOptions{BucketBytes: int64(envInt("DDP_BUCKET", 0)),
 			AfterBackward: os.Getenv("DDP_AFTER") == "1"})
 		if err != nil {
 			return nil, err
@@ -104,7 +104,7 @@ func ddpRun() (any, error) {
 		defer dp.Close()
 		cfg.Parallel = dp
 		if os.Getenv("DDP_ZERO") == "1" {
-			if opt, err = dist.NewZeRO(g, opt); err != nil {
+			if opt, err = distributed.NewZeRO(g, opt); err != nil {
 				return nil, err
 			}
 		}
@@ -143,11 +143,11 @@ func ddpRun() (any, error) {
 		// The fault tests want the error's kind and how long it took.
 		out.Err = err.Error()
 		switch {
-		case errors.Is(err, dist.ErrTimeout):
+		case errors.Is(err, distributed.ErrTimeout):
 			out.Kind = "timeout"
-		case errors.Is(err, dist.ErrPeer):
+		case errors.Is(err, distributed.ErrPeer):
 			out.Kind = "peer"
-		case errors.Is(err, dist.ErrBroken):
+		case errors.Is(err, distributed.ErrBroken):
 			out.Kind = "broken"
 		default:
 			out.Kind = "other"

@@ -1,4 +1,4 @@
-package dist_test
+package distributed_test
 
 import (
 	"encoding/binary"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/dist"
+	"github.com/torchfit/torchfit/distributed"
 )
 
 // The query types of c10d's TCPStore clients: libtorch 1.13's (2.0 added
@@ -83,7 +83,7 @@ func cat(bs ...[]byte) []byte {
 
 // dialStore connects as a client of libtorch 1.13 (v2 false) or 2.x, which
 // opens with VALIDATE and PING.
-func dialStore(t *testing.T, srv *dist.StoreServer, v2 bool) net.Conn {
+func dialStore(t *testing.T, srv *distributed.StoreServer, v2 bool) net.Conn {
 	c, err := net.Dial("tcp", srv.Addr().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
@@ -108,7 +108,7 @@ func readN(t *testing.T, c net.Conn, n int) []byte {
 
 // run plays steps on clients of the given dialects (true: 2.x).
 func run(t *testing.T, v2 []bool, steps []step) {
-	srv, err := dist.ListenStore("127.0.0.1:0")
+	srv, err := distributed.ListenStore("127.0.0.1:0")
 	require.NoError(t, err)
 	defer srv.Close()
 	conns := make([]net.Conn, len(v2))
@@ -136,7 +136,7 @@ func run(t *testing.T, v2 []bool, steps []step) {
 	}
 }
 
-// dist.StoreServer speaks both numberings of c10d's TCPStore queries, each
+// distributed.StoreServer speaks both numberings of c10d's TCPStore queries, each
 // connection the one its client opens with, and both answer the same.
 func TestStoreServerProtocols(t *testing.T) {
 	common := []struct {

@@ -1,6 +1,6 @@
 //go:build cuda
 
-package dist
+package distributed
 
 // The cuda build tag compiles ProcessGroupNCCL (its header needs nccl.h: the
 // nvidia-nccl wheel's include directory, or a CUDA toolkit's) and links
