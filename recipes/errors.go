@@ -39,6 +39,28 @@ func Usage(err error) error {
 	return &UsageError{Err: err}
 }
 
+// CheckpointError is a checkpoint a recipe cannot use: unreadable or
+// corrupt, not that recipe's, or with a model description that is out of
+// range or disagrees with the weights stored beside it. Nothing is built
+// from such a file; a command line exits 2.
+type CheckpointError struct {
+	Recipe string // "asr", "clip", ...; "" for none
+	Path   string
+	Err    error
+}
+
+func (e *CheckpointError) Error() string {
+	if e.Recipe == "" {
+		return fmt.Sprintf("checkpoint %s: %v", e.Path, e.Err)
+	}
+	return fmt.Sprintf("%s: checkpoint %s: %v", e.Recipe, e.Path, e.Err)
+}
+
+func (e *CheckpointError) Unwrap() error { return e.Err }
+
+// UserError marks it as the user's.
+func (*CheckpointError) UserError() {}
+
 // ConfigError is a setting outside what it may be: Field is the flag's
 // name (batch-size), Value what was given, and Reason why it does not fit
 // (or Err, an underlying error). A command line reports it as the flag or

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/ptfile"
 )
@@ -73,7 +74,7 @@ func TestAbsurdModelDescriptionIsRefusedBeforeBuilding(t *testing.T) {
 		var err error
 		require.NoError(t, torch.Try(func() { m, err = LoadModel(path, torch.CPU) }), "no panic")
 		require.Nil(t, m)
-		var bad *CheckpointError
+		var bad *recipes.CheckpointError
 		require.ErrorAs(t, err, &bad)
 		require.Equal(t, path, bad.Path)
 		require.ErrorContains(t, err, want)
@@ -104,7 +105,7 @@ func TestCheckpointErrorsAreTyped(t *testing.T) {
 	require.NoError(t, ptfile.Save(noMeta, ptfile.NewDict("step", int64(3))))
 	for _, path := range []string{notDict, noMeta, filepath.Join(dir, "missing.pt")} {
 		_, err := LoadModel(path, torch.CPU)
-		var bad *CheckpointError
+		var bad *recipes.CheckpointError
 		require.ErrorAs(t, err, &bad, path)
 	}
 }

@@ -236,7 +236,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 			return res, err
 		}
 		if vocab, err = NewVocab(meta.Vocab); err != nil {
-			return res, &CheckpointError{cfg.Resume, err}
+			return res, checkpointError(cfg.Resume, err)
 		}
 		if cfg.Preset != "" && meta.Preset != "" && !strings.EqualFold(cfg.Preset, meta.Preset) {
 			return res, recipes.Usagef("asr: checkpoint %s was trained with preset %q, not %q (drop --preset or pass --preset %s)",
@@ -534,21 +534,11 @@ func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int, withLoss 
 	return er, lossSum / float64(c.Len()), nil
 }
 
-// CheckpointError is a checkpoint that cannot be used: unreadable or
-// corrupt, not a torchfit ASR checkpoint, or with a model description that
-// is out of range or disagrees with the weights stored beside it. Nothing
-// is built from such a file.
-type CheckpointError struct {
-	Path string
-	Err  error
+// checkpointError is a asr checkpoint that cannot be used (the shared
+// recipes.CheckpointError: a command line exits 2).
+func checkpointError(path string, err error) error {
+	return &recipes.CheckpointError{Recipe: "asr", Path: path, Err: err}
 }
-
-func (e *CheckpointError) Error() string { return fmt.Sprintf("asr: checkpoint %s: %v", e.Path, e.Err) }
-
-func (e *CheckpointError) Unwrap() error { return e.Err }
-
-// UserError marks it as the user's input (a command line exits 2).
-func (*CheckpointError) UserError() {}
 
 // Bounds on a checkpoint's model description, far above the presets: a
 // description is checked against them before any of its numbers is
@@ -573,11 +563,11 @@ func readCheckpoint(path string) (meta modelMeta, weights map[string]*torch.Tens
 		if errors.Is(err, torch.ErrOutOfMemory) || !errors.As(err, &ce) {
 			return meta, nil, nil, fmt.Errorf("asr: checkpoint %s: %w", path, err)
 		}
-		return meta, nil, nil, &CheckpointError{path, ce.Err}
+		return meta, nil, nil, checkpointError(path, ce.Err)
 	}
 	bad := func(format string, args ...any) (modelMeta, map[string]*torch.Tensor, func(), error) {
 		f.Free()
-		return meta, nil, nil, &CheckpointError{path, fmt.Errorf(format, args...)}
+		return meta, nil, nil, checkpointError(path, fmt.Errorf(format, args...))
 	}
 	md := f.Meta()
 	if md == nil {
@@ -677,7 +667,7 @@ func checkMeta(meta modelMeta, w map[string]*torch.Tensor) error {
 
 // ReadModelMeta reads the model configuration and vocabulary stored in a
 // torchfit ASR checkpoint, checked against the weights' shapes (a
-// *CheckpointError when they disagree or the file is not an ASR checkpoint).
+// *recipes.CheckpointError when they disagree or the file is not an ASR checkpoint).
 func ReadModelMeta(path string) (modelMeta, error) {
 	meta, _, free, err := readCheckpoint(path)
 	if err != nil {
@@ -698,16 +688,16 @@ func LoadModel(path string, dev torch.Device) (*Conformer, error) {
 	defer free()
 	vocab, err := NewVocab(meta.Vocab)
 	if err != nil {
-		return nil, &CheckpointError{path, err}
+		return nil, checkpointError(path, err)
 	}
 	m, err := NewConformer(meta.Config)
 	if err != nil {
-		return nil, &CheckpointError{path, err}
+		return nil, checkpointError(path, err)
 	}
 	m.Vocab = vocab
 	if _, err := nn.LoadStateDict(m, weights, true); err != nil {
 		nn.Free(m)
-		return nil, &CheckpointError{path, err}
+		return nil, checkpointError(path, err)
 	}
 	if dev != torch.CPU {
 		nn.To(m, dev, torch.Float32)

@@ -138,18 +138,11 @@ func metaDict(mm modelMeta) *ptfile.Dict {
 	return ptfile.NewDict("recipe", "clip", "model", string(b))
 }
 
-// CheckpointError is a checkpoint or state dict that cannot be used: not
-// readable, not CLIP's, or of another shape.
-type CheckpointError struct {
-	Path string
-	Err  error
+// checkpointError is a clip checkpoint that cannot be used (the shared
+// recipes.CheckpointError: a command line exits 2).
+func checkpointError(path string, err error) error {
+	return &recipes.CheckpointError{Recipe: "clip", Path: path, Err: err}
 }
-
-func (e *CheckpointError) Error() string { return fmt.Sprintf("clip: %s: %v", e.Path, e.Err) }
-func (e *CheckpointError) Unwrap() error { return e.Err }
-
-// UserError marks it as the user's input (a command line exits 2).
-func (*CheckpointError) UserError() {}
 
 // Weights are a model's description and state dict read from a file.
 type Weights struct {
@@ -173,12 +166,12 @@ func (w *Weights) Free() {
 func ReadWeights(path string) (*Weights, error) {
 	v, err := ptfile.Load(path)
 	if err != nil {
-		return nil, &CheckpointError{path, err}
+		return nil, checkpointError(path, err)
 	}
 	w := &Weights{free: func() { ptfile.FreeAll(v) }}
 	fail := func(format string, args ...any) (*Weights, error) {
 		w.Free()
-		return nil, &CheckpointError{path, fmt.Errorf(format, args...)}
+		return nil, checkpointError(path, fmt.Errorf(format, args...))
 	}
 	d, ok := v.(*ptfile.Dict)
 	if !ok {
@@ -248,11 +241,11 @@ func ReadWeights(path string) (*Weights, error) {
 func (w *Weights) Load(path string) (*Model, error) {
 	m, err := NewModel(w.Meta.Config)
 	if err != nil {
-		return nil, &CheckpointError{path, err}
+		return nil, checkpointError(path, err)
 	}
 	if _, err := nn.LoadStateDict(m, w.Tensors, true); err != nil {
 		nn.Free(m)
-		return nil, &CheckpointError{path, err}
+		return nil, checkpointError(path, err)
 	}
 	return m, nil
 }
@@ -336,7 +329,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 		defer init.Free()
 		mm = init.Meta
 		if cfg.Resume != "" && mm.Stage == "" {
-			return res, &CheckpointError{path, errors.New("not a torchfit CLIP checkpoint (--resume needs one; start from a state dict with --init)")}
+			return res, checkpointError(path, errors.New("not a torchfit CLIP checkpoint (--resume needs one; start from a state dict with --init)"))
 		}
 		if cfg.Preset != "" {
 			pc, err := Preset(cfg.Preset)
@@ -346,7 +339,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 			got := mm.Config
 			pc.GradCheckpointing = got.GradCheckpointing
 			if pc != got {
-				return res, &CheckpointError{path, fmt.Errorf("its model (%+v) is not preset %s (%+v): drop --preset or pass the preset it was trained with", got, cfg.Preset, pc)}
+				return res, checkpointError(path, fmt.Errorf("its model (%+v) is not preset %s (%+v): drop --preset or pass the preset it was trained with", got, cfg.Preset, pc))
 			}
 		}
 		if mm.Preset == "" {
@@ -620,7 +613,7 @@ func evaluate(path, dir, split string, dev torch.Device, precision string, micro
 	}
 	tok, err := tokenizerFor(w.Meta)
 	if err != nil {
-		return res, &CheckpointError{path, err}
+		return res, checkpointError(path, err)
 	}
 	p, err := train.ParsePrecision(precision, dev)
 	if err != nil {

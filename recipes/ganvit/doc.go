@@ -80,8 +80,8 @@
 //
 // Errors a user causes — a corrupt clip (*ClipError), a missing data set
 // or bad manifest (*DataError), a checkpoint of other shapes (*ShapeError,
-// *CheckpointError), an unfreezing schedule naming a missing layer
-// (*ScheduleError), a bad setting (*UsageError) — implement UserError: the
+// *recipes.CheckpointError), an unfreezing schedule naming a missing layer
+// (*ScheduleError), a bad setting (*recipes.UsageError) — implement UserError: the
 // command line prints one line and exits 2. test-memory's verdict that a
 // configuration does not fit is an *OOMError wrapping torch's
 // out-of-memory error (exit 3).

@@ -122,7 +122,7 @@ func evaluate(ctx context.Context, cfg EvalConfig) (EvalResult, error) {
 	if f.Has("classifier") {
 		v, err := NewViT(meta.ViT)
 		if err != nil {
-			return res, &CheckpointError{cfg.Checkpoint, err}
+			return res, checkpointError(cfg.Checkpoint, err)
 		}
 		defer nn.Free(v)
 		if err := f.Module("classifier", v); err != nil {
@@ -147,14 +147,14 @@ func evaluate(ctx context.Context, cfg EvalConfig) (EvalResult, error) {
 			return res, err
 		}
 		if !jf.Has("classifier") {
-			return res, &CheckpointError{cfg.Classifier, fmt.Errorf("has no classifier")}
+			return res, checkpointError(cfg.Classifier, fmt.Errorf("has no classifier"))
 		}
 		if jm.Shape() != shape {
 			return res, &ShapeError{Path: cfg.Classifier, Want: jm.Shape(), Have: shape}
 		}
 		v, err := NewViT(jm.ViT)
 		if err != nil {
-			return res, &CheckpointError{cfg.Classifier, err}
+			return res, checkpointError(cfg.Classifier, err)
 		}
 		defer nn.Free(v)
 		if err := jf.Module("classifier", v); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 )
@@ -86,11 +87,11 @@ func testMemory(c MemoryTestConfig) (MemoryTest, error) {
 	}
 	vc, err := p.ViTConfig(len(Genres))
 	if err != nil {
-		return res, &UsageError{err}
+		return res, &recipes.UsageError{Err: err}
 	}
 	gc := p.GANConfig(len(Genres))
 	if err := gc.Validate(); err != nil {
-		return res, &UsageError{err}
+		return res, &recipes.UsageError{Err: err}
 	}
 	var g *Generator
 	var d *Discriminator
@@ -110,7 +111,7 @@ func testMemory(c MemoryTestConfig) (MemoryTest, error) {
 	}()
 	eff := p.GANBatch * c.GANAccum
 	if eff%c.DAccum != 0 || eff%c.GAccum != 0 {
-		return res, &UsageError{fmt.Errorf("the accumulation steps %d (D) and %d (G) must divide the GAN's effective batch %d", c.DAccum, c.GAccum, eff)}
+		return res, &recipes.UsageError{Err: fmt.Errorf("the accumulation steps %d (D) and %d (G) must divide the GAN's effective batch %d", c.DAccum, c.GAccum, eff)}
 	}
 	torch.ResetPeakMemory(dev)
 	gan, err := NewGAN(g, d, GANOptions{Device: dev, Precision: c.Precision, MicroD: eff / c.DAccum, MicroG: eff / c.GAccum, NoOOMAdapt: true})
@@ -142,7 +143,7 @@ func testMemory(c MemoryTestConfig) (MemoryTest, error) {
 	torch.EmptyCache()
 
 	if err := vc.Validate(); err != nil {
-		return res, &UsageError{err}
+		return res, &recipes.UsageError{Err: err}
 	}
 	var v *ViT
 	if err := torch.Try(func() { v, _ = NewViT(vc) }); err != nil {
@@ -153,7 +154,7 @@ func testMemory(c MemoryTestConfig) (MemoryTest, error) {
 	if c.Unfreeze != nil {
 		v.FreezeBackbone()
 		if err := v.UnfreezeLayers(c.Unfreeze.Until(0)); err != nil {
-			return res, &UsageError{err}
+			return res, &recipes.UsageError{Err: err}
 		}
 	}
 	torch.ResetPeakMemory(dev)

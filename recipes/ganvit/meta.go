@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/train/ckpt"
 )
@@ -43,18 +44,11 @@ func (m Meta) dict() *ptfile.Dict {
 	return ptfile.NewDict("recipe", "ganvit", "model", string(b))
 }
 
-// CheckpointError is a checkpoint that cannot be used here (a command
-// line exits 2).
-type CheckpointError struct {
-	Path string
-	Err  error
+// checkpointError is a ganvit checkpoint that cannot be used (the shared
+// recipes.CheckpointError: a command line exits 2).
+func checkpointError(path string, err error) error {
+	return &recipes.CheckpointError{Recipe: "ganvit", Path: path, Err: err}
 }
-
-func (e *CheckpointError) Error() string { return "checkpoint " + e.Path + ": " + e.Err.Error() }
-func (e *CheckpointError) Unwrap() error { return e.Err }
-
-// UserError marks it as the user's input.
-func (*CheckpointError) UserError() {}
 
 // ShapeError is spectrograms whose shape is not the checkpoint's.
 type ShapeError struct {
@@ -74,7 +68,7 @@ func (*ShapeError) UserError() {}
 // bounds (before any model is built from it).
 func readMeta(f *ckpt.File) (Meta, error) {
 	bad := func(format string, args ...any) (Meta, error) {
-		return Meta{}, &CheckpointError{f.Path, fmt.Errorf(format, args...)}
+		return Meta{}, checkpointError(f.Path, fmt.Errorf(format, args...))
 	}
 	md := f.Meta()
 	if md == nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/torch/ptfile"
@@ -140,15 +141,6 @@ func (c *TrainConfig) check() error {
 	return nil
 }
 
-// UsageError is a configuration a command line reports with exit status 2.
-type UsageError struct{ Err error }
-
-func (e *UsageError) Error() string { return e.Err.Error() }
-func (e *UsageError) Unwrap() error { return e.Err }
-
-// UserError marks it as the user's.
-func (*UsageError) UserError() {}
-
 // run is one Train call's state.
 type run struct {
 	cfg       *TrainConfig
@@ -186,11 +178,11 @@ func Train(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
 func trainOnThread(ctx context.Context, cfg *TrainConfig) (TrainResult, error) {
 	res := TrainResult{ValidAcc: math.NaN(), TestAcc: math.NaN()}
 	if err := cfg.check(); err != nil {
-		return res, &UsageError{err}
+		return res, &recipes.UsageError{Err: err}
 	}
 	prec, err := amp.ParsePrecision(cfg.Precision, cfg.Device, amp.HostCPU())
 	if err != nil {
-		return res, &UsageError{err}
+		return res, &recipes.UsageError{Err: err}
 	}
 	res.Precision = prec
 	r := &run{cfg: cfg, prec: prec, monitor: &Monitor{Device: cfg.Device}, own: map[string]bool{}}
@@ -267,11 +259,11 @@ func (r *run) setUp(ctx context.Context) error {
 		Unfreeze: cfg.Unfreeze.String(), NumSynthetic: cfg.NumSynthetic, Stage: StageGAN}
 	vc, err := cfg.Preset.ViTConfig(len(Genres))
 	if err != nil {
-		return &UsageError{err}
+		return &recipes.UsageError{Err: err}
 	}
 	r.meta.ViT = vc
 	if err := r.meta.GAN.Validate(); err != nil {
-		return &UsageError{fmt.Errorf("GAN: %w", err)}
+		return &recipes.UsageError{Err: fmt.Errorf("GAN: %w", err)}
 	}
 	if cfg.Unfreeze != nil {
 		if err := cfg.Unfreeze.Check(vc.Layers, cfg.Epochs); err != nil {
@@ -293,7 +285,7 @@ func (r *run) setUp(ctx context.Context) error {
 			return &ShapeError{Path: cfg.Resume, Want: m.Shape(), Have: r.meta.Shape()}
 		}
 		if m.Unfreeze != r.meta.Unfreeze && cfg.Unfreeze != nil {
-			return &UsageError{fmt.Errorf("--unfreeze %s differs from the checkpoint's %s", r.meta.Unfreeze, m.Unfreeze)}
+			return &recipes.UsageError{Err: fmt.Errorf("--unfreeze %s differs from the checkpoint's %s", r.meta.Unfreeze, m.Unfreeze)}
 		}
 		if cfg.Unfreeze == nil {
 			cfg.Unfreeze, _ = ParseSchedule(m.Unfreeze)
@@ -399,7 +391,7 @@ func clsPath(epoch int) string { return fmt.Sprintf("checkpoint_epoch_%d.pt", ep
 func (r *run) checkDir() error {
 	dir := r.cfg.CheckpointDir
 	if dir == "" {
-		return &UsageError{errors.New("--checkpoint-dir is empty")}
+		return &recipes.UsageError{Err: errors.New("--checkpoint-dir is empty")}
 	}
 	if r.cfg.Overwrite {
 		return nil
@@ -422,7 +414,7 @@ func (r *run) checkDir() error {
 	}
 	if len(clash) > 0 {
 		// train.Fit's refusal, with this command line's ways out.
-		return &UsageError{fmt.Errorf("%w: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite",
+		return &recipes.UsageError{Err: fmt.Errorf("%w: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite",
 			&train.ConflictError{Dir: dir, Files: clash})}
 	}
 	return nil
@@ -505,7 +497,7 @@ func (r *run) build() error {
 	if cfg.Stage != StageGAN {
 		v, err := NewViT(r.meta.ViT)
 		if err != nil {
-			return &UsageError{err}
+			return &recipes.UsageError{Err: err}
 		}
 		r.vit = v
 		v.Checkpointing = cfg.GradCheckpointing
@@ -566,7 +558,7 @@ func count(n int64) string {
 func loadPretrained(v *ViT, path string, logf func(string, ...any)) error {
 	_, sd, err := ptfile.LoadTensors(path)
 	if err != nil {
-		return &CheckpointError{path, err}
+		return checkpointError(path, err)
 	}
 	defer ptfile.FreeAll(sd)
 	head := v.Heads.Head.Weight.Shape()
@@ -577,7 +569,7 @@ func loadPretrained(v *ViT, path string, logf func(string, ...any)) error {
 		sd["heads.head.weight"], sd["heads.head.bias"] = v.Heads.Head.Weight, v.Heads.Head.Bias
 	}
 	if _, err := nn.LoadStateDict(v, sd, true); err != nil {
-		return &CheckpointError{path, fmt.Errorf("not a torchvision ViT of this shape (%s): %w", v.Cfg.Name, err)}
+		return checkpointError(path, fmt.Errorf("not a torchvision ViT of this shape (%s): %w", v.Cfg.Name, err))
 	}
 	return nil
 }
@@ -699,7 +691,7 @@ func (r *run) loader(s *Specs, dd *DeviceData, batch int, seed uint64, epoch, sk
 	}
 	if skip >= ld.Len() {
 		ld.Close()
-		return nil, &CheckpointError{r.cfg.Resume, fmt.Errorf("stopped after batch %d of %sepoch %d, which has %d batches here: the training set or batch size differs from the run's", skip, what, epoch, ld.Len())}
+		return nil, checkpointError(r.cfg.Resume, fmt.Errorf("stopped after batch %d of %sepoch %d, which has %d batches here: the training set or batch size differs from the run's", skip, what, epoch, ld.Len()))
 	}
 	ld.Close()
 	o.Resume.Batch = skip
@@ -918,7 +910,7 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 	if cfg.Unfreeze != nil {
 		r.vit.FreezeBackbone()
 		if err := r.vit.UnfreezeLayers(cfg.Unfreeze.Until(r.meta.Epochs - 1)); err != nil {
-			return &UsageError{err}
+			return &recipes.UsageError{Err: err}
 		}
 		cfg.logf("progressive unfreezing %s: training %s", cfg.Unfreeze, r.vit.Trainable())
 	}
@@ -929,7 +921,7 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 		if ls, ok := cfg.Unfreeze[epoch-1]; ok {
 			before := StateBytes(cls.Opt)
 			if err := r.vit.UnfreezeLayers(ls); err != nil {
-				return &UsageError{err}
+				return &recipes.UsageError{Err: err}
 			}
 			cfg.logf("epoch %d (0-based, the schedule's): unfreezing encoder layers %v; training %s (optimizer state so far %s)", epoch-1, ls, r.vit.Trainable(), torch.FormatBytes(before))
 		}

@@ -90,7 +90,7 @@ func LoadLM(path string, dev torch.Device) (*LM, modelMeta, error) {
 	}
 	m, err := NewLM(mm.Model)
 	if err != nil {
-		return nil, mm, &CheckpointError{path, err}
+		return nil, mm, checkpointError(path, err)
 	}
 	if err := f.Module("model", m); err != nil {
 		nn.Free(m)

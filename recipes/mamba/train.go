@@ -152,39 +152,31 @@ func ReadModelMeta(f *ckpt.File) (modelMeta, error) {
 	var mm modelMeta
 	meta := f.Meta()
 	if meta == nil {
-		return mm, &CheckpointError{f.Path, errors.New("no meta: not a torchfit checkpoint")}
+		return mm, checkpointError(f.Path, errors.New("no meta: not a torchfit checkpoint"))
 	}
 	r, _ := meta.Get("recipe")
 	if r != "mamba" {
-		return mm, &CheckpointError{f.Path, fmt.Errorf("a checkpoint of recipe %v, not mamba", r)}
+		return mm, checkpointError(f.Path, fmt.Errorf("a checkpoint of recipe %v, not mamba", r))
 	}
 	s, _ := meta.Get("config")
 	str, ok := s.(string)
 	if !ok {
-		return mm, &CheckpointError{f.Path, errors.New("meta.config missing")}
+		return mm, checkpointError(f.Path, errors.New("meta.config missing"))
 	}
 	if err := json.Unmarshal([]byte(str), &mm); err != nil {
-		return mm, &CheckpointError{f.Path, fmt.Errorf("meta.config: %w", err)}
+		return mm, checkpointError(f.Path, fmt.Errorf("meta.config: %w", err))
 	}
 	if err := mm.Model.Validate(); err != nil {
-		return mm, &CheckpointError{f.Path, err}
+		return mm, checkpointError(f.Path, err)
 	}
 	return mm, nil
 }
 
-// CheckpointError is a checkpoint that does not hold a Mamba model.
-type CheckpointError struct {
-	Path string
-	Err  error
+// checkpointError is a mamba checkpoint that cannot be used (the shared
+// recipes.CheckpointError: a command line exits 2).
+func checkpointError(path string, err error) error {
+	return &recipes.CheckpointError{Recipe: "mamba", Path: path, Err: err}
 }
-
-func (e *CheckpointError) Error() string {
-	return fmt.Sprintf("mamba: checkpoint %s: %v", e.Path, e.Err)
-}
-func (e *CheckpointError) Unwrap() error { return e.Err }
-
-// UserError marks it as the user's (exit status 2).
-func (*CheckpointError) UserError() {}
 
 // windows is a token file cut into sequences of seq+1 tokens, one after
 // another: sample i holds inputs x = tokens[i·seq : i·seq+seq] and targets

@@ -132,20 +132,11 @@ func metaDict(m modelMeta) *ptfile.Dict {
 	return ptfile.NewDict("recipe", "tts", "model", string(b))
 }
 
-// CheckpointError is a checkpoint that cannot be used: unreadable,
-// corrupt, not a torchfit TTS checkpoint of the kind asked for, or with a
-// model description that disagrees with its weights. Nothing is built from
-// such a file.
-type CheckpointError struct {
-	Path string
-	Err  error
+// checkpointError is a tts checkpoint that cannot be used (the shared
+// recipes.CheckpointError: a command line exits 2).
+func checkpointError(path string, err error) error {
+	return &recipes.CheckpointError{Recipe: "tts", Path: path, Err: err}
 }
-
-func (e *CheckpointError) Error() string { return fmt.Sprintf("tts: checkpoint %s: %v", e.Path, e.Err) }
-func (e *CheckpointError) Unwrap() error { return e.Err }
-
-// UserError marks it as the user's input (a command line exits 2).
-func (*CheckpointError) UserError() {}
 
 // readCheckpoint reads a TTS checkpoint of the given kind once, checks its
 // description against its weights, and returns both; free releases the
@@ -157,11 +148,11 @@ func readCheckpoint(path, kind string) (meta modelMeta, weights map[string]*torc
 		if errors.Is(err, torch.ErrOutOfMemory) || !errors.As(err, &ce) {
 			return meta, nil, nil, fmt.Errorf("tts: checkpoint %s: %w", path, err)
 		}
-		return meta, nil, nil, &CheckpointError{path, ce.Err}
+		return meta, nil, nil, checkpointError(path, ce.Err)
 	}
 	bad := func(format string, args ...any) (modelMeta, map[string]*torch.Tensor, func(), error) {
 		f.Free()
-		return meta, nil, nil, &CheckpointError{path, fmt.Errorf(format, args...)}
+		return meta, nil, nil, checkpointError(path, fmt.Errorf(format, args...))
 	}
 	md := f.Meta()
 	var str string
@@ -256,11 +247,11 @@ func LoadCodec(path string, dev torch.Device) (c *Codec, mean, std []float32, er
 	}
 	defer free()
 	if c, err = NewCodec(meta.Codec); err != nil {
-		return nil, nil, nil, &CheckpointError{path, err}
+		return nil, nil, nil, checkpointError(path, err)
 	}
 	if _, err := nn.LoadStateDict(c, w, true); err != nil {
 		nn.Free(c)
-		return nil, nil, nil, &CheckpointError{path, err}
+		return nil, nil, nil, checkpointError(path, err)
 	}
 	if dev != torch.CPU {
 		nn.To(c, dev, torch.Float32)
@@ -278,15 +269,15 @@ func LoadModel(path string, dev torch.Device) (*Model, error) {
 	defer free()
 	vocab, err := NewVocab(meta.Vocab)
 	if err != nil {
-		return nil, &CheckpointError{path, err}
+		return nil, checkpointError(path, err)
 	}
 	m, err := NewModel(meta.Codec, *meta.GPT)
 	if err != nil {
-		return nil, &CheckpointError{path, err}
+		return nil, checkpointError(path, err)
 	}
 	if _, err := nn.LoadStateDict(m, w, true); err != nil {
 		nn.Free(m)
-		return nil, &CheckpointError{path, err}
+		return nil, checkpointError(path, err)
 	}
 	m.Vocab, m.Mean, m.Std = vocab, meta.Mean, meta.Std
 	if dev != torch.CPU {

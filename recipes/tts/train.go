@@ -386,7 +386,7 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		}
 		free()
 		if vocab, err = NewVocab(meta.Vocab); err != nil {
-			return res, &CheckpointError{cfg.Resume, err}
+			return res, checkpointError(cfg.Resume, err)
 		}
 		gcfg, ccfg, codecFile = *meta.GPT, meta.Codec, meta.CodecFile
 	} else {
@@ -436,7 +436,7 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	defer nn.Free(m)
 	if codecW != nil {
 		if _, err := nn.LoadStateDict(m.Codec, codecW, true); err != nil {
-			return res, &CheckpointError{cfg.Codec, err}
+			return res, checkpointError(cfg.Codec, err)
 		}
 		nn.Freeze(m, "codec.")
 	}
