@@ -201,10 +201,10 @@ bench-checkpoint: deps
 	$(GO) test $(GOFLAGS_TAGS) ./nn -run '^$$' -bench 'BenchmarkCheckpointStack' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-checkpoint-go.txt
 	TORCHFIT_BENCH_GO=/tmp/torchfit-bench-checkpoint-go.txt $(PY) scripts/bench_checkpoint.py --min-time $(PYTIME)
 
-# The CLIP recipe's side-by-side runs (README, "Car CLIP"): pretraining
+# The CLIP recipe's side-by-side runs (recipes/clip/README.md): pretraining
 # (CLIP_PRE_BUDGET), then exact 16×8, naive 16×8 and plain batch 16
 # fine-tuned for CLIP_BUDGET of CPU time each, one after another, and the
-# memory/step-time table. README's tables: CLIP_BUDGET=2m (16 minutes on a
+# memory/step-time table. Its tables: CLIP_BUDGET=2m (16 minutes on a
 # loaded 2-core machine) and CLIP_BUDGET=5m (about 35); not in `make test`.
 CLIP_BUDGET ?= 2m
 CLIP_PRE_BUDGET ?= 2m
@@ -216,7 +216,7 @@ quality-clip: deps
 # the same weights and batch, a check that one step gives the same loss and
 # gradients, then Go and Python training steps interleaved at 1 and 2
 # threads, fp32 and bf16, with wall and CPU time and peak memory; writes the
-# table README keeps. BENCHFLAGS: more flags (-twins asr/tiny -reps 9;
+# table docs/performance.md keeps. BENCHFLAGS: more flags (-twins asr/tiny -reps 9;
 # -variants malloc-128k,unfused-adamw,blas-prescott: levers off one at a
 # time; -count: a step's call profile; -shapes 32,1: shape bucketing;
 # -grow-batch 2,4,8,16,32 -plot f.png: cost against batch; -python-env;
@@ -225,7 +225,7 @@ BENCHFLAGS ?=
 bench-recipes: deps
 	$(GO) run $(GOFLAGS_TAGS) ./bench/cmd/bench-recipes -out /tmp/torchfit-bench-recipes.md $(BENCHFLAGS)
 
-# The GAN + ViT recipe's measurements (README, "GAN + ViT"), not in make
+# The GAN + ViT recipe's measurements (recipes/ganvit/README.md), not in make
 # test. bench-ganvit: GAN iteration time and peak, fp32 vs mixed precision;
 # ViT step peaks with and without checkpointing and under the unfreezing
 # schedule, at the cpu preset's and the GPU presets' sizes
@@ -247,7 +247,7 @@ memory-ganvit: deps
 	/tmp/torchfit-ganvit ganvit data --out out/ganvit/data30 --clips 80 --seconds 30
 	/tmp/torchfit-ganvit ganvit memory-table --data out/ganvit/data30 --preset gpu --mixed-precision no --clips 64
 
-# The TTS recipe's intelligibility table (README): corpus, ASR judge, codec,
+# The TTS recipe's intelligibility table (recipes/tts/README.md): corpus, ASR judge, codec,
 # GPT, tts eval. Long (tens of CPU minutes): never part of make test.
 quality-tts: deps
 	scripts/tts_intelligibility.sh

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Table writes results as the markdown table README keeps: per twin,
+// Table writes results as the markdown table docs/performance.md keeps: per twin,
 // threads and precision, the median step on each side, Go/Python as the
 // ratio of the medians and as the median and range of the per-repetition
 // ratios, the ratio of the median process CPU times per step, each side's step peak above what it holds between steps, and the

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The CLIP recipe's measurements (README, "Car CLIP"): exact 16×8 vs naive
+# The CLIP recipe's measurements (recipes/clip/README.md): exact 16×8 vs naive
 # 16×8 vs plain batch 16, each fine-tuned from the same pretrained weights
 # for the same CPU-time budget, scored on the held-out test images with the
 # held-out caption templates; then peak memory and step time of the layouts.
 # Runs one after another (the machine is shared): PRE_BUDGET + 3 × BUDGET
-# of CPU time plus drawing the data sets and evaluation (README's table:
+# of CPU time plus drawing the data sets and evaluation (its table:
 # BUDGET 2m, 16 minutes of wall time on a loaded 2-core machine).
 #
 #   [PRE_BUDGET=2m] [THREADS=2] scripts/clip_quality.sh [OUT] [BUDGET] [LR]

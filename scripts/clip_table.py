@@ -1,4 +1,4 @@
-"""The CLIP recipe's side-by-side table (README, "Car CLIP") from the logs
+"""The CLIP recipe's side-by-side table (recipes/clip/README.md) from the logs
 scripts/clip_quality.sh leaves in OUT: for each layout, the training
 summary line of `torchfit clip train` (steps, CPU minutes, peak memory from
 torchfit's counting allocator) and the held-out scores of `torchfit clip

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The bf16 table of README ("bf16 on CPUs with native bf16"): samples/s and
+# The bf16 table of docs/bf16-onednn.md: samples/s and
 # RSS of 300 bf16 steps of the tiny conformer for oneDNN cache capacities
 # and padding multiples. Run on a quiet machine with native bf16 (on one
 # without, bf16 is emulated and the figures mean little):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GAN + ViT recipe's quality runs (README, "GAN + ViT"), CPU preset,
+# The GAN + ViT recipe's quality runs (recipes/ganvit/README.md), CPU preset,
 # in two regimes, each classifier pair trained for the same number of
 # optimizer steps (real only vs real + 400 synthetic):
 #   full:     all 320 training clips; the GAN 15 epochs (300 steps); the

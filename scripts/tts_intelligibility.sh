@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's TTS intelligibility table (make quality-tts): a corpus, an
+# The TTS intelligibility table of recipes/tts/README.md (make quality-tts): a corpus, an
 # ASR model trained on it (the judge), the codec, the GPT, then tts eval on
 # the held-out sentences with seen voices and the unseen one. A corpus or
 # checkpoint directory already in OUT is reused (delete it to redo that

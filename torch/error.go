@@ -49,7 +49,7 @@ type Error struct {
 func (e *Error) Error() string {
 	if e.Backend {
 		return e.Op + ": " + e.Msg + " — a fault inside libtorch's CPU backend (oneDNN), not out of memory; " +
-			"the process is unsafe to go on (see README: bf16 on CPUs with native bf16)"
+			"the process is unsafe to go on (see docs/bf16-onednn.md)"
 	}
 	return e.Op + ": " + e.Msg
 }

@@ -14,7 +14,7 @@ import (
 // thread obtains from oneDNN's process-wide primitive cache can point into
 // another thread's descriptor, freed when that thread's cache evicts it.
 // oneDNN 2.6 then builds bf16 matmul kernels from freed memory (std::bad_alloc,
-// std::future_error "Broken promise", or a crash; see README). On one thread
+// std::future_error "Broken promise", or a crash; see docs/bf16-onednn.md). On one thread
 // the two caches evict in a safe order.
 //
 // Do runs a function on the thread; a Thread is safe for concurrent use

@@ -78,7 +78,7 @@
 // tensor memory is that of one window whatever the file's length, and the
 // model's positional tables (MaxLen 5000 frames, 200 s) are never exceeded.
 // A file of at most 30 s is one window, decoded as before windowing. The
-// README gives the measured peaks (78.5 MiB for tiny, 187.9 MiB for
+// recipes/asr/README.md gives the measured peaks (78.5 MiB for tiny, 187.9 MiB for
 // optimized, equal for 1 and 10 minutes).
 //
 // Corpus loads a manifest and computes (features, token ids, text) per item
@@ -86,7 +86,7 @@
 // frames to a multiple of FrameMultiple (32) and its token ids to a
 // multiple of 8 (TrainConfig.PadMultiple changes it): the CPU backend then
 // compiles and caches kernels for a few dozen shapes instead of one per
-// utterance length, which is faster and keeps RSS flat (README).
+// utterance length, which is faster and keeps RSS flat (recipes/asr/README.md).
 //
 // # Threads
 //

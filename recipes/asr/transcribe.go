@@ -66,7 +66,7 @@ func minSamples(f *Featurizer) int {
 // Memory: the reader's buffers and one window of samples (1.9 MB) in Go,
 // plus the token ids found; tensor memory is that of one 30 s window
 // (features and the encoder's activations for 749 subsampled frames),
-// whatever the file's length (see README for measured peaks). The model's
+// whatever the file's length (see recipes/asr/README.md for measured peaks). The model's
 // MaxLen (5000 subsampled frames, 200 s, for the presets) is never reached.
 func TranscribeWAV(m *Conformer, feat *Featurizer, path string, dev torch.Device) (string, error) {
 	if m.Vocab == nil {

@@ -186,7 +186,7 @@ func measureLayout(mc Config, tok *Tokenizer, l Layout, p amp.Precision, cfg Mea
 	return res, nil
 }
 
-// WriteTable prints measurements as the README's table.
+// WriteTable prints measurements as recipes/clip/README.md's table.
 func WriteTable(w io.Writer, ms []Measurement) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "layout\tnegatives per sample\tpeak memory\tpeak − held\tCPU time per step\twall time per step\tsamples per CPU second\t")

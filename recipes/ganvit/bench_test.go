@@ -15,7 +15,7 @@ import (
 	"github.com/torchfit/torchfit/torch"
 )
 
-// benchEnabled gates the measurements of the README (minutes of CPU):
+// benchEnabled gates the measurements of recipes/ganvit/README.md (minutes of CPU):
 // TORCHFIT_BENCH_GANVIT=1 go test ./recipes/ganvit -run Bench -v -timeout 60m
 // (make bench-ganvit). TORCHFIT_BENCH_GANVIT=cpu leaves out the GPU
 // presets' sizes.

@@ -1,5 +1,5 @@
 // Command bench-recipes runs torchfit's recipes beside their Python twins
-// (package bench) and prints the table README keeps. `make bench-recipes`
+// (package bench) and prints the table docs/performance.md keeps. `make bench-recipes`
 // runs it; flags pick twins, thread counts, precisions, batch and
 // repetitions.
 package main
