@@ -34,7 +34,7 @@ func Example() {
 		scaler.Update()
 		amp.ClearCache() // the bf16 copies of the weights are stale now
 	})
-	c, _ := amp.ParsePrecision("auto", torch.CPU, amp.CPU{NativeBF16: false, Source: "example"})
+	c, _ := amp.ResolvePrecision("auto", torch.CPU, amp.CPU{NativeBF16: false, Source: "example"})
 	fmt.Println(c)
 	// Output:
 	// linear under autocast: bfloat16

@@ -100,12 +100,18 @@ type Choice struct {
 
 func (c Choice) String() string { return string(c.Precision) + " (" + c.Reason + ")" }
 
-// ParsePrecision resolves a --mixed-precision value for device: fp32
+// ParsePrecision resolves a --mixed-precision value for device on this
+// host: ResolvePrecision with HostCPU().
+func ParsePrecision(s string, device torch.Device) (Choice, error) {
+	return ResolvePrecision(s, device, HostCPU())
+}
+
+// ResolvePrecision resolves a --mixed-precision value for device: fp32
 // (also float32, no, none, off), bf16 (bfloat16), fp16 (float16, half; CUDA,
 // or the CPU with libtorch 2.4+: cpu.FP16Autocast), or auto (also on, yes, true): fp16 with a GradScaler on CUDA; on
 // the CPU bf16 where the CPU computes it natively, else fp32 (libtorch
 // emulates bfloat16 there: it saves memory but runs many times slower).
-func ParsePrecision(s string, device torch.Device, cpu CPU) (Choice, error) {
+func ResolvePrecision(s string, device torch.Device, cpu CPU) (Choice, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", "fp32", "float32", "no", "none", "off", "false":
 		return Choice{FP32, "asked for"}, nil

@@ -34,7 +34,7 @@ func TestParsePrecision(t *testing.T) {
 		{"half", torch.CPU, CPU{Source: "test", FP16Autocast: true}, FP16, false},
 		{"int8", torch.CPU, native, "", true},
 	} {
-		c, err := ParsePrecision(tc.in, tc.dev, tc.cpu)
+		c, err := ResolvePrecision(tc.in, tc.dev, tc.cpu)
 		if tc.err {
 			require.Error(t, err, tc.in)
 			continue
@@ -43,7 +43,7 @@ func TestParsePrecision(t *testing.T) {
 		require.Equal(t, tc.want, c.Precision, "%q on %v, native bf16 %v", tc.in, tc.dev, tc.cpu.NativeBF16)
 		require.NotEmpty(t, c.Reason)
 	}
-	c, _ := ParsePrecision("auto", torch.CPU, emulated)
+	c, _ := ResolvePrecision("auto", torch.CPU, emulated)
 	require.Contains(t, c.String(), "no native bfloat16")
 	maj, min, _ := torch.LibtorchVersion()
 	require.Equal(t, maj > 2 || (maj == 2 && min >= 4), HostCPU().FP16Autocast, "libtorch %d.%d", maj, min)

@@ -176,7 +176,7 @@ func (s *SingleModel) Check() (loss float64, grads []nn.Named, err error) {
 			s.opt.ZeroGrad()
 			if s.Contrastive != nil || s.Accum > 1 {
 				// The trainer's own window: grad cache or accumulation.
-				nn.Train(s.Model, true)
+				nn.SetTraining(s.Model, true)
 				var w train.Window
 				var err error
 				if c := s.Contrastive; c != nil {

@@ -50,7 +50,7 @@ func (m *resMLP) loss(n int) *torch.Tensor {
 	h := x
 	for _, b := range m.Blocks.Items {
 		if m.Checkpointing {
-			h = torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor { return []*torch.Tensor{b.Forward(in[0])} }, h)[0]
+			h = torch.Recompute(func(in []*torch.Tensor) []*torch.Tensor { return []*torch.Tensor{b.Forward(in[0])} }, h)[0]
 		} else {
 			h = b.Forward(h)
 		}

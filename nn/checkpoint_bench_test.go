@@ -51,13 +51,13 @@ func newCkptStack(depth int, d int64) *ckptStack {
 	return m
 }
 
-// Forward runs the stack, each block under torch.Checkpoint when asked.
+// Forward runs the stack, each block under torch.Recompute when asked.
 func (m *ckptStack) Forward(x *torch.Tensor, checkpoint bool) *torch.Tensor {
 	h := m.In.Forward(x)
 	for _, b := range m.Blocks.Items {
 		var next *torch.Tensor
 		if checkpoint {
-			next = torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
+			next = torch.Recompute(func(in []*torch.Tensor) []*torch.Tensor {
 				return []*torch.Tensor{b.Forward(in[0])}
 			}, h)[0]
 		} else {

@@ -10,7 +10,7 @@ import (
 // statistics): parameters weight, bias (C); buffers running_mean,
 // running_var (C) and num_batches_tracked (int64 scalar). In training mode
 // it normalises with the batch statistics and updates the running ones; in
-// eval mode (Train(m, false)) it uses the running statistics.
+// eval mode (SetTraining(m, false)) it uses the running statistics.
 type BatchNorm struct {
 	Base
 	Weight, Bias            *torch.Tensor

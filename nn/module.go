@@ -243,9 +243,10 @@ func sameShape(a, b []int64) bool {
 	return true
 }
 
-// Train sets training mode on m and its descendants (dropout active, batch
-// norm updating its running statistics).
-func Train(m Module, on bool) {
+// SetTraining puts m and its descendants in training mode (on: dropout
+// active, batch norm updating its running statistics) or in evaluation
+// mode (off), as PyTorch's m.train(on) / m.eval().
+func SetTraining(m Module, on bool) {
 	walk("", m, func(_ string, b *Base) { b.eval = !on })
 }
 

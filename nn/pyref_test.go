@@ -145,7 +145,7 @@ func runGo(t *testing.T, c refCase) (pyIn, goResult) {
 		if !c.keepState {
 			perturb(m)
 		}
-		nn.Train(m, c.train)
+		nn.SetTraining(m, c.train)
 		in = pyIn{Name: c.name, Py: c.py, Train: c.train, SD: map[string]jt{}}
 		for _, p := range nn.StateDict(m) {
 			in.SD[p.Name] = enc(p.T)

@@ -93,7 +93,7 @@ func TestTrainSwitchesDropoutAndBatchNorm(t *testing.T) {
 		rm := bn.RunningMean.Clone()
 		require.InDelta(t, 0.2, rm.Mean().Item(), 0.03) // 0.9·0 + 0.1·≈2
 
-		nn.Train(m, false)
+		nn.SetTraining(m, false)
 		require.False(t, drop.Training())
 		require.False(t, bn.Training())
 		y1, y2 := m.Forward(x), m.Forward(x)
@@ -104,7 +104,7 @@ func TestTrainSwitchesDropoutAndBatchNorm(t *testing.T) {
 		want := x.Sub(bn.RunningMean).Div(bn.RunningVar.AddScalar(bn.Eps).Sqrt())
 		require.True(t, y1.AllClose(want, 1e-5, 1e-5))
 
-		nn.Train(m, true)
+		nn.SetTraining(m, true)
 		require.True(t, drop.Training())
 		require.False(t, m.Forward(x).Equal(m.Forward(x)))
 	})

@@ -5,7 +5,7 @@ import "github.com/torchfit/torchfit/torch"
 type chunked struct{ k int64 }
 
 // Chunked runs the reference loop in chunks of k steps (0: DefaultChunk),
-// each chunk under torch.Checkpoint: the forward keeps only the state at
+// each chunk under torch.Recompute: the forward keeps only the state at
 // each chunk's start, and backward recomputes the chunk it is in.
 func Chunked(k int) Scan { return chunked{chunkOr(k)} }
 
@@ -19,7 +19,7 @@ func (c chunked) Apply(x, delta, A, B, C, D *torch.Tensor) (y, last *torch.Tenso
 		k := min(c.k, o.l-t0)
 		xc, dtc := o.x.Narrow(1, t0, k), o.dt.Narrow(1, t0, k)
 		Bc, Cc := o.B.Narrow(1, t0, k), o.C.Narrow(1, t0, k)
-		out := torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
+		out := torch.Recompute(func(in []*torch.Tensor) []*torch.Tensor {
 			ys, hl := loop(in[0], in[1], in[2], in[3], in[4], in[5])
 			return []*torch.Tensor{ys, hl}
 		}, xc, dtc, o.A, Bc, Cc, h) // A as an input (not captured): its gradient flows back through the graph

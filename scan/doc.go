@@ -12,7 +12,7 @@
 //     as mamba-ssm's selective_scan_ref does, and autograd keeps every
 //     state: O(batch·length·channels·state) bytes held for backward.
 //   - Chunked(K): the same loop in chunks of K steps, each chunk checkpointed
-//     (torch.Checkpoint), so backward holds the state at each chunk's start
+//     (torch.Recompute), so backward holds the state at each chunk's start
 //     and recomputes one chunk at a time.
 //   - LogDepth(K): Hillis–Steele inclusive scans inside chunks of K steps
 //     (⌈log₂K⌉ rounds of whole-chunk ops instead of K steps), chunk to chunk

@@ -34,7 +34,7 @@ func (t *Trainer) findBatchSize(max int, batch func(n int) (*data.Batch, error))
 		}
 		defer b.Free()
 		err = torch.TidyErr(func() error {
-			nn.Train(t.Model, true)
+			nn.SetTraining(t.Model, true)
 			mb := b.Slice(0, b.Size(), t.cfg.Device)
 			var loss *torch.Tensor
 			t.engine.Autocast(func() { loss = t.Loss(mb) })

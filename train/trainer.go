@@ -22,13 +22,6 @@ const (
 	FP16 = amp.FP16 // autocast to float16 with a GradScaler (CUDA)
 )
 
-// ParsePrecision resolves a --mixed-precision value on this host (see
-// amp.ParsePrecision; "auto" is fp16 on CUDA, bf16 on CPUs that compute it
-// natively, else fp32) and says why.
-func ParsePrecision(s string, device torch.Device) (amp.Choice, error) {
-	return amp.ParsePrecision(s, device, amp.HostCPU())
-}
-
 // Config configures a Trainer.
 type Config struct {
 	MicroBatch int // samples per micro-batch
@@ -232,7 +225,7 @@ func (t *Trainer) trainStep(b *data.Batch) (StepInfo, error) {
 	start := time.Now()
 	o := t.optim()
 	info := StepInfo{LR: o.LR(), GradNorm: math.NaN()}
-	nn.Train(t.Model, true)
+	nn.SetTraining(t.Model, true)
 	var w Window
 	var err error
 	if c := t.cfg.Contrastive; c != nil {
@@ -343,8 +336,8 @@ func (t *Trainer) Evaluate(batches func(yield func(*data.Batch) bool), fn func(*
 }
 
 func (t *Trainer) evaluate(batches func(yield func(*data.Batch) bool), fn func(*data.Batch) float64) (mean float64, err error) {
-	nn.Train(t.Model, false)
-	defer nn.Train(t.Model, true)
+	nn.SetTraining(t.Model, false)
+	defer nn.SetTraining(t.Model, true)
 	var total float64
 	var n int
 	batches(func(b *data.Batch) bool {

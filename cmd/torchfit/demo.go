@@ -14,7 +14,6 @@ import (
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
-	"github.com/torchfit/torchfit/train"
 )
 
 // demoCommand is `make demo`: a small corpus, the tiny conformer trained on
@@ -56,7 +55,7 @@ func demoCommand() *cli.Command {
 			logf("one step, micro-batch 4 × 2: fp32 peak %s (activations %s) in %.2fs; bf16 autocast peak %s (activations %s) in %.2fs",
 				torch.FormatBytes(m[0].Peak), torch.FormatBytes(m[0].Activations), m[0].Step.Seconds(),
 				torch.FormatBytes(m[1].Peak), torch.FormatBytes(m[1].Activations), m[1].Step.Seconds())
-			if _, err := train.ParsePrecision(c.String("mixed-precision"), torch.CPU); err != nil {
+			if _, err := amp.ParsePrecision(c.String("mixed-precision"), torch.CPU); err != nil {
 				return recipes.Usagef("--mixed-precision: %v", err)
 			}
 			logf("one bf16 step took %.1f× the fp32 step on this CPU", m[1].Step.Seconds()/m[0].Step.Seconds())

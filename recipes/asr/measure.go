@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/train"
@@ -88,7 +89,7 @@ func measureStep(c MeasureConfig) (Measurement, error) {
 		nn.To(m, c.Device, torch.Float32)
 	}
 	out.Params = nn.NumParams(m)
-	prec, err := train.ParsePrecision(c.Precision, c.Device)
+	prec, err := amp.ParsePrecision(c.Precision, c.Device)
 	if err != nil {
 		return out, err
 	}

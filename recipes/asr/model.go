@@ -26,7 +26,7 @@ type ModelConfig struct {
 	NumMels        int64 // feature bins (80)
 	CTCWeight      float64
 	LabelSmoothing float64
-	// GradCheckpointing runs each conformer block under torch.Checkpoint in
+	// GradCheckpointing runs each conformer block under torch.Recompute in
 	// training: its activations are recomputed in backward instead of kept.
 	// The block's batch norm would update its running statistics (and
 	// num_batches_tracked) a second time during the recomputation; the
@@ -448,9 +448,9 @@ func (e *ConformerEncoder) Forward(feats *torch.Tensor, lens []int64) (*torch.Te
 					return []*torch.Tensor{blk.Forward(in[0], m, runs > 1)}
 				}
 				if mask != nil {
-					next = torch.Checkpoint(fn, x, mask)[0]
+					next = torch.Recompute(fn, x, mask)[0]
 				} else {
-					next = torch.Checkpoint(fn, x)[0]
+					next = torch.Recompute(fn, x)[0]
 				}
 			}
 			// The block's autograd graph keeps what backward needs: dropping
@@ -569,8 +569,8 @@ func (m *Conformer) Loss(feats, featLens, tokens, tokenLens *torch.Tensor) (tota
 // restores the training mode afterwards.
 func (m *Conformer) TranscribeIDs(feats, lens *torch.Tensor) [][]int64 {
 	training := m.Training()
-	nn.Train(m, false)
-	defer nn.Train(m, training)
+	nn.SetTraining(m, false)
+	defer nn.SetTraining(m, training)
 	var out [][]int64
 	torch.NoGrad(func() {
 		torch.Tidy(func() {

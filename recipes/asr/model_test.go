@@ -126,7 +126,7 @@ func randFeats(lens []int64, t int64) *torch.Tensor {
 
 func TestConformerForwardShapes(t *testing.T) {
 	m := newTestModel(t, "tiny", nil)
-	nn.Train(m, false)
+	nn.SetTraining(m, false)
 	lens := []int64{101, 77, 13}
 	torch.Tidy(func() {
 		feats := randFeats(lens, 101)
@@ -360,7 +360,7 @@ func TestConformerGradCheckpointing(t *testing.T) {
 		torch.FormatBytes(plain.held), torch.FormatBytes(ckpt.held), pct(plain.held, ckpt.held))
 	require.Less(t, ckpt.peak, plain.peak)
 	require.Less(t, ckpt.held, plain.held)
-	require.Zero(t, torch.CheckpointsLive())
+	require.Zero(t, torch.RecomputesLive())
 }
 
 func TestConformerOverfit(t *testing.T) {
@@ -394,7 +394,7 @@ func TestConformerOverfit(t *testing.T) {
 		require.Equal(t, live[1], live[k], "live tensors after step %d", k+1)
 	}
 
-	nn.Train(m, true)
+	nn.SetTraining(m, true)
 	out := m.Transcribe(bt.feats, bt.featLens)
 	require.Len(t, out, 2)
 	require.True(t, m.Training(), "Transcribe restores training mode")

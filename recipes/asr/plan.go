@@ -126,7 +126,7 @@ func planMemory(c PlanConfig) (memplan.Result, error) {
 			opt.ZeroGrad()
 			return nil
 		}
-		nn.Train(m, true)
+		nn.SetTraining(m, true)
 		return memplan.DryRun{Device: c.Device, Model: m, Optimizers: []nn.Optimizer{opt}, Scalers: []*amp.GradScaler{scaler}}.
 			Run(cand.Accum, micro, update)
 	}

@@ -316,7 +316,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	logf("model %s: d_model %d, %d encoder / %d decoder layers, %s parameters (%.2fM), vocabulary %d",
 		preset, mcfg.DModel, mcfg.EncoderLayers, mcfg.DecoderLayers, recipes.Commas(res.Params), float64(res.Params)/1e6, vocab.Size())
 
-	precision, err := train.ParsePrecision(cfg.Precision, cfg.Device)
+	precision, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
 		return res, err
 	}
@@ -491,8 +491,8 @@ func autoBatch(tr *train.Trainer, c *Corpus, effective int, logf func(string, ..
 // can run out of memory too, the guide notes).
 func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int, withLoss bool) (er ErrorRate, loss float64, err error) {
 	training := m.Training()
-	nn.Train(m, false)
-	defer nn.Train(m, training)
+	nn.SetTraining(m, false)
+	defer nn.SetTraining(m, training)
 	var lossSum float64
 	ds := dataset(c)
 	for start := 0; start < c.Len(); {
@@ -702,7 +702,7 @@ func LoadModel(path string, dev torch.Device) (*Conformer, error) {
 	if dev != torch.CPU {
 		nn.To(m, dev, torch.Float32)
 	}
-	nn.Train(m, false)
+	nn.SetTraining(m, false)
 	return m, nil
 }
 

@@ -3,9 +3,9 @@ package asr
 import (
 	"math"
 
+	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
-	"github.com/torchfit/torchfit/train"
 )
 
 // Bounds Validate puts on a TrainConfig: past them a value is a typo or a
@@ -61,7 +61,7 @@ func (c TrainConfig) Validate() error {
 	case c.Resume == "":
 		return &ConfigError{Field: "preset", Value: c.Preset, Reason: "required unless resuming"}
 	}
-	if _, err := train.ParsePrecision(c.Precision, c.Device); err != nil {
+	if _, err := amp.ParsePrecision(c.Precision, c.Device); err != nil {
 		return &ConfigError{Field: "mixed-precision", Value: c.Precision, Err: err}
 	}
 	if c.MemoryLimit != "" {

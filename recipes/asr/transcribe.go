@@ -158,8 +158,8 @@ func transcribeWindows(read func([]float32) (int, error), total, win, ov, hop in
 // window), under NoGrad in eval mode.
 func (m *Conformer) bestPath(feat *Featurizer, samples []float32, dev torch.Device) ([]int64, error) {
 	training := m.Training()
-	nn.Train(m, false)
-	defer nn.Train(m, training)
+	nn.SetTraining(m, false)
+	defer nn.SetTraining(m, training)
 	var best []int64
 	err := torch.TidyErr(func() error {
 		f, err := feat.Features(samples)

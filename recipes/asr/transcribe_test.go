@@ -107,7 +107,7 @@ func tinyASR(t *testing.T) *Conformer {
 	v, err := NewVocab(toks)
 	require.NoError(t, err)
 	m.Vocab = v
-	nn.Train(m, false)
+	nn.SetTraining(m, false)
 	return m
 }
 

@@ -65,8 +65,8 @@ func Score(m *Model, tok *Tokenizer, set *Set, items []Item, o EvalOptions) (Sco
 		o.LossBatch = 128
 	}
 	training := m.Training()
-	nn.Train(m, false)
-	defer nn.Train(m, training)
+	nn.SetTraining(m, false)
+	defer nn.SetTraining(m, training)
 	defer torch.EmptyCache()
 
 	classes := set.Kind.Classes()

@@ -88,7 +88,7 @@ func measure(cfg MeasureConfig) ([]Measurement, amp.Choice, error) {
 	if err != nil {
 		return nil, amp.Choice{}, &recipes.ConfigError{Field: "preset", Value: cfg.Preset, Err: err}
 	}
-	choice, err := train.ParsePrecision(cfg.Precision, cfg.Device)
+	choice, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
 		return nil, choice, &recipes.ConfigError{Field: "mixed-precision", Value: cfg.Precision, Err: err}
 	}

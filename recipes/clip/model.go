@@ -177,7 +177,7 @@ func (t *transformer) forward(x *torch.Tensor) *torch.Tensor {
 	for _, b := range t.Blocks.Items {
 		if t.checkpoint && x.RequiresGrad() {
 			b := b
-			x = torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor { return []*torch.Tensor{b.forward(in[0])} }, x)[0]
+			x = torch.Recompute(func(in []*torch.Tensor) []*torch.Tensor { return []*torch.Tensor{b.forward(in[0])} }, x)[0]
 		} else {
 			x = b.forward(x)
 		}

@@ -90,7 +90,7 @@ with torch.no_grad():
 	m, err := w.Load(in["path"].(string))
 	require.NoError(t, err)
 	defer nn.Free(m)
-	nn.Train(m, false)
+	nn.SetTraining(m, false)
 	var keys []string
 	for _, p := range nn.StateDict(m) {
 		keys = append(keys, p.Name)

@@ -388,7 +388,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 	if cfg.Stage == "train" && cfg.Init == "" && cfg.Resume == "" {
 		logf("no --init: training from random weights (the seed fine-tunes a pretrained CLIP: run `torchfit clip pretrain` and pass --init)")
 	}
-	precision, err := train.ParsePrecision(cfg.Precision, cfg.Device)
+	precision, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
 		return res, &recipes.ConfigError{Field: "mixed-precision", Value: cfg.Precision, Err: err}
 	}
@@ -615,7 +615,7 @@ func evaluate(path, dir, split string, dev torch.Device, precision string, micro
 	if err != nil {
 		return res, checkpointError(path, err)
 	}
-	p, err := train.ParsePrecision(precision, dev)
+	p, err := amp.ParsePrecision(precision, dev)
 	if err != nil {
 		return res, recipes.Usagef("--mixed-precision %s: %v", precision, err)
 	}

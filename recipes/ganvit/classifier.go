@@ -158,8 +158,8 @@ func Predict(ctx context.Context, v *ViT, s *Specs, dev torch.Device, prec amp.P
 	}
 	defer ld.Close()
 	was := v.Training()
-	nn.Train(v, false)
-	defer nn.Train(v, was)
+	nn.SetTraining(v, false)
+	defer nn.SetTraining(v, was)
 	for b, err := range ld.Epoch(ctx) {
 		if err != nil {
 			return acc, err

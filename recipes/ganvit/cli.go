@@ -296,7 +296,7 @@ func accStr(a float64) string {
 }
 
 func runTestMemory(cfg TrainConfig, logf func(string, ...any)) error {
-	prec, err := amp.ParsePrecision(cfg.Precision, cfg.Device, amp.HostCPU())
+	prec, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
 		return recipes.Usage(err)
 	}
@@ -367,7 +367,7 @@ func evalCommand() *cli.Command {
 			if c.Int("batch-size") < 1 || c.Int("generated") < 0 {
 				return recipes.Usagef("--batch-size must be >= 1 and --generated >= 0")
 			}
-			prec, err := amp.ParsePrecision(c.String("mixed-precision"), dev, amp.HostCPU())
+			prec, err := amp.ParsePrecision(c.String("mixed-precision"), dev)
 			if err != nil {
 				return recipes.Usage(err)
 			}
@@ -406,7 +406,7 @@ func memoryTableCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			prec, err := amp.ParsePrecision(c.String("mixed-precision"), dev, amp.HostCPU())
+			prec, err := amp.ParsePrecision(c.String("mixed-precision"), dev)
 			if err != nil {
 				return recipes.Usage(err)
 			}

@@ -180,7 +180,7 @@ func evaluate(ctx context.Context, cfg EvalConfig) (EvalResult, error) {
 		return res, err
 	}
 	nn.To(g, cfg.Device, torch.Float32)
-	nn.Train(g, false)
+	nn.SetTraining(g, false)
 	// Conditions: the split's clips of each genre, drawn with replacement.
 	rng := mrand.New(mrand.NewPCG(cfg.Seed, 0xe7a1))
 	gen := &Specs{Shape: shape}

@@ -180,7 +180,7 @@ func trainOnThread(ctx context.Context, cfg *TrainConfig) (TrainResult, error) {
 	if err := cfg.check(); err != nil {
 		return res, &recipes.UsageError{Err: err}
 	}
-	prec, err := amp.ParsePrecision(cfg.Precision, cfg.Device, amp.HostCPU())
+	prec, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
 		return res, &recipes.UsageError{Err: err}
 	}

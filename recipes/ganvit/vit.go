@@ -209,7 +209,7 @@ func (v *ViT) block(b *EncoderBlock, h *torch.Tensor) *torch.Tensor {
 	if !v.Checkpointing || !(h.RequiresGrad() || trainable(b)) || !torch.GradEnabled() {
 		return b.Forward(h)
 	}
-	return torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
+	return torch.Recompute(func(in []*torch.Tensor) []*torch.Tensor {
 		return []*torch.Tensor{b.Forward(in[0])}
 	}, h)[0]
 }

@@ -56,7 +56,7 @@ func TestViTLoadsTorchvisionB16(t *testing.T) {
 	_, xs, err := ptfile.LoadTensors(xPath)
 	require.NoError(t, err)
 	defer ptfile.FreeAll(xs)
-	nn.Train(v, false)
+	nn.SetTraining(v, false)
 	var got []float64
 	torch.NoGrad(func() {
 		torch.Tidy(func() { got = v.Forward(xs["x"]).Float64s() })

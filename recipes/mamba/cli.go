@@ -350,7 +350,7 @@ func deviceAndPrecision(c *cli.Context) (torch.Device, amp.Precision, error) {
 	}
 	p := amp.FP32
 	if c.IsSet("mixed-precision") {
-		ch, err := train.ParsePrecision(c.String("mixed-precision"), dev)
+		ch, err := amp.ParsePrecision(c.String("mixed-precision"), dev)
 		if err != nil {
 			return dev, "", recipes.Usagef("--mixed-precision: %v", err)
 		}

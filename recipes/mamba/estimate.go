@@ -115,7 +115,7 @@ func estimateAll(cfg EstimateConfig, rows *[]EstimateRow) error {
 
 func estimateOne(cfg EstimateConfig, p EstimatePreset) (EstimateRow, error) {
 	mc := p.Model.withDefaults()
-	ch, err := train.ParsePrecision(p.Precision, cfg.Device)
+	ch, err := amp.ParsePrecision(p.Precision, cfg.Device)
 	if err != nil {
 		return EstimateRow{}, err
 	}

@@ -38,8 +38,8 @@ func (r *EvalResult) finish(m Meta, tokens int64) {
 func evalWindows(m *LM, w windows, batch int, dev torch.Device, p amp.Precision) (EvalResult, error) {
 	var r EvalResult
 	wasTraining := m.Training()
-	nn.Train(m, false)
-	defer nn.Train(m, wasTraining)
+	nn.SetTraining(m, false)
+	defer nn.SetTraining(m, wasTraining)
 	var sum, count float64
 	err := torch.TidyErr(func() error {
 		for i := 0; i < w.Len(); i += batch {
@@ -102,7 +102,7 @@ func LoadLM(path string, dev torch.Device) (*LM, modelMeta, error) {
 	if dev != torch.CPU {
 		nn.To(m, dev, torch.Float32)
 	}
-	nn.Train(m, false)
+	nn.SetTraining(m, false)
 	return m, mm, nil
 }
 

@@ -319,7 +319,7 @@ func (m *LM) Hidden(ids *torch.Tensor, states []*MixerState) *torch.Tensor {
 			if res != nil {
 				in = append(in, res)
 			}
-			outs := torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
+			outs := torch.Recompute(func(in []*torch.Tensor) []*torch.Tensor {
 				var r *torch.Tensor
 				if len(in) > 1 {
 					r = in[1]

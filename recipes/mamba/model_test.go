@@ -79,7 +79,7 @@ emit({'logits': t2l(logits), 'keys': list(m.state_dict().keys()), 'loss': loss.i
 	}
 	_, err = nn.LoadStateDict(m, sd, true)
 	require.NoError(t, err)
-	nn.Train(m, false)
+	nn.SetTraining(m, false)
 	for _, s := range []scan.Scan{scan.Fused(4), scan.Sequential(), scan.Chunked(3), scan.LogDepth(4)} {
 		m.Scan = s
 		torch.NoGrad(func() {
@@ -101,7 +101,7 @@ emit({'logits': t2l(logits), 'keys': list(m.state_dict().keys()), 'loss': loss.i
 	}
 	// The training loss (label smoothing 0.1, through HeadLoss's chunks)
 	// and every parameter's gradient, the tied embedding's once.
-	nn.Train(m, true)
+	nn.SetTraining(m, true)
 	m.Scan = scan.Fused(4)
 	var params []string
 	for _, p := range nn.Parameters(m) {
@@ -154,7 +154,7 @@ func TestStepEqualsForward(t *testing.T) {
 	require.NoError(t, err)
 	defer nn.Free(m)
 	nn.To(m, torch.CPU, torch.Float64)
-	nn.Train(m, false)
+	nn.SetTraining(m, false)
 	seq := []int64{3, 1, 4, 1, 5, 9, 2, 6, 5, 3}
 	for _, prompt := range []int{1, 2, 6} {
 		torch.NoGrad(func() {

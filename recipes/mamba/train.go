@@ -314,7 +314,7 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) 
 		logf("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set by torchfit)")
 	}
 
-	precision, err := train.ParsePrecision(cfg.Precision, cfg.Device)
+	precision, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
 		return res, &recipes.ConfigError{Field: "mixed-precision", Value: cfg.Precision, Err: err}
 	}

@@ -17,7 +17,7 @@
 //     restarted from encoder outputs), convolutions back up. XTTS's DVAE
 //     plays this part; `tts train-codec` trains it on mel crops.
 //   - GPT: a causal pre-norm transformer (per-block activation
-//     checkpointing through torch.Checkpoint when
+//     checkpointing through torch.Recompute when
 //     model.enable_gradient_checkpointing is set) over [speaker latents |
 //     text start, phonemes, text stop | audio start, codes, audio stop],
 //     with separate text and audio embeddings, positions and heads. The

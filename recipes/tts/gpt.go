@@ -305,7 +305,7 @@ func (g *GPT) Forward(latents, emb *torch.Tensor, caches []kvCache) *torch.Tenso
 		case caches != nil:
 			x = b.forward(x, &caches[i])
 		case ckpt:
-			x = torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
+			x = torch.Recompute(func(in []*torch.Tensor) []*torch.Tensor {
 				return []*torch.Tensor{b.forward(in[0], nil)}
 			}, x)[0]
 		default:

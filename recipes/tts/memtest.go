@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
@@ -160,7 +161,7 @@ func memoryTestOne(ctx context.Context, cfg TrainConfig, cc CodecConfig, codecW 
 			return err
 		}
 	}
-	precision, err := train.ParsePrecision(cfg.Precision, cfg.Device)
+	precision, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
 		return err
 	}

@@ -256,7 +256,7 @@ func LoadCodec(path string, dev torch.Device) (c *Codec, mean, std []float32, er
 	if dev != torch.CPU {
 		nn.To(c, dev, torch.Float32)
 	}
-	nn.Train(c, false)
+	nn.SetTraining(c, false)
 	return c, meta.Mean, meta.Std, nil
 }
 
@@ -283,7 +283,7 @@ func LoadModel(path string, dev torch.Device) (*Model, error) {
 	if dev != torch.CPU {
 		nn.To(m, dev, torch.Float32)
 	}
-	nn.Train(m, false)
+	nn.SetTraining(m, false)
 	return m, nil
 }
 

@@ -119,7 +119,7 @@ func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
 func TestKVCacheMatchesFullForward(t *testing.T) {
 	m := newTinyModel(t, 12)
 	defer nn.Free(m)
-	nn.Train(m, false)
+	nn.SetTraining(m, false)
 	g := m.GPT.Cfg
 	torch.NoGrad(func() {
 		torch.Tidy(func() {
@@ -253,7 +253,7 @@ func TestLossesMatchPython(t *testing.T) {
 	b, err := Collate(m.GPT.Cfg)(samples)
 	require.NoError(t, err)
 	defer b.Free()
-	nn.Train(m, true)
+	nn.SetTraining(m, true)
 	var total, text, code float64
 	var codes []int64
 	torch.Tidy(func() {
@@ -338,7 +338,7 @@ func TestCheckpointingSameGradientsLessMemory(t *testing.T) {
 		m, err := NewModel(tinyCodecConfig(), gc)
 		require.NoError(t, err)
 		defer nn.Free(m)
-		nn.Train(m, true)
+		nn.SetTraining(m, true)
 		torch.ManualSeed(9)
 		base := torch.MustMemoryStats(torch.CPU).Allocated
 		torch.Tidy(func() {

@@ -168,7 +168,7 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	}
 	res.Params = nn.NumParams(c)
 	cfg.logf("codec: %d channels, %d codes of %d dimensions, %d frames per code, %s parameters", ccfg.Channels, ccfg.Codes, ccfg.CodeDim, Down, recipes.Commas(res.Params))
-	precision, err := train.ParsePrecision(cfg.Precision, cfg.Device)
+	precision, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
 		return res, err
 	}
@@ -323,8 +323,8 @@ func (u *codeUsage) restart(c *Codec) int {
 // a dataset of crops.
 func scoreCodec(c *Codec, ds data.Dataset[data.Sample], dev torch.Device) (Scores, error) {
 	training := c.Training()
-	nn.Train(c, false)
-	defer nn.Train(c, training)
+	nn.SetTraining(c, false)
+	defer nn.SetTraining(c, training)
 	var s Scores
 	var sum float64
 	used := map[int64]bool{}
@@ -451,7 +451,7 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	cfg.logf("GPT: %d wide (text embeddings %d), %d layers, %d heads, %d speaker latents, %d phonemes, %d codes; %s parameters (codec %s, frozen)",
 		gcfg.DecoderDim, gcfg.TextEncoderDim, gcfg.Layers, gcfg.Heads, gcfg.CondLatents, gcfg.Vocab, gcfg.Codes,
 		recipes.Commas(res.Params), recipes.Commas(nn.NumParams(m.Codec)))
-	precision, err := train.ParsePrecision(cfg.Precision, cfg.Device)
+	precision, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
 		return res, err
 	}
@@ -517,8 +517,8 @@ func readManifestTexts(dir, split string) ([]string, error) {
 // code accuracy.
 func scoreGPT(m *Model, ds data.Dataset[data.Sample], collate func([]data.Sample) (*data.Batch, error), dev torch.Device) (Scores, error) {
 	training := m.Training()
-	nn.Train(m, false)
-	defer nn.Train(m, training)
+	nn.SetTraining(m, false)
+	defer nn.SetTraining(m, training)
 	var textSum, codeSum, texts, codes, correct, loss float64
 	for start := 0; start < ds.Len(); start += 16 {
 		end := min(start+16, ds.Len())

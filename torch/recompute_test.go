@@ -34,7 +34,7 @@ func stackGrads(t *testing.T, depth int, checkpoint bool) (grads [][]float32, pe
 		for k := 0; k < depth; k++ {
 			f := block(ws[2*k], ws[2*k+1])
 			if checkpoint {
-				h = torch.Checkpoint(f, h)[0]
+				h = torch.Recompute(f, h)[0]
 			} else {
 				h = f([]*torch.Tensor{h})[0]
 			}
@@ -73,13 +73,13 @@ func TestCheckpointGradientsIdenticalAndPeakLower(t *testing.T) {
 	t.Logf("peak above baseline for 12 blocks: plain %s, checkpointed %s (%.0f%% lower)", torch.FormatBytes(peakPlain),
 		torch.FormatBytes(peakCkpt), 100*(1-float64(peakCkpt)/float64(peakPlain)))
 	require.Less(t, float64(peakCkpt), 0.6*float64(peakPlain), "checkpointing lowers peak memory by at least 40%%")
-	require.Zero(t, torch.CheckpointsLive(), "regions release their Go functions with the graph")
+	require.Zero(t, torch.RecomputesLive(), "regions release their Go functions with the graph")
 }
 
 func TestCheckpointInputWithoutGrad(t *testing.T) {
 	w := torch.Randn([]int64{4, 4}, torch.RequiresGrad)
 	x := torch.Randn([]int64{2, 4}) // no grad: parameters inside must still get theirs
-	out := torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
+	out := torch.Recompute(func(in []*torch.Tensor) []*torch.Tensor {
 		return []*torch.Tensor{torch.Linear(in[0], w, nil).Tanh()}
 	}, x)[0]
 	out.Sum().Backward()
@@ -93,15 +93,15 @@ func TestCheckpointInputWithoutGrad(t *testing.T) {
 
 func TestCheckpointErrorInsideRegion(t *testing.T) {
 	x := torch.Randn([]int64{2, 3}, torch.RequiresGrad)
-	live := torch.CheckpointsLive()
+	live := torch.RecomputesLive()
 	err := torch.Try(func() {
-		torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
+		torch.Recompute(func(in []*torch.Tensor) []*torch.Tensor {
 			return []*torch.Tensor{in[0].Matmul(torch.Ones([]int64{4, 4}))}
 		}, x)
 	})
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "cannot be multiplied")
-	require.LessOrEqual(t, torch.CheckpointsLive(), live, "a failed region releases its function")
+	require.LessOrEqual(t, torch.RecomputesLive(), live, "a failed region releases its function")
 }
 
 // Under bf16 autocast, backward recomputes a checkpointed region with
@@ -119,7 +119,7 @@ func TestCheckpointBackwardLeavesNoAutocastCache(t *testing.T) {
 		torch.Tidy(func() {
 			var y *torch.Tensor
 			torch.Autocast(torch.CPU, torch.BFloat16, func() {
-				y = torch.Checkpoint(func(in []*torch.Tensor) []*torch.Tensor {
+				y = torch.Recompute(func(in []*torch.Tensor) []*torch.Tensor {
 					return []*torch.Tensor{in[0].Matmul(w).Relu()}
 				}, x)[0]
 			})

@@ -4,7 +4,8 @@ import (
 	"github.com/torchfit/torchfit/torch/internal/capi"
 )
 
-// Checkpoint runs fn on inputs without keeping the activations inside it:
+// Recompute is activation checkpointing (torch.utils.checkpoint): it runs
+// fn on inputs without keeping the activations inside it:
 // backward recomputes them (with the forward's RNG state, so dropout
 // matches, and its autocast state) and backpropagates through fn. Parameters
 // fn uses receive their gradients like any others. This trades compute for
@@ -13,17 +14,17 @@ import (
 // fn must be a pure function of its inputs and the tensors it captures
 // (parameters); it runs twice. Intermediates it creates are released as soon
 // as each run ends. Under NoGrad fn simply runs once.
-func Checkpoint(fn func(inputs []*Tensor) []*Tensor, inputs ...*Tensor) []*Tensor {
+func Recompute(fn func(inputs []*Tensor) []*Tensor, inputs ...*Tensor) []*Tensor {
 	hs := make([]capi.Tensor, len(inputs))
 	for k, t := range inputs {
-		hs[k] = t.handle("Checkpoint")
+		hs[k] = t.handle("Recompute")
 	}
 	run := func(in []capi.Tensor) (outs []capi.Tensor, err error) {
 		err = TidyErr(func() error {
 			ts := make([]*Tensor, len(in))
 			for k, h := range in {
 				c, e := capi.CloneHandle(h)
-				check("Checkpoint", e)
+				check("Recompute", e)
 				ts[k] = wrapNew(c)
 			}
 			for _, r := range fn(ts) {
@@ -31,8 +32,8 @@ func Checkpoint(fn func(inputs []*Tensor) []*Tensor, inputs ...*Tensor) []*Tenso
 					outs = append(outs, nil)
 					continue
 				}
-				c, e := capi.CloneHandle(r.handle("Checkpoint"))
-				check("Checkpoint", e)
+				c, e := capi.CloneHandle(r.handle("Recompute"))
+				check("Recompute", e)
 				outs = append(outs, c)
 			}
 			return nil
@@ -43,7 +44,7 @@ func Checkpoint(fn func(inputs []*Tensor) []*Tensor, inputs ...*Tensor) []*Tenso
 	for _, t := range inputs {
 		keepAlive(t)
 	}
-	check("Checkpoint", err)
+	check("Recompute", err)
 	scope := capi.CurrentScope()
 	out := make([]*Tensor, len(res))
 	for k, h := range res {
@@ -54,6 +55,6 @@ func Checkpoint(fn func(inputs []*Tensor) []*Tensor, inputs ...*Tensor) []*Tenso
 	return out
 }
 
-// CheckpointsLive returns how many checkpointed regions still hold their
-// Go function (released with their autograd graph).
-func CheckpointsLive() int { return capi.CheckpointsLive() }
+// RecomputesLive returns how many recomputed regions still hold their Go
+// function (released with their autograd graph).
+func RecomputesLive() int { return capi.CheckpointsLive() }
