@@ -34,10 +34,20 @@
 //
 // Trainer is Engine + Optim + GradScaler for one model and one decomposable
 // loss; Fit adds epochs, evaluation, atomic checkpoints (package ckpt) that
-// a run owns (run ids; it prunes and overwrites only its own, refuses a
-// directory where it would overwrite another run's, removes temporary files
-// of killed writes), bit-exact resume, and stopping on a cancelled context
+// a Run owns, bit-exact resume, and stopping on a cancelled context
 // (SIGINT/SIGTERM through report.SignalContext) after saving.
+//
+// # Runs: checkpoints of any number of models
+//
+// A Run owns a training run's checkpoint files, as HF Accelerate's
+// register_for_checkpointing and save_state do: parts registered by name
+// (models, optimizers, schedules, scalers) go into every file it saves
+// with the RNG state and the run's id; it prunes the oldest files of each
+// Kind beyond KeepLast and overwrites only its own, refuses (Check) a
+// directory where it would overwrite another run's, adopts the files of
+// the run it resumes, and removes temporary files of killed writes. Fit is
+// a Run with one model; a loop of several (a GAN's two networks, then a
+// classifier) registers them on its own Run and saves at its own points.
 //
 // Divergence: a step whose loss is NaN or ±Inf skips its update (without a
 // GradScaler; with one, the scaler skips it). After Config.MaxNonFinite

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -109,52 +108,55 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 	logf := func(format string, args ...any) { emit(events, Message{Text: fmt.Sprintf(format, args...)}) }
 	par := t.cfg.Parallel
 	writer := t.writer()
-	r := &run{dir: fc.CheckpointDir, keep: fc.KeepLast, owned: map[string]bool{}}
+	dir := fc.CheckpointDir
 	if !writer {
-		r.dir = "" // rank 0 writes and prunes; the others only take part in saving
-	}
-	if r.dir != "" {
-		removed, err := removeOrphanTemps(r.dir)
-		if len(removed) > 0 {
-			logf("removed %d temporary file(s) of interrupted checkpoint writes in %s: %s", len(removed), r.dir, nameList(removed))
-		}
-		if err != nil {
-			return res, fmt.Errorf("train: cleaning %s: %w", r.dir, err)
-		}
+		dir = "" // rank 0 writes and prunes; the others only take part in saving
 	}
 	var resume *data.State
+	var c Checkpoint
 	epoch, resumed := 0, false
 	if fc.Resume != "" {
-		c, err := t.LoadCheckpoint(fc.Resume)
-		if err != nil {
+		if c, err = t.LoadCheckpoint(fc.Resume); err != nil {
 			return res, err
 		}
 		resume = &c.Loader
 		epoch = c.Loader.Epoch
-		r.id, resumed = c.RunID, c.RunID != ""
-		if r.dir != "" {
-			if err := r.adopt(fc.Resume, c); err != nil {
-				return res, fmt.Errorf("train: %w", err)
-			}
-		}
+		resumed = c.RunID != ""
+	}
+	rcfg := RunConfig{Dir: dir, Kinds: []Kind{StepKind, EpochKind}, KeepLast: fc.KeepLast, Overwrite: fc.Overwrite, Logf: logf}
+	if resumed {
+		rcfg.Resume, rcfg.ResumeID, rcfg.ResumeFiles = fc.Resume, c.RunID, c.RunFiles
+	} else if fc.Resume != "" {
+		rcfg.Resume = fc.Resume // a file of torchfit before run ids: itself only
+	}
+	r, err := StartRun(rcfg)
+	if err != nil {
+		return res, err
+	}
+	if fc.Resume != "" {
 		logf("resumed from %s at step %d (epoch %d, batch %d, micro-batch %d)", fc.Resume, c.Step, c.Loader.Epoch, c.Loader.Batch, c.MicroBatch)
 	}
-	if r.id == "" {
-		r.id = newRunID()
-	}
-	res.RunID = r.id
+	res.RunID = r.ID
 	loader, err := newLoader(resume)
 	if err != nil {
 		return res, err
 	}
 	defer loader.Close()
-	if err := agreeOn(par, func() error { return r.check(t, fc, resumed, epoch, loader, logf) }); err != nil {
-		return res, err
+	// Every step from here to the last one may be saved (at an
+	// interruption), and every epoch end.
+	last := t.step + (fc.Epochs-epoch)*loader.Len()
+	if fc.MaxSteps > 0 {
+		last = min(last, max(fc.MaxSteps, t.step))
 	}
-	if fc.Start != nil {
-		if err := fc.Start(); err != nil {
-			return res, err
+	first, firstEpoch := t.step, epoch
+	could := func(k Kind, n int) bool {
+		if k.Name == StepKind.Name {
+			return n >= first && n <= last
 		}
+		return n > firstEpoch && n <= fc.Epochs
+	}
+	if err := agreeOn(par, func() error { return r.Check(could) }); err != nil {
+		return res, err
 	}
 	// save writes a checkpoint of the run at epoch (a step checkpoint when
 	// step is set, which prunes the run's oldest step checkpoints).
@@ -174,18 +176,12 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		name := filepath.Base(path)
 		err = agreeOn(par, func() error {
 			return t.withGathered(func() error {
-				if !r.owned[name] && !fc.Overwrite {
-					// Checked before the first step too: this catches a run that
-					// started in the same directory since.
-					if _, err := os.Lstat(path); err == nil {
-						return &ConflictError{Dir: r.dir, Files: []string{name}}
-					}
+				// Checked before the first step too: this catches a run that
+				// started in the same directory since.
+				if _, err := r.Claim(name); err != nil {
+					return err
 				}
-				n := -1
-				if step {
-					n = t.step
-				}
-				if err := t.saveCheckpoint(path, loader.State(), epoch, fc.Meta, r.id, r.stepFiles(n)); err != nil {
+				if err := t.saveCheckpoint(path, loader.State(), epoch, fc.Meta, r.ID, r.Files(name)); err != nil {
 					return fmt.Errorf("train: saving %s: %w", path, err)
 				}
 				return nil
@@ -194,20 +190,10 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		if err != nil {
 			return err
 		}
-		r.own(name)
+		pruned, err := r.Wrote(name)
 		res.Checkpoint = path
-		res.Checkpoints = append(slices.DeleteFunc(res.Checkpoints, func(p string) bool { return p == path }), path)
-		ev := CheckpointEvent{Step: t.step, Path: path}
-		if step {
-			before := res.Checkpoints
-			err = r.prune()
-			res.Checkpoints = slices.DeleteFunc(slices.Clone(before), func(p string) bool { return !r.owned[filepath.Base(p)] })
-			for _, p := range before {
-				if !r.owned[filepath.Base(p)] {
-					ev.Pruned = append(ev.Pruned, p)
-				}
-			}
-		}
+		res.Checkpoints = append(slices.DeleteFunc(res.Checkpoints, func(p string) bool { return p == path || slices.Contains(pruned, p) }), path)
+		ev := CheckpointEvent{Step: t.step, Path: path, Pruned: pruned}
 		emit(events, ev)
 		return err
 	}
@@ -289,39 +275,6 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		}
 	}
 	return res, nil
-}
-
-// check refuses a checkpoint directory where the run would overwrite
-// another run's files (unless Overwrite), before the first step.
-func (r *run) check(t *Trainer, fc FitConfig, resumed bool, epoch int, loader Loader, logf func(string, ...any)) error {
-	if r.dir == "" {
-		return nil
-	}
-	// Every step from here to the last one may be saved (at an
-	// interruption), and every epoch end.
-	last := t.step + (fc.Epochs-epoch)*loader.Len()
-	if fc.MaxSteps > 0 {
-		last = min(last, max(fc.MaxSteps, t.step))
-	}
-	clash, others, err := r.conflicts(t.step, last, epoch, fc.Epochs)
-	if err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
-	if resumed {
-		// Files of the resumed run written after the file it resumes
-		// from (resuming from an earlier checkpoint): the run's own.
-		clash = r.claim(clash)
-	}
-	if len(clash) > 0 && !fc.Overwrite {
-		return &ConflictError{Dir: r.dir, Files: clash}
-	}
-	if len(clash) > 0 {
-		logf("%s of another run in %s may be overwritten, as asked (Overwrite)", nameList(clash), r.dir)
-	}
-	if others > 0 {
-		logf("%s also holds %d checkpoint(s) that are not this run's (%s): it leaves them alone", r.dir, others, r.id)
-	}
-	return nil
 }
 
 // ErrOtherRank is returned by a rank of a data-parallel run when another

@@ -282,6 +282,10 @@ func trainCommand() *cli.Command {
 				parts = append(parts, fmt.Sprintf("trained %d classifier steps on %d real + %d synthetic spectrograms: valid accuracy %s, test accuracy %s",
 					res.Steps, res.Real, res.Synthetic, accStr(res.ValidAcc), accStr(res.TestAcc)))
 			}
+			if res.Interrupted {
+				fmt.Printf("interrupted: %s; checkpoint %s (go on with --resume %[2]s)\n", strings.Join(parts, "; "), res.Checkpoint)
+				return nil
+			}
 			fmt.Printf("%s; precision %s; peak memory %s; checkpoint %s\n", strings.Join(parts, "; "), res.Precision.Precision, torch.FormatBytes(res.Peak), res.Checkpoint)
 			return nil
 		},

@@ -31,9 +31,10 @@ type Meta struct {
 	Unfreeze     string `json:"unfreeze"`
 	NumSynthetic int    `json:"num_synthetic"`
 	Seed         uint64 `json:"seed"`
-	// RunFiles are the checkpoints the run wrote in its directory, this
-	// one included: a resumed run may overwrite them.
-	RunFiles []string `json:"run_files"`
+	// RunFiles are the run's checkpoints in its directory, in files of
+	// torchfit before train.Run listed them as run_checkpoints: read when
+	// resuming such a file, never written.
+	RunFiles []string `json:"run_files,omitempty"`
 }
 
 // Shape is the spectrogram shape the models take.

@@ -2,15 +2,10 @@ package ganvit
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -88,6 +83,9 @@ type TrainResult struct {
 	Peak              int64
 	Checkpoint        string
 	Precision         amp.Choice
+	// Interrupted: a signal (a cancelled context) stopped the run after a
+	// step, and Checkpoint holds it.
+	Interrupted bool
 }
 
 func (c *TrainConfig) logf(format string, args ...any) {
@@ -146,9 +144,8 @@ type run struct {
 	cfg       *TrainConfig
 	prec      amp.Choice
 	meta      Meta
-	id        string
-	own       map[string]bool // checkpoint base names this run may overwrite
-	written   []string
+	owner     *train.Run // the run's checkpoints
+	last      string     // the last checkpoint written
 	monitor   *Monitor
 	train     *Specs
 	valid     *Specs
@@ -185,7 +182,7 @@ func trainOnThread(ctx context.Context, cfg *TrainConfig) (TrainResult, error) {
 		return res, &recipes.UsageError{Err: err}
 	}
 	res.Precision = prec
-	r := &run{cfg: cfg, prec: prec, monitor: &Monitor{Device: cfg.Device}, own: map[string]bool{}}
+	r := &run{cfg: cfg, prec: prec, monitor: &Monitor{Device: cfg.Device}}
 	defer r.free()
 	if err := r.setUp(ctx); err != nil {
 		return res, err
@@ -193,20 +190,20 @@ func trainOnThread(ctx context.Context, cfg *TrainConfig) (TrainResult, error) {
 	torch.ResetPeakMemory(cfg.Device)
 	doGAN := cfg.Stage != StageClassifier && !(r.resume != nil && r.meta.Stage == StageClassifier)
 	if doGAN {
-		if err := r.trainGAN(ctx, &res); err != nil {
-			return res, err
-		}
+		err = r.trainGAN(ctx, &res)
 	}
-	if cfg.Stage != StageGAN {
-		if err := r.trainClassifier(ctx, &res); err != nil {
-			return res, err
-		}
+	if err == nil && cfg.Stage != StageGAN {
+		err = r.trainClassifier(ctx, &res)
+	}
+	res.Checkpoint = r.last
+	if errors.Is(err, train.ErrInterrupted) {
+		res.Interrupted, err = true, nil
+	}
+	if err != nil {
+		return res, err
 	}
 	st, _ := torch.MemoryStats(cfg.Device)
 	res.Peak = st.PeakAllocated
-	if n := len(r.written); n > 0 {
-		res.Checkpoint = filepath.Join(cfg.CheckpointDir, r.written[n-1])
-	}
 	return res, nil
 }
 
@@ -270,7 +267,8 @@ func (r *run) setUp(ctx context.Context) error {
 			return err
 		}
 	}
-	var runFiles []string
+	rc := train.RunConfig{Dir: cfg.CheckpointDir, Kinds: []train.Kind{ganKind, clsKind}, KeepLast: cfg.KeepLast,
+		Overwrite: cfg.Overwrite, Logf: cfg.logf}
 	if cfg.Resume != "" {
 		f, err := ckpt.Read(cfg.Resume)
 		if err != nil {
@@ -296,26 +294,27 @@ func (r *run) setUp(ctx context.Context) error {
 		} else {
 			m.ViT = r.meta.ViT
 		}
-		r.meta = m
-		id, _, err := f.Run()
+		id, files, err := f.Run()
 		if err != nil {
 			return err
 		}
-		r.id, runFiles = id, m.RunFiles
+		if len(files) == 0 {
+			files = m.RunFiles // written by torchfit before run_checkpoints held them
+		}
+		m.RunFiles = nil
+		r.meta = m
+		rc.Resume, rc.ResumeID, rc.ResumeFiles = cfg.Resume, id, files
 		cfg.logf("resuming %s: stage %s, GAN epoch %d (%d steps), classifier epoch %d (%d steps)", cfg.Resume, m.Stage, m.GANEpochs, m.GANSteps, m.Epochs, m.Steps)
 	}
-	if r.id == "" {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		r.id = hex.EncodeToString(b[:])
+	if cfg.CheckpointDir == "" {
+		return &recipes.UsageError{Err: errors.New("--checkpoint-dir is empty")}
 	}
-	if cfg.Resume != "" {
-		if err := r.adopt(runFiles); err != nil {
-			return err
-		}
-	}
-	if err := r.checkDir(); err != nil {
+	if r.owner, err = train.StartRun(rc); err != nil {
 		return err
+	}
+	if err := r.owner.Check(r.could); err != nil {
+		// train.Fit's refusal, with this command line's ways out.
+		return &recipes.UsageError{Err: fmt.Errorf("%w: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite", err)}
 	}
 	if err := r.loadData(ctx); err != nil {
 		return err
@@ -332,104 +331,27 @@ func (r *run) setUp(ctx context.Context) error {
 	return nil
 }
 
-// adopt makes the run's checkpoints that the resumed file lists (itself
-// included) this run's when they are in the checkpoint directory, by
-// train.Fit's rule: a listed file changed after the resumed one was
-// written is another run's (it replaced it) and stays out. Adopted files
-// are pruned under KeepLast and listed in later checkpoints, as a
-// straight run's.
-func (r *run) adopt(listed []string) error {
-	dir, resume := r.cfg.CheckpointDir, r.cfg.Resume
-	rs, err := os.Stat(resume)
-	if err != nil {
-		return err
+// could says whether the run may write checkpoint n of kind k (an epoch
+// from the checkpoint's on, of a stage it trains).
+func (r *run) could(k train.Kind, n int) bool {
+	switch k.Name {
+	case ganKind.Name:
+		return r.cfg.Stage != StageClassifier && n > r.meta.GANEpochs && n <= r.cfg.GANEpochs
+	case clsKind.Name:
+		return r.cfg.Stage != StageGAN && n > r.meta.Epochs && n <= r.cfg.Epochs
 	}
-	ds, err := os.Stat(filepath.Dir(resume))
-	if err != nil {
-		return err
-	}
-	cs, err := os.Stat(dir)
-	if err != nil || !os.SameFile(ds, cs) {
-		return nil // another directory: nothing there is this run's yet
-	}
-	base := filepath.Base(resume)
-	if !slices.Contains(listed, base) {
-		listed = append(slices.Clone(listed), base) // a file of torchfit before run lists
-	}
-	for _, name := range listed {
-		fi, err := os.Stat(filepath.Join(dir, name))
-		if err != nil || (name != base && fi.ModTime().After(rs.ModTime())) {
-			continue
-		}
-		r.own[name] = true
-		r.written = append(r.written, name)
-	}
-	return nil
+	return false
 }
 
-// planned lists the checkpoint files this run would write.
-func (r *run) planned() []string {
-	var out []string
-	if r.cfg.Stage != StageClassifier {
-		for e := r.meta.GANEpochs + 1; e <= r.cfg.GANEpochs; e++ {
-			out = append(out, ganPath(e))
-		}
-	}
-	if r.cfg.Stage != StageGAN {
-		for e := r.meta.Epochs + 1; e <= r.cfg.Epochs; e++ {
-			out = append(out, clsPath(e))
-		}
-	}
-	return out
-}
+// The checkpoints a run writes: one per GAN epoch and one per classifier
+// epoch (as the seed's checkpoint_epoch_15.pt), the newest KeepLast of each.
+var (
+	ganKind = train.Kind{Name: "checkpoint_gan_epoch_%d.pt", Prune: true}
+	clsKind = train.Kind{Name: "checkpoint_epoch_%d.pt", Prune: true}
+)
 
-func ganPath(epoch int) string { return fmt.Sprintf("checkpoint_gan_epoch_%d.pt", epoch) }
-func clsPath(epoch int) string { return fmt.Sprintf("checkpoint_epoch_%d.pt", epoch) }
-
-// checkDir refuses to start where the run would overwrite another run's
-// checkpoints (unless --overwrite).
-func (r *run) checkDir() error {
-	dir := r.cfg.CheckpointDir
-	if dir == "" {
-		return &recipes.UsageError{Err: errors.New("--checkpoint-dir is empty")}
-	}
-	if r.cfg.Overwrite {
-		return nil
-	}
-	var clash []string
-	for _, name := range r.planned() {
-		if r.own[name] {
-			continue
-		}
-		path := filepath.Join(dir, name)
-		if _, err := os.Stat(path); err != nil {
-			continue
-		}
-		// Resuming, a later checkpoint of the same run (its run_id) is
-		// this run's to overwrite.
-		if r.resume != nil && sameRun(path, r.id) {
-			continue
-		}
-		clash = append(clash, name)
-	}
-	if len(clash) > 0 {
-		// train.Fit's refusal, with this command line's ways out.
-		return &recipes.UsageError{Err: fmt.Errorf("%w: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite",
-			&train.ConflictError{Dir: dir, Files: clash})}
-	}
-	return nil
-}
-
-// sameRun reports whether the checkpoint at path was written by run id.
-func sameRun(path, id string) bool {
-	f, err := ckpt.Read(path)
-	if err != nil {
-		return false
-	}
-	defer f.Free()
-	got, _, err := f.Run()
-	return err == nil && got == id
-}
+func ganPath(epoch int) string { return ganKind.File(epoch) }
+func clsPath(epoch int) string { return clsKind.File(epoch) }
 
 func (r *run) loadData(ctx context.Context) error {
 	cfg := r.cfg
@@ -599,16 +521,13 @@ func (r *run) trainGAN(ctx context.Context, res *TrainResult) error {
 	}
 	r.gan = gan
 	gan.Steps = r.meta.GANSteps
+	r.owner.Register("generator", r.gen)
+	r.owner.Register("discriminator", r.disc)
+	r.owner.Register("optimizer_g", gan.GOpt)
+	r.owner.Register("optimizer_d", gan.DOpt)
+	r.owner.Register("scaler", gan.Scaler)
 	if r.resume != nil && r.meta.Stage == StageGAN {
-		for _, p := range []struct {
-			key string
-			o   nn.Optimizer
-		}{{"optimizer_g", gan.GOpt}, {"optimizer_d", gan.DOpt}} {
-			if err := r.resume.Optimizer(p.key, p.o); err != nil {
-				return err
-			}
-		}
-		if err := r.resume.Scaler("scaler", gan.Scaler); err != nil {
+		if err := r.owner.Load(r.resume, "optimizer_g", "optimizer_d", "scaler"); err != nil {
 			return err
 		}
 	}
@@ -627,8 +546,12 @@ func (r *run) trainGAN(ctx context.Context, res *TrainResult) error {
 		emitTo(cfg.Events, train.EpochEvent{Epoch: epoch, Epochs: cfg.GANEpochs, Batches: ld.Len()})
 		start := time.Now()
 		var dSum, gSum float64
-		n := 0
+		n, interrupted := 0, false
 		for b, err := range ld.Epoch(ctx) {
+			if errors.Is(err, context.Canceled) {
+				interrupted = true
+				break
+			}
 			if err != nil {
 				ld.Close()
 				return err
@@ -650,6 +573,10 @@ func (r *run) trainGAN(ctx context.Context, res *TrainResult) error {
 				r.memoryLines("GAN", fmt.Sprintf("GAN step %d", st.Step))
 			}
 			r.iterationDone()
+			if ctx.Err() != nil {
+				interrupted = true // a signal: this step is done, save it
+				break
+			}
 			if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
 				break
 			}
@@ -662,16 +589,17 @@ func (r *run) trainGAN(ctx context.Context, res *TrainResult) error {
 		done := skip + n
 		skip = 0
 		r.meta.GANEpochs, r.meta.GANBatch, r.meta.GANSteps, r.meta.Stage = epoch, 0, gan.Steps, StageGAN
-		if done < ld.Len() { // stopped by --max-steps: this epoch is not done
+		if done < ld.Len() { // stopped by --max-steps or a signal: this epoch is not done
 			r.meta.GANEpochs, r.meta.GANBatch = epoch-1, done
 		}
 		cfg.logf("GAN epoch %d/%d: %d steps, D loss %.4f, G loss %.4f, %s", epoch, cfg.GANEpochs, n, res.DLoss, res.GLoss, time.Since(start).Round(time.Millisecond))
 		torch.EmptyCache() // the seed's Option 1: after each epoch
-		if err := r.save(ganPath(epoch), true, false); err != nil {
+		if err := r.save(ganPath(epoch)); err != nil {
 			return err
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		if interrupted {
+			cfg.logf("interrupted at GAN step %d: saved %s", gan.Steps, r.last)
+			return train.ErrInterrupted
 		}
 		if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
 			break
@@ -718,91 +646,17 @@ func loaderOpts(cfg *TrainConfig, dd *DeviceData, batch int, seed uint64, epoch 
 	return o
 }
 
-// save writes a checkpoint: the GAN (networks, optimizers and scaler
-// while it trains), the classifier and its optimizer when it exists.
-func (r *run) save(name string, ganState, clsState bool) error {
-	// A file of this run written again (the epoch a --max-steps stop
-	// left unfinished) moves to the end.
-	files := append(slices.DeleteFunc(slices.Clone(r.written), func(f string) bool { return f == name }), name)
-	r.meta.RunFiles = files
-	path := filepath.Join(r.cfg.CheckpointDir, name)
-	if err := os.MkdirAll(r.cfg.CheckpointDir, 0o755); err != nil {
-		return fmt.Errorf("--checkpoint-dir: %w", err)
-	}
-	// In a scope: the tensors the writer makes of its own (the RNG
-	// snapshot, the scalers' and schedule's values) are released after.
-	err := torch.TidyErr(func() error {
-		w := ckpt.NewWriter()
-		if r.gen != nil {
-			w.Module("generator", r.gen)
-		}
-		if r.disc != nil && ganState {
-			w.Module("discriminator", r.disc)
-		}
-		if ganState && r.gan != nil {
-			w.Optimizer("optimizer_g", r.gan.GOpt)
-			w.Optimizer("optimizer_d", r.gan.DOpt)
-			w.Scaler("scaler", r.gan.Scaler)
-		}
-		if r.vit != nil && clsState {
-			w.Module("classifier", r.vit)
-			w.Optimizer("optimizer", r.cls.Opt)
-			w.Schedule("scheduler", r.cls.Sched)
-			w.Scaler("classifier_scaler", r.cls.Scaler)
-		}
-		w.Meta(r.meta.dict())
-		w.Run(r.id, nil)
-		w.RNG()
-		return w.Save(path)
-	})
+// save writes a checkpoint of the parts registered now (the GAN's
+// networks, optimizers and scaler while it trains; the generator and the
+// classifier with its optimizer after) and the run's meta.
+func (r *run) save(name string) error {
+	ev, err := r.owner.Save(name, func(w *ckpt.Writer) { w.Meta(r.meta.dict()) })
 	if err != nil {
 		return err
 	}
-	r.written = files
-	pruned := r.prune(strings.HasPrefix(name, "checkpoint_gan_"))
-	emitTo(r.cfg.Events, train.CheckpointEvent{Path: path, Pruned: pruned})
+	r.last = ev.Path
+	emitTo(r.cfg.Events, ev)
 	return nil
-}
-
-// prune deletes this run's oldest checkpoints of one kind (GAN or
-// classifier epochs) beyond the newest KeepLast; other runs' files are
-// never touched.
-func (r *run) prune(gan bool) []string {
-	keep := r.cfg.KeepLast
-	if keep == 0 {
-		keep = 3
-	}
-	if keep < 0 {
-		return nil
-	}
-	var mine []string
-	for _, f := range r.written {
-		if strings.HasPrefix(f, "checkpoint_gan_") == gan {
-			mine = append(mine, f)
-		}
-	}
-	var pruned []string
-	for len(mine) > keep {
-		old := filepath.Join(r.cfg.CheckpointDir, mine[0])
-		if err := os.Remove(old); err == nil || os.IsNotExist(err) {
-			pruned = append(pruned, old)
-		}
-		mine = mine[1:]
-	}
-	if len(pruned) > 0 {
-		gone := map[string]bool{}
-		for _, p := range pruned {
-			gone[filepath.Base(p)] = true
-		}
-		var left []string
-		for _, f := range r.written {
-			if !gone[f] {
-				left = append(left, f)
-			}
-		}
-		r.written = left
-	}
-	return pruned
 }
 
 // emitTo sends e when the sink is set.
@@ -869,6 +723,10 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 		nn.Free(r.disc)
 		r.disc = nil
 	}
+	r.owner.Drop("discriminator", "optimizer_g", "optimizer_d", "scaler")
+	if r.gen != nil {
+		r.owner.Register("generator", r.gen) // in every checkpoint
+	}
 	torch.EmptyCache()
 	var dd *DeviceData
 	if cfg.DataOnDevice {
@@ -894,14 +752,12 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 		return err
 	}
 	r.cls = cls
+	r.owner.Register("classifier", r.vit)
+	r.owner.Register("optimizer", cls.Opt)
+	r.owner.Register("scheduler", cls.Sched)
+	r.owner.Register("classifier_scaler", cls.Scaler)
 	if r.resume != nil && r.meta.Stage == StageClassifier {
-		if err := r.resume.Optimizer("optimizer", cls.Opt); err != nil {
-			return err
-		}
-		if err := r.resume.Schedule("scheduler", cls.Sched); err != nil {
-			return err
-		}
-		if err := r.resume.Scaler("classifier_scaler", cls.Scaler); err != nil {
+		if err := r.owner.Load(r.resume, "optimizer", "scheduler", "classifier_scaler"); err != nil {
 			return err
 		}
 		cls.Steps = r.meta.Steps
@@ -932,8 +788,12 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 		}
 		start := time.Now()
 		var lossSum float64
-		n := 0
+		n, interrupted := 0, false
 		for b, err := range ld.Epoch(ctx) {
+			if errors.Is(err, context.Canceled) {
+				interrupted = true
+				break
+			}
 			if err != nil {
 				ld.Close()
 				return err
@@ -951,32 +811,40 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 				r.memoryLines("classifier", fmt.Sprintf("classifier step %d (loss %.4f)", info.Step, info.Loss))
 			}
 			r.iterationDone()
+			if ctx.Err() != nil {
+				interrupted = true // a signal: this step is done, save it
+				break
+			}
 			if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
 				break
 			}
 		}
 		ld.Close()
-		acc, err := Predict(ctx, r.vit, r.valid, cfg.Device, r.prec.Precision, cfg.Preset.Batch)
-		if err != nil {
-			return err
+		res.Steps = cls.Steps
+		if !interrupted {
+			acc, err := Predict(ctx, r.vit, r.valid, cfg.Device, r.prec.Precision, cfg.Preset.Batch)
+			if err != nil {
+				return err
+			}
+			res.ValidAcc = acc.Value()
+			emitTo(cfg.Events, train.EvalEvent{Step: cls.Steps, Epoch: epoch, Values: map[string]float64{
+				"train_loss": lossSum / float64(max(1, n)), "valid_accuracy": acc.Value()}})
+			cfg.logf("classifier epoch %d/%d: loss %.4f, valid accuracy %.3f (%d/%d), %s", epoch, cfg.Epochs, lossSum/float64(max(1, n)),
+				acc.Value(), acc.Correct, acc.N, time.Since(start).Round(time.Millisecond))
 		}
-		res.ValidAcc, res.Steps = acc.Value(), cls.Steps
-		emitTo(cfg.Events, train.EvalEvent{Step: cls.Steps, Epoch: epoch, Values: map[string]float64{
-			"train_loss": lossSum / float64(max(1, n)), "valid_accuracy": acc.Value()}})
-		cfg.logf("classifier epoch %d/%d: loss %.4f, valid accuracy %.3f (%d/%d), %s", epoch, cfg.Epochs, lossSum/float64(max(1, n)),
-			acc.Value(), acc.Correct, acc.N, time.Since(start).Round(time.Millisecond))
 		done := skip + n
 		skip = 0
 		r.meta.Epochs, r.meta.Batch, r.meta.Steps, r.meta.Stage = epoch, 0, cls.Steps, StageClassifier
-		if done < ld.Len() { // stopped by --max-steps: this epoch is not done
+		if done < ld.Len() { // stopped by --max-steps or a signal: this epoch is not done
 			r.meta.Epochs, r.meta.Batch = epoch-1, done
 		}
 		torch.EmptyCache()
-		if err := r.save(clsPath(epoch), false, true); err != nil {
+		if err := r.save(clsPath(epoch)); err != nil {
 			return err
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		if interrupted {
+			cfg.logf("interrupted at classifier step %d: saved %s", cls.Steps, r.last)
+			return train.ErrInterrupted
 		}
 		if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
 			break

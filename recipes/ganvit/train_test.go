@@ -316,9 +316,9 @@ func TestResumeOwnsItsRunsFiles(t *testing.T) {
 	f, err := ckpt.Read(filepath.Join(dir, "checkpoint_epoch_5.pt"))
 	require.NoError(t, err)
 	defer f.Free()
-	m, err := readMeta(f)
+	_, files, err := f.Run()
 	require.NoError(t, err)
-	require.Equal(t, []string{"checkpoint_epoch_4.pt", "checkpoint_epoch_5.pt"}, m.RunFiles, "listed before the pruning: a run killed in between still knows its files")
+	require.Equal(t, []string{"checkpoint_epoch_4.pt", "checkpoint_epoch_5.pt"}, files, "listed before the pruning: a run killed in between still knows its files")
 }
 
 // A run stopped by --max-steps in the middle of an epoch saves where it
@@ -395,6 +395,68 @@ func TestResumeMidEpoch(t *testing.T) {
 			require.NoError(t, err)
 			for k, v := range want {
 				require.True(t, v.Equal(got[k]), "%s: %s after the resume equals the straight run's", stage, k)
+			}
+		})
+	}
+}
+
+// A signal (the context cancelled) in the middle of an epoch finishes the
+// step, saves where the run stands and returns Interrupted, with no error
+// (exit status 0); temporary files of killed checkpoint writes in the
+// directory are removed; resumed, the run ends as the straight run ends:
+// the GAN stage and the classifier stage.
+func TestInterruptSavesAndResumes(t *testing.T) {
+	for _, stage := range []string{StageGAN, StageClassifier} {
+		t.Run(stage, func(t *testing.T) {
+			var lines []string
+			cfg := testConfig(t, &lines)
+			cfg.Stage, cfg.NumSynthetic, cfg.GANEpochs, cfg.Epochs, cfg.Unfreeze = stage, 0, 2, 2, Schedule{1: {1}}
+			straight, err := Train(context.Background(), cfg)
+			require.NoError(t, err, strings.Join(lines, "\n"))
+
+			cfg.CheckpointDir = filepath.Join(t.TempDir(), "ck")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			log := report.Lines(&lines)
+			cfg.Events = func(e train.Event) {
+				log(e)
+				if m, ok := e.(train.Message); ok && strings.HasPrefix(m.Text, "GAN step 2:") {
+					cancel()
+				}
+				if s, ok := e.(train.StepEvent); ok && s.Step == 2 {
+					cancel()
+				}
+			}
+			stopped, err := Train(ctx, cfg)
+			require.NoError(t, err, strings.Join(lines, "\n"))
+			require.True(t, stopped.Interrupted)
+			require.FileExists(t, stopped.Checkpoint)
+			require.Contains(t, strings.Join(lines, "\n"), "interrupted at ")
+
+			killed := filepath.Join(cfg.CheckpointDir, ".checkpoint_epoch_2.pt.tmp-123456789")
+			require.NoError(t, os.WriteFile(killed, []byte("partial"), 0o644))
+			lines = nil
+			cfg.Events, cfg.Resume = report.Lines(&lines), stopped.Checkpoint
+			resumed, err := Train(context.Background(), cfg)
+			require.NoError(t, err, strings.Join(lines, "\n"))
+			require.False(t, resumed.Interrupted)
+			require.NoFileExists(t, killed)
+			require.Contains(t, strings.Join(lines, "\n"), "2 of its 4 batches done")
+			require.Equal(t, straight.GANSteps, resumed.GANSteps)
+			require.Equal(t, straight.Steps, resumed.Steps)
+			key := map[string]string{StageGAN: "generator", StageClassifier: "classifier"}[stage]
+			f, err := ckpt.Read(straight.Checkpoint)
+			require.NoError(t, err)
+			defer f.Free()
+			want, err := f.Tensors(key)
+			require.NoError(t, err)
+			g, err := ckpt.Read(resumed.Checkpoint)
+			require.NoError(t, err)
+			defer g.Free()
+			got, err := g.Tensors(key)
+			require.NoError(t, err)
+			for k, v := range want {
+				require.True(t, v.Equal(got[k]), "%s: %s after the interrupted run's resume equals the straight run's", stage, k)
 			}
 		})
 	}

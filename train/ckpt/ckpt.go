@@ -122,8 +122,9 @@ func (w *Writer) Meta(m *ptfile.Dict) {
 	w.d.Set("meta", m)
 }
 
-// Run records the run that writes the file and the base names of its step
-// checkpoints in the directory, this one included.
+// Run records the run that writes the file and the base names of its
+// checkpoints in the directory that it prunes (train.Run.Files), this one
+// included.
 func (w *Writer) Run(id string, files []string) {
 	if id == "" {
 		return
@@ -363,7 +364,7 @@ func (f *File) Meta() *ptfile.Dict {
 	return copyPlain(d)
 }
 
-// Run returns the run that wrote the file and its step checkpoints then.
+// Run returns the run that wrote the file and its checkpoints then.
 func (f *File) Run() (id string, files []string, err error) {
 	x, ok := f.d.Get("run_id")
 	if !ok {
@@ -379,8 +380,8 @@ func (f *File) Run() (id string, files []string, err error) {
 		}
 		for _, v := range list {
 			name, ok := v.(string)
-			if !ok || !stepName.MatchString(name) {
-				return "", nil, f.fail("run_checkpoints holds %v, not a step checkpoint's name", v)
+			if !ok || name == "" || name == "." || name == ".." || filepath.Base(name) != name {
+				return "", nil, f.fail("run_checkpoints holds %v, not a file name", v)
 			}
 			files = append(files, name)
 		}
