@@ -151,4 +151,3 @@ func (t *Trainer) loadCheckpoint(path string) (Checkpoint, error) {
 	t.SetMicroBatch(c.MicroBatch)
 	return c, nil
 }
-
