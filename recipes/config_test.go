@@ -13,7 +13,7 @@ import (
 // d-model, applying the config file with keys, and returns what it read.
 func runWith(t *testing.T, keys map[string]string, args ...string) (Common, *cli.Context, error) {
 	t.Helper()
-	return runWithDefaults(t, Defaults{BatchSize: 4, GradAccum: 1, Epochs: 1, LR: 1e-3}, keys, args...)
+	return runWithDefaults(t, Defaults{MicroBatch: 4, Accum: 1, Epochs: 1, LR: 1e-3}, keys, args...)
 }
 
 // runWithDefaults is runWith for a recipe with defaults d.
@@ -57,8 +57,8 @@ func TestConfigSections(t *testing.T) {
 	cm, c, err := runWith(t, map[string]string{"vram.use_fp16": "mixed_precision"}, "--config", mamba, "--batch-size", "3")
 	require.NoError(t, err)
 	require.Equal(t, 768, c.Int("d-model"))
-	require.Equal(t, 3, cm.BatchSize, "the flag overrides the file")
-	require.Equal(t, 8, cm.GradAccum)
+	require.Equal(t, 3, cm.MicroBatch, "the flag overrides the file")
+	require.Equal(t, 8, cm.Accum)
 	require.Equal(t, "auto", cm.Precision)
 	require.Equal(t, 3e-4, cm.LR)
 	require.Equal(t, 1.0, cm.ClipNorm)
@@ -67,11 +67,11 @@ func TestConfigSections(t *testing.T) {
 
 	// The TTS seed's config.yaml: two batch sizes, told apart by the recipe's keys.
 	tts := writeFile(t, "config.yaml", "training:\n  batch_size: 4\n  gradient_accumulation_steps: 8\n  max_memory_fraction: 0.9\ndata:\n  batch_size: 32\n  prefetch_buffer_size: 2\nmodel:\n  text_encoder_dim: 256\n")
-	cm, c, err = runWith(t, map[string]string{"training.batch_size": "batch-size", "data.batch_size": "loader-batch",
+	cm, c, err = runWith(t, map[string]string{"training.batch_size": "micro-batch", "data.batch_size": "loader-batch",
 		"training.max_memory_fraction": "memory-fraction"}, "--config", tts)
 	require.NoError(t, err)
-	require.Equal(t, 4, cm.BatchSize)
-	require.Equal(t, 8, cm.GradAccum)
+	require.Equal(t, 4, cm.MicroBatch)
+	require.Equal(t, 8, cm.Accum)
 	require.Equal(t, 0.9, cm.MemoryFraction)
 	require.Equal(t, 2, cm.Prefetch)
 	require.Equal(t, 32, c.Int("loader-batch"))
@@ -79,8 +79,8 @@ func TestConfigSections(t *testing.T) {
 
 	for _, tc := range []struct{ name, text, want string }{
 		{"unknown.json", `{"vram": {"batch_sise": 2}}`, `unknown setting "vram.batch_sise"`},
-		{"twice.yaml", "training:\n  batch_size: 4\ndata:\n  batch_size: 32\n", `"training.batch_size" and "data.batch_size" set the same flag --batch-size`},
-		{"zero.json", `{"vram": {"batch_size": 0}}`, "batch-size"},
+		{"twice.yaml", "training:\n  batch_size: 4\ndata:\n  batch_size: 32\n", `"training.batch_size" and "data.batch_size" set the same flag --micro-batch`},
+		{"zero.json", `{"vram": {"batch_size": 0}}`, "micro-batch"},
 		{"frac.json", `{"vram": {"batch_size": 1.5}}`, "must be an integer"},
 		{"type.yaml", "training:\n  learning_rate: fast\n", "training.learning_rate"},
 	} {
@@ -94,7 +94,7 @@ func TestConfigSections(t *testing.T) {
 // A recipe's default memory fraction (CLIP's 0.95, the seed's) gives way to
 // a --memory-limit the user gives; both given by the user is refused.
 func TestMemoryLimitReplacesTheDefaultFraction(t *testing.T) {
-	d := Defaults{BatchSize: 4, GradAccum: 1, Epochs: 1, LR: 1e-3, MemoryFraction: 0.95}
+	d := Defaults{MicroBatch: 4, Accum: 1, Epochs: 1, LR: 1e-3, MemoryFraction: 0.95}
 	cm, _, err := runWithDefaults(t, d, nil)
 	require.NoError(t, err)
 	require.Equal(t, 0.95, cm.MemoryFraction)

@@ -15,8 +15,8 @@ import (
 // seed's.
 type Defaults struct {
 	Data            string
-	BatchSize       int
-	GradAccum       int
+	MicroBatch       int
+	Accum       int
 	Precision       string // "no", "auto", "bf16", "fp16"
 	Epochs          int
 	LR              float64
@@ -36,8 +36,8 @@ type Defaults struct {
 type Common struct {
 	Data              string
 	Config            string
-	BatchSize         int // micro-batch
-	GradAccum         int // micro-batches per optimizer step
+	MicroBatch         int // micro-batch
+	Accum         int // micro-batches per optimizer step
 	Precision         string
 	Device            torch.Device
 	MemoryLimit       string // bytes with a unit, or a fraction of the device
@@ -69,8 +69,8 @@ type Common struct {
 	AllReduceAfterBackward bool
 }
 
-// EffectiveBatch is BatchSize × GradAccum.
-func (c Common) EffectiveBatch() int { return c.BatchSize * c.GradAccum }
+// EffectiveBatch is MicroBatch × Accum.
+func (c Common) EffectiveBatch() int { return c.MicroBatch * c.Accum }
 
 // MaxNonFiniteDefault is --max-nonfinite-steps' default.
 const MaxNonFiniteDefault = 5
@@ -85,9 +85,10 @@ func Flags(d Defaults) []cli.Flag {
 	fs := []cli.Flag{
 		&cli.StringFlag{Name: "data", Aliases: []string{"data_dir", "data-dir"}, Value: d.Data, Usage: "data directory"},
 		&cli.StringFlag{Name: "config", Usage: "JSON or YAML file with any of these settings (the flags override it)"},
-		&cli.IntFlag{Name: "batch-size", Value: d.BatchSize, Usage: "micro-batch"},
+		&cli.IntFlag{Name: "micro-batch", Aliases: []string{"batch-size", "batch_size"}, Value: d.MicroBatch,
+			Usage: "samples per forward and backward (the seeds' --batch-size; effective batch = micro-batch × grad-accum)"},
 		&cli.IntFlag{Name: "grad-accum", Aliases: []string{"gradient_accumulation_steps", "gradient-accumulation-steps", "gradient_accumulation", "gradient-accumulation"},
-			Value: d.GradAccum, Usage: "gradient accumulation steps (effective batch = batch-size × grad-accum)"},
+			Value: d.Accum, Usage: "micro-batches per optimizer step (effective batch = micro-batch × grad-accum)"},
 		&cli.StringFlag{Name: "mixed-precision", Value: d.Precision, Usage: "no, auto (fp16 on CUDA, bf16 where the CPU computes it natively, else fp32), bf16 or fp16"},
 		&cli.GenericFlag{Name: "mixed_precision", Value: &switchValue{}, Usage: "the seeds' switch: --mixed_precision alone is --mixed-precision auto"},
 		&cli.StringFlag{Name: "device", Value: "auto", Usage: "cpu, cuda, cuda:N or auto"},
@@ -209,7 +210,7 @@ func ReadCommon(c *cli.Context) (Common, error) {
 		precision = sv.value
 	}
 	cm := Common{
-		Data: c.String("data"), Config: c.String("config"), BatchSize: c.Int("batch-size"), GradAccum: c.Int("grad-accum"),
+		Data: c.String("data"), Config: c.String("config"), MicroBatch: c.Int("micro-batch"), Accum: c.Int("grad-accum"),
 		Precision: precision, Device: dev, MemoryLimit: c.String("memory-limit"), MemoryFraction: fraction,
 		VRAM: c.String("vram"), AutoBatch: c.Bool("auto-batch") || c.Bool("dry-run"), DryRun: c.Bool("dry-run"),
 		GradCheckpointing: c.Bool("grad-checkpointing"), ClipNorm: c.Float64("clip-norm"), EmptyCacheEvery: c.Int("empty-cache-every"),
@@ -231,8 +232,8 @@ func ReadCommon(c *cli.Context) (Common, error) {
 // Validate checks the shared settings' ranges.
 func (c Common) Validate() error {
 	if err := CheckRanges(
-		Between("batch-size", int64(c.BatchSize), 1, MaxBatch),
-		Between("grad-accum", int64(c.GradAccum), 1, MaxBatch),
+		Between("micro-batch", int64(c.MicroBatch), 1, MaxBatch),
+		Between("grad-accum", int64(c.Accum), 1, MaxBatch),
 		Between("epochs", int64(c.Epochs), 1, 1<<20),
 		Between("max-steps", int64(c.MaxSteps), 0, math.MaxInt64),
 		Between("warmup", int64(c.Warmup), 0, math.MaxInt64),
@@ -247,7 +248,7 @@ func (c Common) Validate() error {
 	); err != nil {
 		return err
 	}
-	if err := CheckStep(c.BatchSize, c.GradAccum, c.LR, c.ClipNorm); err != nil {
+	if err := CheckStep(c.MicroBatch, c.Accum, c.LR, c.ClipNorm); err != nil {
 		return err
 	}
 	if !(c.MemoryFraction >= 0 && c.MemoryFraction <= 1) {
@@ -329,7 +330,7 @@ func FiniteFloats(c *cli.Context) error {
 // Preset is what a --vram setting chooses; zero fields leave the flag as
 // it is.
 type Preset struct {
-	BatchSize, GradAccum int
+	MicroBatch, Accum int
 	Mixed                bool // mixed precision (auto)
 	Checkpointing        bool
 }
@@ -337,11 +338,11 @@ type Preset struct {
 // ApplyPreset sets the fields of cm that the command line did not set
 // explicitly from p.
 func ApplyPreset(c *cli.Context, cm *Common, p Preset) {
-	if p.BatchSize > 0 && !c.IsSet("batch-size") {
-		cm.BatchSize = p.BatchSize
+	if p.MicroBatch > 0 && !c.IsSet("micro-batch") {
+		cm.MicroBatch = p.MicroBatch
 	}
-	if p.GradAccum > 0 && !c.IsSet("grad-accum") {
-		cm.GradAccum = p.GradAccum
+	if p.Accum > 0 && !c.IsSet("grad-accum") {
+		cm.Accum = p.Accum
 	}
 	if p.Mixed && !c.IsSet("mixed-precision") && !c.IsSet("mixed_precision") {
 		cm.Precision = "auto"

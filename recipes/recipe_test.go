@@ -27,7 +27,7 @@ func TestPrepareHoldsItsLinesUntilTheRecipeWrites(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			cmd := &cli.Command{Name: "train", Flags: Flags(Defaults{BatchSize: 4, GradAccum: 1, Epochs: 1, LR: 1e-3}),
+			cmd := &cli.Command{Name: "train", Flags: Flags(Defaults{MicroBatch: 4, Accum: 1, Epochs: 1, LR: 1e-3}),
 				Action: func(c *cli.Context) error {
 					r, err := Prepare(c, nil)
 					require.NoError(t, err)
@@ -69,7 +69,7 @@ func TestOneProcessRefusesDataParallel(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			var got error
-			cmd := &cli.Command{Name: "train", Flags: Flags(Defaults{BatchSize: 4, GradAccum: 1, Epochs: 1, LR: 1e-3}),
+			cmd := &cli.Command{Name: "train", Flags: Flags(Defaults{MicroBatch: 4, Accum: 1, Epochs: 1, LR: 1e-3}),
 				Action: func(c *cli.Context) error {
 					r, err := Prepare(c, nil)
 					require.NoError(t, err)

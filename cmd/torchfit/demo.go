@@ -47,7 +47,7 @@ func demoCommand() *cli.Command {
 			// The bf16 lever, measured on one step of this model and corpus.
 			var m [2]asr.Measurement
 			for k, p := range []string{"fp32", "bf16"} {
-				if m[k], err = asr.MeasureStep(asr.MeasureConfig{Data: gen.OutDir, Preset: "tiny", BatchSize: 4, GradAccum: 2,
+				if m[k], err = asr.MeasureStep(asr.MeasureConfig{Data: gen.OutDir, Preset: "tiny", MicroBatch: 4, Accum: 2,
 					Precision: p, Device: torch.CPU}); err != nil {
 					return err
 				}
@@ -65,7 +65,7 @@ func demoCommand() *cli.Command {
 			metrics := filepath.Join(dir, "metrics.jsonl")
 			os.Remove(metrics)
 			cfg := asr.TrainConfig{
-				Data: gen.OutDir, Preset: "tiny", BatchSize: 4, GradAccum: 2, Precision: precision,
+				Data: gen.OutDir, Preset: "tiny", MicroBatch: 4, Accum: 2, Precision: precision,
 				Device: torch.CPU, Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"), LR: 2e-3, Warmup: 60, ClipNorm: 5,
 				CheckpointDir: ckdir, CheckpointEvery: 200, Workers: 1, Seed: 1,
 				ValidLimit: 64, MemoryEvery: 100,

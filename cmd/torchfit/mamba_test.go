@@ -33,7 +33,7 @@ func TestMambaBadConfigsExitTwo(t *testing.T) {
 	}{
 		{"unknown key", []string{"--config", file("unknown.json", `"use_fp16": true,`, `"use_fp16": true, "use_fp32": true,`)},
 			`unknown setting "vram.use_fp32"`},
-		{"batch_size 0", []string{"--config", file("batch0.json", `"batch_size": 1,`, `"batch_size": 0,`)}, "batch-size 0: must be at least 1"},
+		{"batch_size 0", []string{"--config", file("batch0.json", `"batch_size": 1,`, `"batch_size": 0,`)}, "micro-batch 0: must be at least 1"},
 		{"vocab_size not the tokenizer's", []string{"--config", file("vocab.json", `"vocab_size": 50257`, `"vocab_size": 32000`)},
 			"vocab-size 32000: the GPT-2 tokenizer (r50k_base) has 50257 tokens"},
 		{"d_model 0", []string{"--config", file("dmodel.json", `"d_model": 512,`, `"d_model": 0,`)}, "d_model 0: must be at least 1"},
@@ -59,7 +59,7 @@ func TestMambaBadConfigsExitTwo(t *testing.T) {
 	}
 	code, out := runInProcess("mamba", "estimate", "--config", filepath.Join(dir, "batch0.json"))
 	require.Equal(t, 2, code, out)
-	requireOneLine(t, out, "batch-size 0")
+	requireOneLine(t, out, "micro-batch 0")
 	code, out = runInProcess("mamba", "eval", "--checkpoint", filepath.Join(dir, "none.pt"), "--data_dir", nodata)
 	require.Equal(t, 2, code, out)
 	requireOneLine(t, out, "no such file")

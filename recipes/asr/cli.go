@@ -65,7 +65,7 @@ func dataCommand() *cli.Command {
 // Defaults are the KonkaniVani guide's: micro-batch 2 × accumulation 4,
 // clipping at 5, the CUDA cache emptied every 50 steps.
 var Defaults = recipes.Defaults{
-	Data: "data/asr", BatchSize: 2, GradAccum: 4, Precision: "no", Epochs: 20, LR: 1e-3, Warmup: 100, ClipNorm: 5,
+	Data: "data/asr", MicroBatch: 2, Accum: 4, Precision: "no", Epochs: 20, LR: 1e-3, Warmup: 100, ClipNorm: 5,
 	EmptyCacheEvery: 50, CheckpointDir: "checkpoints", CheckpointEvery: 100, Workers: 2, Prefetch: 2, MemoryEvery: 25,
 }
 
@@ -121,8 +121,8 @@ func planFor(run *recipes.Run, cfg TrainConfig) (memplan.Result, error) {
 	if preset == "" {
 		return memplan.Result{}, recipes.Usagef("--plan needs --preset (not --resume)")
 	}
-	run.Logf("planning for %s: effective batch %d, preset %s (each candidate is a measured dry run)", torch.FormatBytes(b), cfg.BatchSize*cfg.GradAccum, preset)
-	return PlanMemory(PlanConfig{Data: cfg.Data, Preset: preset, Device: cfg.Device, Budget: b, EffectiveBatch: cfg.BatchSize * cfg.GradAccum,
+	run.Logf("planning for %s: effective batch %d, preset %s (each candidate is a measured dry run)", torch.FormatBytes(b), cfg.MicroBatch*cfg.Accum, preset)
+	return PlanMemory(PlanConfig{Data: cfg.Data, Preset: preset, Device: cfg.Device, Budget: b, EffectiveBatch: cfg.MicroBatch * cfg.Accum,
 		Report: func(r memplan.Row) { run.Logf("  %v: need %s, %s", r.Candidate, torch.FormatBytes(r.Need()), fits(r)) }})
 }
 
@@ -153,7 +153,7 @@ func planCommand() *cli.Command {
 				return err
 			}
 			p := res.Plan
-			fmt.Printf("train with: --batch-size %d --grad-accum %d --mixed-precision %s%s\n", p.MicroBatch, p.Accum, p.Precision,
+			fmt.Printf("train with: --micro-batch %d --grad-accum %d --mixed-precision %s%s\n", p.MicroBatch, p.Accum, p.Precision,
 				map[bool]string{true: " --grad-checkpointing", false: ""}[p.Checkpointing])
 			return nil
 		},
@@ -192,12 +192,12 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 		if !c.IsSet("preset") && cm.Resume == "" {
 			preset = p
 		}
-		recipes.ApplyPreset(c, &cm, recipes.Preset{BatchSize: batch, GradAccum: accum, Mixed: mixed, Checkpointing: ckpt})
+		recipes.ApplyPreset(c, &cm, recipes.Preset{MicroBatch: batch, Accum: accum, Mixed: mixed, Checkpointing: ckpt})
 	}
 	cfg := TrainConfig{
 		Data: cm.Data, Preset: preset, DModel: c.Int64("d-model"),
 		EncoderLayers: c.Int("encoder-layers"), DecoderLayers: c.Int("decoder-layers"),
-		BatchSize: cm.BatchSize, GradAccum: cm.GradAccum, Precision: cm.Precision,
+		MicroBatch: cm.MicroBatch, Accum: cm.Accum, Precision: cm.Precision,
 		Device: cm.Device, Epochs: cm.Epochs, MaxSteps: cm.MaxSteps, LR: cm.LR, Warmup: cm.Warmup,
 		ClipNorm: cm.ClipNorm, EmptyCacheEvery: cm.EmptyCacheEvery, GradCheckpointing: cm.GradCheckpointing,
 		AutoBatch: cm.AutoBatch, DryRun: cm.DryRun, CheckpointDir: cm.CheckpointDir,
@@ -234,7 +234,7 @@ func trainCommand() *cli.Command {
 					return err
 				}
 				p := plan.Plan
-				cfg.BatchSize, cfg.GradAccum, cfg.Precision, cfg.GradCheckpointing = p.MicroBatch, p.Accum, string(p.Precision), p.Checkpointing
+				cfg.MicroBatch, cfg.Accum, cfg.Precision, cfg.GradCheckpointing = p.MicroBatch, p.Accum, string(p.Precision), p.Checkpointing
 				run.Logf("plan: %s", plan.Why)
 			}
 			res, err := TrainConformer(run.Ctx, cfg)

@@ -47,8 +47,8 @@ func TestSeedCommandLinesParse(t *testing.T) {
 		{`--batch_size 1 --gradient_accumulation_steps 8 --mixed_precision --device cuda --resume checkpoints/checkpoint_epoch_15.pt`, 1, 8, 0, 0, 0},
 	} {
 		cm, c := parseTrain(t, tc.line+extra)
-		require.Equal(t, tc.batch, cm.BatchSize, tc.line)
-		require.Equal(t, tc.accum, cm.GradAccum, tc.line)
+		require.Equal(t, tc.batch, cm.MicroBatch, tc.line)
+		require.Equal(t, tc.accum, cm.Accum, tc.line)
 		require.Equal(t, "auto", cm.Precision, "--mixed_precision alone is auto")
 		require.Equal(t, "checkpoints/checkpoint_epoch_15.pt", cm.Resume)
 		require.Equal(t, "testdata/corpus", cm.Data)
@@ -66,5 +66,5 @@ func TestSeedCommandLinesParse(t *testing.T) {
 	require.Equal(t, 2e-5, cm.LR)
 	cm, _ = parseTrain(t, "--mixed-precision fp32 --batch-size 3")
 	require.Equal(t, "fp32", cm.Precision)
-	require.Equal(t, 3, cm.BatchSize)
+	require.Equal(t, 3, cm.MicroBatch)
 }

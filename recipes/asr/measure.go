@@ -17,8 +17,8 @@ import (
 type MeasureConfig struct {
 	Data              string // corpus directory
 	Preset            string
-	BatchSize         int // micro-batch
-	GradAccum         int
+	MicroBatch         int // micro-batch
+	Accum         int
 	Precision         string // fp32, bf16, fp16
 	GradCheckpointing bool
 	Device            torch.Device
@@ -65,7 +65,7 @@ func measureStep(c MeasureConfig) (Measurement, error) {
 	if err != nil {
 		return out, err
 	}
-	n := c.BatchSize * c.GradAccum
+	n := c.MicroBatch * c.Accum
 	order := make([]int, corpus.Len())
 	for i := range order {
 		order[i] = i
@@ -95,7 +95,7 @@ func measureStep(c MeasureConfig) (Measurement, error) {
 	}
 	opt := nn.NewAdamW(nn.Parameters(m), nn.AdamWDefaults(1e-4))
 	defer opt.Free()
-	tr, err := train.New(m, opt, lossFn(m), train.Config{MicroBatch: c.BatchSize, Accum: c.GradAccum, Device: c.Device, Precision: prec.Precision})
+	tr, err := train.New(m, opt, lossFn(m), train.Config{MicroBatch: c.MicroBatch, Accum: c.Accum, Device: c.Device, Precision: prec.Precision})
 	if err != nil {
 		return out, err
 	}
@@ -139,7 +139,7 @@ func MemoryTable(dataDir string, dev torch.Device, presets []string, logf func(s
 	fmt.Fprintf(&b, "| preset | parameters | levers | peak memory | activations | step time |\n|---|---|---|---|---|---|\n")
 	for _, p := range presets {
 		for _, l := range levers {
-			r, err := MeasureStep(MeasureConfig{Data: dataDir, Preset: p, BatchSize: l.batch, GradAccum: l.accum,
+			r, err := MeasureStep(MeasureConfig{Data: dataDir, Preset: p, MicroBatch: l.batch, Accum: l.accum,
 				Precision: l.prec, GradCheckpointing: l.ckpt, Device: dev})
 			if err != nil {
 				return b.String(), err

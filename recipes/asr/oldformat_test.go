@@ -46,7 +46,7 @@ func TestOldCheckpointsLoad(t *testing.T) {
 	// A run resumes from it (its model, optimizer, schedule and position).
 	data := smallCorpus(t)
 	cfg := baseConfig(t, data, t.TempDir())
-	cfg.Preset, cfg.Resume, cfg.MaxSteps, cfg.BatchSize, cfg.GradAccum = "", path, 3, 2, 2
+	cfg.Preset, cfg.Resume, cfg.MaxSteps, cfg.MicroBatch, cfg.Accum = "", path, 3, 2, 2
 	res, err := asr.TrainConformer(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Steps)

@@ -57,7 +57,7 @@ func TestPlanTrainsUnderTheCap(t *testing.T) {
 	run := func(c memplan.Candidate) asr.TrainResult {
 		cfg := baseConfig(t, longest, t.TempDir())
 		cfg.DModel, cfg.EncoderLayers = 0, 0 // the tiny preset, as planned
-		cfg.BatchSize, cfg.GradAccum, cfg.Precision, cfg.GradCheckpointing = c.MicroBatch, c.Accum, string(c.Precision), c.Checkpointing
+		cfg.MicroBatch, cfg.Accum, cfg.Precision, cfg.GradCheckpointing = c.MicroBatch, c.Accum, string(c.Precision), c.Checkpointing
 		cfg.MaxSteps, cfg.CheckpointDir, cfg.ValidLimit, cfg.Workers = 3, "", 2, 0
 		cfg.MemoryLimit = fmt.Sprint(budget)
 		res, err := asr.TrainConformer(context.Background(), cfg)

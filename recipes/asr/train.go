@@ -33,8 +33,8 @@ type TrainConfig struct {
 	EncoderLayers int
 	DecoderLayers int
 	Dropout       *float64 // overrides the preset's dropout (a new run)
-	BatchSize     int      // micro-batch
-	GradAccum     int      // micro-batches per optimizer step
+	MicroBatch     int      // micro-batch
+	Accum     int      // micro-batches per optimizer step
 	Precision     string   // fp32, bf16, fp16, auto (--mixed-precision)
 	Device        torch.Device
 	Epochs        int
@@ -70,8 +70,8 @@ type TrainConfig struct {
 	MaxNonFinite int
 
 	// Group makes training data parallel over its ranks (nil: one
-	// process): BatchSize and GradAccum are each rank's, so the global
-	// batch is BatchSize × GradAccum × ranks; every rank trains its shard
+	// process): MicroBatch and Accum are each rank's, so the global
+	// batch is MicroBatch × Accum × ranks; every rank trains its shard
 	// of each batch, gradients are all-reduced in buckets of BucketBytes
 	// (0: distributed.DefaultBucketBytes) during backward, rank 0 writes the
 	// checkpoints. ZeRO shards the optimizer state over the ranks.
@@ -354,7 +354,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 		}
 		logf("%v", dp)
 	}
-	effective := cfg.BatchSize * cfg.GradAccum
+	effective := cfg.MicroBatch * cfg.Accum
 	stepsPerEpoch := trainSet.Len() / (effective * world)
 	if stepsPerEpoch == 0 {
 		return res, recipes.Usagef("asr: the training split has %d utterances, fewer than one effective batch of %d", trainSet.Len(), effective*world)
@@ -366,7 +366,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, total, 0.05))
 	defer sched.Free()
 	tr, err := train.New(m, stepper, lossFn(m), train.Config{
-		MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
+		MicroBatch: cfg.MicroBatch, Accum: cfg.Accum, Device: cfg.Device, Precision: precision.Precision,
 		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery, Events: cfg.Events,
 		MaxNonFinite: cfg.MaxNonFinite, Parallel: par,
 	})
@@ -401,7 +401,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	}
 
 	evaluate := func() (float64, float64, error) {
-		er, loss, err := scoreCorpus(m, valid, cfg.Device, cfg.BatchSize*2, true)
+		er, loss, err := scoreCorpus(m, valid, cfg.Device, cfg.MicroBatch*2, true)
 		return er.CER(), loss, err
 	}
 	// start runs once Fit has resumed and checked the checkpoint directory.

@@ -58,7 +58,7 @@ func baseConfig(t *testing.T, data, dir string) asr.TrainConfig {
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
 	return asr.TrainConfig{
-		Data: data, Preset: "tiny", DModel: 64, EncoderLayers: 2, BatchSize: 4, GradAccum: 2, Device: torch.CPU,
+		Data: data, Preset: "tiny", DModel: 64, EncoderLayers: 2, MicroBatch: 4, Accum: 2, Device: torch.CPU,
 		Epochs: 50, MaxSteps: 24, LR: 3e-3, Warmup: 4, ClipNorm: 5, CheckpointDir: filepath.Join(dir, "ck"),
 		CheckpointEvery: 12, Events: m.Sink, Seed: 3, ValidLimit: 8,
 	}
@@ -131,7 +131,7 @@ func TestTrainUnderMemoryCapAdaptsMicroBatch(t *testing.T) {
 	data := smallCorpus(t)
 	peak := func(batch, accum int) int64 {
 		cfg := baseConfig(t, data, t.TempDir())
-		cfg.BatchSize, cfg.GradAccum, cfg.MaxSteps, cfg.CheckpointDir = batch, accum, 3, ""
+		cfg.MicroBatch, cfg.Accum, cfg.MaxSteps, cfg.CheckpointDir = batch, accum, 3, ""
 		res, err := asr.TrainConformer(context.Background(), cfg)
 		require.NoError(t, err)
 		return res.PeakMemory

@@ -20,7 +20,7 @@ const (
 )
 
 // ConfigError is an invalid TrainConfig setting. Field is named as the
-// `torchfit asr train` flag that sets it (lr, batch-size, ...).
+// `torchfit asr train` flag that sets it (lr, micro-batch, ...).
 type ConfigError = recipes.ConfigError
 
 // Validate checks every hyperparameter before anything is loaded or
@@ -29,8 +29,8 @@ type ConfigError = recipes.ConfigError
 // a *ConfigError naming the first bad setting. TrainConformer calls it.
 func (c TrainConfig) Validate() error {
 	if err := recipes.CheckRanges(
-		recipes.Between("batch-size", int64(c.BatchSize), 1, MaxBatch),
-		recipes.Between("grad-accum", int64(c.GradAccum), 1, MaxBatch),
+		recipes.Between("micro-batch", int64(c.MicroBatch), 1, MaxBatch),
+		recipes.Between("grad-accum", int64(c.Accum), 1, MaxBatch),
 		recipes.Between("epochs", int64(c.Epochs), 1, MaxEpochs),
 		recipes.Between("max-steps", int64(c.MaxSteps), 0, math.MaxInt64),
 		recipes.Between("warmup", int64(c.Warmup), 0, math.MaxInt64),
@@ -47,7 +47,7 @@ func (c TrainConfig) Validate() error {
 	); err != nil {
 		return err
 	}
-	if err := recipes.CheckStep(c.BatchSize, c.GradAccum, c.LR, c.ClipNorm); err != nil {
+	if err := recipes.CheckStep(c.MicroBatch, c.Accum, c.LR, c.ClipNorm); err != nil {
 		return err
 	}
 	if c.Dropout != nil && !(*c.Dropout >= 0 && *c.Dropout < 1) {

@@ -30,7 +30,7 @@ func TestTrainConfigValidate(t *testing.T) {
 			c.MaxSteps, c.Warmup, c.DModel, c.EncoderLayers, c.DecoderLayers = 0, 0, 0, 0, 0
 			c.EmptyCacheEvery, c.CheckpointEvery, c.MemoryEvery, c.ValidLimit, c.Workers, c.ClipNorm = 0, 0, 0, 0, 0, 0
 		}, ""},
-		{"largest batch", func(c *asr.TrainConfig) { c.BatchSize, c.GradAccum = asr.MaxBatch, 1 }, ""},
+		{"largest batch", func(c *asr.TrainConfig) { c.MicroBatch, c.Accum = asr.MaxBatch, 1 }, ""},
 		{"memory fraction", func(c *asr.TrainConfig) { c.MemoryLimit = "0.5" }, ""},
 		{"never stop on NaN", func(c *asr.TrainConfig) { c.MaxNonFinite = -1 }, ""},
 
@@ -43,10 +43,10 @@ func TestTrainConfigValidate(t *testing.T) {
 		{"inf clip-norm", func(c *asr.TrainConfig) { c.ClipNorm = math.Inf(1) }, "clip-norm"},
 		{"negative warmup", func(c *asr.TrainConfig) { c.Warmup = -1 }, "warmup"},
 		{"zero epochs", func(c *asr.TrainConfig) { c.Epochs = 0 }, "epochs"},
-		{"zero batch", func(c *asr.TrainConfig) { c.BatchSize = 0 }, "batch-size"},
-		{"huge batch", func(c *asr.TrainConfig) { c.BatchSize = 1000000000 }, "batch-size"},
-		{"huge effective batch", func(c *asr.TrainConfig) { c.BatchSize, c.GradAccum = 1<<20, 1<<10 }, "grad-accum"},
-		{"zero grad-accum", func(c *asr.TrainConfig) { c.GradAccum = 0 }, "grad-accum"},
+		{"zero batch", func(c *asr.TrainConfig) { c.MicroBatch = 0 }, "micro-batch"},
+		{"huge batch", func(c *asr.TrainConfig) { c.MicroBatch = 1000000000 }, "micro-batch"},
+		{"huge effective batch", func(c *asr.TrainConfig) { c.MicroBatch, c.Accum = 1<<20, 1<<10 }, "grad-accum"},
+		{"zero grad-accum", func(c *asr.TrainConfig) { c.Accum = 0 }, "grad-accum"},
 		{"negative workers", func(c *asr.TrainConfig) { c.Workers = -1 }, "workers"},
 		{"negative checkpoint-every", func(c *asr.TrainConfig) { c.CheckpointEvery = -1 }, "checkpoint-every"},
 		{"negative memory-every", func(c *asr.TrainConfig) { c.MemoryEvery = -1 }, "memory-every"},

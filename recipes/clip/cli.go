@@ -61,7 +61,7 @@ func dataCommand() *cli.Command {
 // epochs at lr 2e-5, clipping at 1.0, the CUDA cache emptied every 10
 // steps, mixed precision on, 95 % of the device's memory, prefetch 2.
 var Defaults = recipes.Defaults{
-	Data: "data/clip-cars", BatchSize: 16, GradAccum: 8, Precision: "auto", Epochs: 20, LR: 2e-5, Warmup: 50, ClipNorm: 1.0,
+	Data: "data/clip-cars", MicroBatch: 16, Accum: 8, Precision: "auto", Epochs: 20, LR: 2e-5, Warmup: 50, ClipNorm: 1.0,
 	EmptyCacheEvery: 10, MemoryFraction: 0.95, CheckpointDir: "checkpoints/clip", CheckpointEvery: 0, Workers: 2, Prefetch: 2,
 	MemoryEvery: 10,
 }
@@ -69,7 +69,7 @@ var Defaults = recipes.Defaults{
 // PretrainDefaults are the pretraining stage's: the shapes set from
 // random weights at a higher learning rate, the same effective batch.
 var PretrainDefaults = recipes.Defaults{
-	Data: "data/clip-shapes", BatchSize: 16, GradAccum: 8, Precision: "auto", Epochs: 10, LR: 5e-4, Warmup: 100, ClipNorm: 1.0,
+	Data: "data/clip-shapes", MicroBatch: 16, Accum: 8, Precision: "auto", Epochs: 10, LR: 5e-4, Warmup: 100, ClipNorm: 1.0,
 	EmptyCacheEvery: 10, MemoryFraction: 0.95, CheckpointDir: "checkpoints/clip-pretrain", CheckpointEvery: 0, Workers: 2, Prefetch: 2,
 	MemoryEvery: 10,
 }
@@ -81,11 +81,11 @@ var PretrainDefaults = recipes.Defaults{
 func VRAMPreset(name string) (preset string, p recipes.Preset, err error) {
 	switch strings.ToLower(name) {
 	case "8gb":
-		return "vit-b32", recipes.Preset{BatchSize: 16, GradAccum: 8, Mixed: true}, nil
+		return "vit-b32", recipes.Preset{MicroBatch: 16, Accum: 8, Mixed: true}, nil
 	case "12gb", "16gb":
-		return "vit-b32", recipes.Preset{BatchSize: 32, GradAccum: 4, Mixed: true}, nil
+		return "vit-b32", recipes.Preset{MicroBatch: 32, Accum: 4, Mixed: true}, nil
 	case "24gb":
-		return "vit-b32", recipes.Preset{BatchSize: 64, GradAccum: 2, Mixed: true}, nil
+		return "vit-b32", recipes.Preset{MicroBatch: 64, Accum: 2, Mixed: true}, nil
 	}
 	return "", p, &recipes.ConfigError{Field: "vram", Value: name, Reason: "want 8gb, 12gb, 16gb or 24gb"}
 }
@@ -120,7 +120,7 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfi
 	}
 	cfg := TrainConfig{
 		Data: cm.Data, Stage: stage, Preset: preset, Init: c.String("init"), Mode: strings.ToLower(c.String("contrastive-accumulation")),
-		BatchSize: cm.BatchSize, GradAccum: cm.GradAccum, Precision: cm.Precision, Device: cm.Device,
+		MicroBatch: cm.MicroBatch, Accum: cm.Accum, Precision: cm.Precision, Device: cm.Device,
 		Epochs: cm.Epochs, MaxSteps: cm.MaxSteps, LR: cm.LR, Warmup: cm.Warmup, WeightDecay: c.Float64("weight-decay"),
 		ClipNorm: cm.ClipNorm, EmptyCacheEvery: cm.EmptyCacheEvery, GradCheckpointing: cm.GradCheckpointing,
 		CheckpointDir: cm.CheckpointDir, CheckpointEvery: cm.CheckpointEvery, Overwrite: cm.Overwrite, Resume: cm.Resume,

@@ -46,8 +46,8 @@ func TestSeedCommandLines(t *testing.T) {
 	const extra = " --data data/clip-cars --max-steps 5"
 	cfg, cm, err := parseTrain(t, "--epochs 20 --lr 2e-5"+extra)
 	require.NoError(t, err)
-	require.Equal(t, 16, cfg.BatchSize)
-	require.Equal(t, 8, cfg.GradAccum)
+	require.Equal(t, 16, cfg.MicroBatch)
+	require.Equal(t, 8, cfg.Accum)
 	require.Equal(t, 128, cm.EffectiveBatch())
 	require.Equal(t, 20, cfg.Epochs)
 	require.Equal(t, 2e-5, cfg.LR)
@@ -67,8 +67,8 @@ func TestSeedCommandLines(t *testing.T) {
 	} {
 		cfg, _, err := parseTrain(t, tc.line+extra)
 		require.NoError(t, err, tc.line)
-		require.Equal(t, tc.batch, cfg.BatchSize, tc.line)
-		require.Equal(t, tc.accum, cfg.GradAccum, tc.line)
+		require.Equal(t, tc.batch, cfg.MicroBatch, tc.line)
+		require.Equal(t, tc.accum, cfg.Accum, tc.line)
 	}
 	// The seed's configuration keys in a file; flags override it.
 	conf := filepath.Join(t.TempDir(), "c.json")
@@ -93,13 +93,13 @@ func TestSeedCommandLines(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "vit-b32", cfg.Preset)
 		require.Equal(t, tc.batch*tc.accum, 128)
-		require.Equal(t, tc.batch, cfg.BatchSize, tc.vram)
-		require.Equal(t, tc.accum, cfg.GradAccum, tc.vram)
+		require.Equal(t, tc.batch, cfg.MicroBatch, tc.vram)
+		require.Equal(t, tc.accum, cfg.Accum, tc.vram)
 	}
 	cfg, _, err = parseTrain(t, "--vram 12gb --batch_size 8 --gradient_accumulation 16"+extra)
 	require.NoError(t, err)
-	require.Equal(t, 8, cfg.BatchSize, "the command line wins over --vram")
-	require.Equal(t, 16, cfg.GradAccum)
+	require.Equal(t, 8, cfg.MicroBatch, "the command line wins over --vram")
+	require.Equal(t, 16, cfg.Accum)
 
 	// Bad settings are the user's (exit status 2).
 	for _, line := range []string{"--gradient_accumulation 0", "--contrastive-accumulation sometimes", "--vram 10gb",
@@ -115,16 +115,16 @@ func TestSeedCommandLines(t *testing.T) {
 // command line's shared flags are checked before it): the harness's
 // bounds on batch sizes and steps, and the recipe's own settings.
 func TestValidate(t *testing.T) {
-	ok := TrainConfig{Mode: Exact, BatchSize: 16, GradAccum: 8, Epochs: 1, LR: 2e-5, ClipNorm: 1}
+	ok := TrainConfig{Mode: Exact, MicroBatch: 16, Accum: 8, Epochs: 1, LR: 2e-5, ClipNorm: 1}
 	require.NoError(t, ok.Validate())
 	for _, tc := range []struct {
 		field string
 		edit  func(*TrainConfig)
 	}{
-		{"batch-size", func(c *TrainConfig) { c.BatchSize = recipes.MaxBatch + 1 }},
-		{"grad-accum", func(c *TrainConfig) { c.BatchSize, c.GradAccum = 4096, 8192 }},
-		{"grad-accum", func(c *TrainConfig) { c.GradAccum = 0 }},
-		{"grad-accum", func(c *TrainConfig) { c.BatchSize, c.GradAccum = 1, 1 }},
+		{"micro-batch", func(c *TrainConfig) { c.MicroBatch = recipes.MaxBatch + 1 }},
+		{"grad-accum", func(c *TrainConfig) { c.MicroBatch, c.Accum = 4096, 8192 }},
+		{"grad-accum", func(c *TrainConfig) { c.Accum = 0 }},
+		{"grad-accum", func(c *TrainConfig) { c.MicroBatch, c.Accum = 1, 1 }},
 		{"epochs", func(c *TrainConfig) { c.Epochs = 0 }},
 		{"lr", func(c *TrainConfig) { c.LR = math.NaN() }},
 		{"clip-norm", func(c *TrainConfig) { c.ClipNorm = math.Inf(1) }},

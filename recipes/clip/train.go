@@ -40,8 +40,8 @@ type TrainConfig struct {
 	// CLIP checkpoint (its model).
 	Init              string
 	Mode              string // Exact or Naive
-	BatchSize         int    // micro-batch
-	GradAccum         int
+	MicroBatch         int    // micro-batch
+	Accum         int
 	Precision         string
 	Device            torch.Device
 	Epochs, MaxSteps  int
@@ -81,8 +81,8 @@ func (c TrainConfig) Validate() error {
 	}
 	const most = math.MaxInt32
 	if err := recipes.CheckRanges(
-		recipes.Between("batch-size", int64(c.BatchSize), 1, recipes.MaxBatch),
-		recipes.Between("grad-accum", int64(c.GradAccum), 1, recipes.MaxBatch),
+		recipes.Between("micro-batch", int64(c.MicroBatch), 1, recipes.MaxBatch),
+		recipes.Between("grad-accum", int64(c.Accum), 1, recipes.MaxBatch),
 		recipes.Between("epochs", int64(c.Epochs), 1, most),
 		recipes.Between("max-steps", int64(c.MaxSteps), 0, most),
 		recipes.Between("warmup", int64(c.Warmup), 0, most),
@@ -91,12 +91,12 @@ func (c TrainConfig) Validate() error {
 	); err != nil {
 		return err
 	}
-	if err := recipes.CheckStep(c.BatchSize, c.GradAccum, c.LR, c.ClipNorm); err != nil {
+	if err := recipes.CheckStep(c.MicroBatch, c.Accum, c.LR, c.ClipNorm); err != nil {
 		return err
 	}
 	switch {
-	case c.BatchSize*c.GradAccum < 2:
-		return bad("grad-accum", c.GradAccum, "a contrastive loss needs an effective batch of at least 2")
+	case c.MicroBatch*c.Accum < 2:
+		return bad("grad-accum", c.Accum, "a contrastive loss needs an effective batch of at least 2")
 	case !(c.WeightDecay >= 0) || math.IsInf(c.WeightDecay, 0):
 		return bad("weight-decay", c.WeightDecay, "must be a finite number >= 0")
 	case c.CPUBudget < 0:
@@ -312,7 +312,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 	if cfg.ValidLimit > 0 && len(validItems) > cfg.ValidLimit {
 		validItems = validItems[:cfg.ValidLimit]
 	}
-	effective := cfg.BatchSize * cfg.GradAccum
+	effective := cfg.MicroBatch * cfg.Accum
 	if len(trainItems) < effective {
 		return res, recipes.Usagef("clip: %s has %d training images, fewer than one effective batch of %d", cfg.Data, len(trainItems), effective)
 	}
@@ -396,14 +396,14 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 	logf("precision %s", precision)
 	logf("Effective batch size: %d", effective)
 	switch {
-	case cfg.GradAccum == 1:
+	case cfg.Accum == 1:
 		logf("contrastive loss: %d-way over one batch of %d", effective, effective)
 	case cfg.Mode == Exact:
 		logf("contrastive loss: exact %d-way over micro-batch %d × %d accumulation steps (grad cache: every sample against all %d negatives)",
-			effective, cfg.BatchSize, cfg.GradAccum, effective-1)
+			effective, cfg.MicroBatch, cfg.Accum, effective-1)
 	default:
 		logf("contrastive loss: naive accumulation, %d-way per micro-batch of %d × %d steps (the seed's: each sample sees %d negatives, not %d)",
-			cfg.BatchSize, cfg.BatchSize, cfg.GradAccum, cfg.BatchSize-1, effective-1)
+			cfg.MicroBatch, cfg.MicroBatch, cfg.Accum, cfg.MicroBatch-1, effective-1)
 	}
 
 	opt := nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), cfg.WeightDecay),
@@ -419,7 +419,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 
 	embed, batchLoss, microLoss := Objectives(m, cfg.Device)
 	tcfg := train.Config{
-		MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
+		MicroBatch: cfg.MicroBatch, Accum: cfg.Accum, Device: cfg.Device, Precision: precision.Precision,
 		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, Events: cfg.Events, MaxNonFinite: cfg.MaxNonFinite,
 	}
 	if cfg.Mode == Exact {
@@ -431,7 +431,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 	}
 	tr.Sched = sched
 
-	evalOpts := EvalOptions{Device: cfg.Device, Precision: precision.Precision, MicroBatch: cfg.BatchSize, LossBatch: effective}
+	evalOpts := EvalOptions{Device: cfg.Device, Precision: precision.Precision, MicroBatch: cfg.MicroBatch, LossBatch: effective}
 	var evalCPU time.Duration
 	validate := func() (Scores, error) {
 		t0 := cpuTime()

@@ -31,7 +31,7 @@ func TestPretrainThenFineTune(t *testing.T) {
 	require.NoError(t, err)
 
 	var lines []string
-	base := TrainConfig{Stage: "pretrain", Data: shapes, Mode: Exact, BatchSize: 4, GradAccum: 4, Precision: "no", Device: torch.CPU,
+	base := TrainConfig{Stage: "pretrain", Data: shapes, Mode: Exact, MicroBatch: 4, Accum: 4, Precision: "no", Device: torch.CPU,
 		Epochs: 1, MaxSteps: 2, LR: 1e-3, WeightDecay: 0.1, ClipNorm: 1, Workers: 1, Prefetch: 2, Seed: 1, MemoryEvery: 1,
 		CheckpointDir: filepath.Join(dir, "pre"), Events: report.Lines(&lines)}
 	res, err := Train(ctx, base)
@@ -115,7 +115,7 @@ func TestBadInputs(t *testing.T) {
 	truncated := filepath.Join(dir, "trunc.pt")
 	require.NoError(t, os.WriteFile(truncated, raw[:len(raw)/2], 0o644))
 
-	base := TrainConfig{Stage: "train", Data: cars, Mode: Exact, BatchSize: 4, GradAccum: 4, Precision: "no", Device: torch.CPU,
+	base := TrainConfig{Stage: "train", Data: cars, Mode: Exact, MicroBatch: 4, Accum: 4, Precision: "no", Device: torch.CPU,
 		Epochs: 1, MaxSteps: 1, LR: 1e-3, Seed: 1, CheckpointDir: filepath.Join(dir, "ck")}
 	for _, tc := range []struct {
 		name string
@@ -127,7 +127,7 @@ func TestBadInputs(t *testing.T) {
 		{"a state dict for --resume", func(c *TrainConfig) { c.Resume = stateDict }, "not a torchfit CLIP checkpoint"},
 		{"a truncated file", func(c *TrainConfig) { c.Init = truncated }, "not a readable torch.save file"},
 		{"no data", func(c *TrainConfig) { c.Data = filepath.Join(dir, "none") }, "torchfit clip data"},
-		{"too few images", func(c *TrainConfig) { c.BatchSize = 64 }, "fewer than one effective batch"},
+		{"too few images", func(c *TrainConfig) { c.MicroBatch = 64 }, "fewer than one effective batch"},
 		{"an unknown preset", func(c *TrainConfig) { c.Preset = "huge" }, "unknown preset"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

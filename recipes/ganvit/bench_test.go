@@ -132,9 +132,9 @@ func TestBenchViT(t *testing.T) {
 				m.FreezeBackbone()
 				require.NoError(t, m.UnfreezeLayers(v.unfrozen))
 			}
-			cls, err := NewClassifier(m, ClassifierOptions{Device: dev, Precision: amp.FP32, Micro: c.p.Batch, NoOOMAdapt: true})
+			cls, err := NewClassifier(m, ClassifierOptions{Device: dev, Precision: amp.FP32, MicroBatch: c.p.MicroBatch, NoOOMAdapt: true})
 			require.NoError(t, err)
-			b, err := dummyBatch(c.p.Batch, c.p)
+			b, err := dummyBatch(c.p.MicroBatch, c.p)
 			require.NoError(t, err)
 			var times []time.Duration
 			var held int64
@@ -160,7 +160,7 @@ func TestBenchViT(t *testing.T) {
 					grads += p.T.NBytes()
 				}
 			}
-			rows = append(rows, fmt.Sprintf("| %s (%s, %d × 3 × %d²) | %s | %s | %s | %s | %s |", vc.Name, count(nn.NumParams(m)), c.p.Batch, vc.Image, v.name,
+			rows = append(rows, fmt.Sprintf("| %s (%s, %d × 3 × %d²) | %s | %s | %s | %s | %s |", vc.Name, count(nn.NumParams(m)), c.p.MicroBatch, vc.Image, v.name,
 				torch.FormatBytes(peak), torch.FormatBytes(grads), torch.FormatBytes(StateBytes(cls.Opt)), median(times).Round(time.Millisecond)))
 			b.Free()
 			cls.Free()

@@ -50,7 +50,7 @@ func (b Breakdown) Table() string {
 	f := torch.FormatBytes
 	var s strings.Builder
 	fmt.Fprintf(&s, "Memory usage breakdown on %s: preset %s (%d mels × %d frames, GAN_BATCH_SIZE %d, BATCH_SIZE %d, ViT %s), %s, %d training clips\n",
-		b.Device, b.Preset.Name, b.Preset.Mels, b.Preset.Frames, b.Preset.GANBatch, b.Preset.Batch, b.Preset.ViT, b.Precision, b.Clips)
+		b.Device, b.Preset.Name, b.Preset.Mels, b.Preset.Frames, b.Preset.GANBatch, b.Preset.MicroBatch, b.Preset.ViT, b.Precision, b.Clips)
 	fmt.Fprintf(&s, "| | before the fix (all spectrograms on the device) | after the fix (one batch) |\n|---|---:|---:|\n")
 	row := func(name string, x, y int64) { fmt.Fprintf(&s, "| %s | %s | %s |\n", name, f(x), f(y)) }
 	row("Data on device", b.Before.Data, b.After.Data)
@@ -161,7 +161,7 @@ func measureColumn(specs *Specs, cfg BreakdownConfig, all bool) (Column, error) 
 		return col, err
 	}
 	defer gan.Free()
-	cls, err := NewClassifier(v, ClassifierOptions{Device: dev, Precision: cfg.Precision, Micro: p.Batch, NoOOMAdapt: true})
+	cls, err := NewClassifier(v, ClassifierOptions{Device: dev, Precision: cfg.Precision, MicroBatch: p.MicroBatch, NoOOMAdapt: true})
 	if err != nil {
 		return col, err
 	}
@@ -182,7 +182,7 @@ func measureColumn(specs *Specs, cfg BreakdownConfig, all bool) (Column, error) 
 		run   func(b *data.Batch) error
 	}{
 		{&col.GANAct, p.GANBatch, func(b *data.Batch) error { _, err := gan.Step(b); return err }},
-		{&col.ViTAct, p.Batch, func(b *data.Batch) error { _, err := cls.Step(b); return err }},
+		{&col.ViTAct, p.MicroBatch, func(b *data.Batch) error { _, err := cls.Step(b); return err }},
 	} {
 		b, err := batch(step.batch)
 		if err != nil {

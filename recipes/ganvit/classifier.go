@@ -28,7 +28,7 @@ type ClassifierOptions struct {
 	Device     torch.Device
 	Precision  amp.Precision
 	Scaler     *amp.GradScaler // nil: one enabled for float16
-	Micro      int             // micro-batch (BATCH_SIZE)
+	MicroBatch      int             // micro-batch (BATCH_SIZE)
 	LR         float64         // AdamW, weight decay 0.01
 	ClipNorm   float64
 	Warmup     int // warmup steps of a warmup-cosine schedule
@@ -65,7 +65,7 @@ func NewClassifier(v *ViT, o ClassifierOptions) (*Classifier, error) {
 		c.Scaler = amp.NewGradScaler(o.Device, amp.ScalerOptions{Disabled: o.Precision != amp.FP16})
 	}
 	var err error
-	c.Eng, err = train.NewEngine(train.EngineConfig{MicroBatch: o.Micro, Device: o.Device, Precision: o.Precision, NoOOMAdapt: o.NoOOMAdapt, Events: o.Events})
+	c.Eng, err = train.NewEngine(train.EngineConfig{MicroBatch: o.MicroBatch, Device: o.Device, Precision: o.Precision, NoOOMAdapt: o.NoOOMAdapt, Events: o.Events})
 	if err != nil {
 		return nil, err
 	}

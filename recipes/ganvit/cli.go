@@ -61,13 +61,13 @@ func dataCommand() *cli.Command {
 // Defaults are the seed's where it has them: BATCH_SIZE 12, mixed
 // precision on, the cache emptied every 10 iterations.
 var Defaults = recipes.Defaults{
-	Data: "data/ganvit", BatchSize: 12, GradAccum: 1, Precision: "auto", Epochs: 10, LR: 3e-4, Warmup: 20, ClipNorm: 1,
+	Data: "data/ganvit", MicroBatch: 12, Accum: 1, Precision: "auto", Epochs: 10, LR: 3e-4, Warmup: 20, ClipNorm: 1,
 	EmptyCacheEvery: 10, CheckpointDir: "checkpoints", Workers: 2, Prefetch: 2, MemoryEvery: 10,
 }
 
 // ConfigKeys maps the seed's Python names, as config-file keys, to flags.
 var ConfigKeys = map[string]string{
-	"GAN_BATCH_SIZE": "gan-batch-size", "BATCH_SIZE": "batch-size", "NUM_SYNTHETIC": "num-synthetic", "N_MELS": "n-mels",
+	"GAN_BATCH_SIZE": "gan-batch-size", "BATCH_SIZE": "micro-batch", "NUM_SYNTHETIC": "num-synthetic", "N_MELS": "n-mels",
 	"LATENT_DIM": "latent-dim", "VIT_MODEL_NAME": "vit", "unfreezing_schedule": "unfreeze", "ACCUMULATION_STEPS": "grad-accum",
 	"DEVICE": "device",
 }
@@ -170,8 +170,8 @@ func PresetFrom(c *cli.Context, dev torch.Device, vram string) (Preset, error) {
 		}
 		p.GANBatch = c.Int("gan-batch-size")
 	}
-	if c.IsSet("batch-size") {
-		p.Batch = c.Int("batch-size")
+	if c.IsSet("micro-batch") {
+		p.MicroBatch = c.Int("micro-batch")
 	}
 	if v := c.Int("num-synthetic"); v != -1 {
 		if v < 0 || v > MaxClips {
@@ -231,7 +231,7 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	cfg := TrainConfig{
 		Data: cm.Data, Preset: p, ShapeSet: c.IsSet("n-mels") || c.IsSet("frames") || c.IsSet("preset") || cm.VRAM != "",
 		Stage: c.String("stage"), GANCheckpoint: c.String("gan"), NumSynthetic: p.NumSynthetic,
-		Device: cm.Device, Precision: cm.Precision, GANAccum: ga, DAccum: da, GAccum: gg, Accum: cm.GradAccum,
+		Device: cm.Device, Precision: cm.Precision, GANAccum: ga, DAccum: da, GAccum: gg, Accum: cm.Accum,
 		GANEpochs: c.Int("gan-epochs"), Epochs: cm.Epochs, MaxSteps: cm.MaxSteps, LR: cm.LR, GANLR: c.Float64("gan-lr"),
 		Warmup: cm.Warmup, ClipNorm: cm.ClipNorm, Unfreeze: sched, GradCheckpointing: cm.GradCheckpointing,
 		Pretrained: c.String("vit-weights"), DataOnDevice: c.Bool("data-on-device"), EmptyCacheEvery: cm.EmptyCacheEvery,
@@ -315,7 +315,7 @@ func runTestMemory(cfg TrainConfig, logf func(string, ...any)) error {
 	}
 	p := cfg.Preset
 	logf("test-memory on %s: GAN_BATCH_SIZE=%d, BATCH_SIZE=%d, N_MELS=%d, frames %d, LATENT_DIM=%d, ViT %s; precision %s",
-		cfg.Device, p.GANBatch, p.Batch, p.Mels, p.Frames, p.Latent, p.ViT, prec)
+		cfg.Device, p.GANBatch, p.MicroBatch, p.Mels, p.Frames, p.Latent, p.ViT, prec)
 	_, err = TestMemory(MemoryTestConfig{Preset: p, Device: cfg.Device, Precision: prec.Precision, GANAccum: cfg.GANAccum,
 		DAccum: cfg.DAccum, GAccum: cfg.GAccum, Accum: cfg.Accum, GradCheckpointing: cfg.GradCheckpointing, Unfreeze: cfg.Unfreeze, Out: os.Stdout})
 	return err

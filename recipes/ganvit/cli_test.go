@@ -69,7 +69,7 @@ func TestSeedSettings(t *testing.T) {
 		require.NoError(t, err, c.line)
 		p := cfg.Preset
 		require.Equal(t, c.gan, p.GANBatch, c.line)
-		require.Equal(t, c.batch, p.Batch, c.line)
+		require.Equal(t, c.batch, p.MicroBatch, c.line)
 		require.Equal(t, c.synthetic, cfg.NumSynthetic, c.line)
 		require.Equal(t, Shape{c.mels, c.frames}, Shape{p.Mels, p.Frames}, c.line)
 		require.Equal(t, c.vit, p.ViT, c.line)
@@ -89,7 +89,7 @@ func TestSeedSettings(t *testing.T) {
 	cfg, err = parseTrain(t, "cuda", "--config "+path)
 	require.NoError(t, err)
 	require.Equal(t, 16, cfg.Preset.GANBatch)
-	require.Equal(t, 8, cfg.Preset.Batch)
+	require.Equal(t, 8, cfg.Preset.MicroBatch)
 	require.Equal(t, 2000, cfg.NumSynthetic)
 	require.Equal(t, int64(96), cfg.Preset.Mels)
 	require.Equal(t, int64(64), cfg.Preset.Latent)

@@ -11,7 +11,7 @@ import (
 )
 
 // testPreset is small enough for tests: 1 s clips (44 frames), 16 mels.
-var testPreset = Preset{Name: "test", Mels: 16, Frames: 44, GANBatch: 4, Batch: 4, NumSynthetic: 8, ViT: "tiny",
+var testPreset = Preset{Name: "test", Mels: 16, Frames: 44, GANBatch: 4, MicroBatch: 4, NumSynthetic: 8, ViT: "tiny",
 	Latent: 8, GenChannels: 64, DiscChannels: 8, Ups: 2}
 
 var (

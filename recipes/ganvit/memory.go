@@ -80,8 +80,8 @@ func testMemory(c MemoryTestConfig) (MemoryTest, error) {
 		}
 		fmt.Fprintf(out, "❌ OOM Error: %s\n", oneLine(err.Error()))
 		fmt.Fprintf(out, "\n💡 Try reducing batch sizes:\n")
-		fmt.Fprintf(out, "   Current: GAN_BATCH_SIZE=%d, BATCH_SIZE=%d\n", p.GANBatch, p.Batch)
-		fmt.Fprintf(out, "   Suggested: GAN_BATCH_SIZE=%d, BATCH_SIZE=%d\n", p.GANBatch/2, p.Batch/2)
+		fmt.Fprintf(out, "   Current: GAN_BATCH_SIZE=%d, BATCH_SIZE=%d\n", p.GANBatch, p.MicroBatch)
+		fmt.Fprintf(out, "   Suggested: GAN_BATCH_SIZE=%d, BATCH_SIZE=%d\n", p.GANBatch/2, p.MicroBatch/2)
 		fmt.Fprintf(out, "   (or keep the effective batch with accumulation: --gan-grad-accum 2 / --grad-accum 2, --mixed-precision auto, --grad-checkpointing)\n")
 		return &OOMError{stage, err}
 	}
@@ -158,12 +158,12 @@ func testMemory(c MemoryTestConfig) (MemoryTest, error) {
 		}
 	}
 	torch.ResetPeakMemory(dev)
-	cls, err := NewClassifier(v, ClassifierOptions{Device: dev, Precision: c.Precision, Micro: p.Batch, NoOOMAdapt: true})
+	cls, err := NewClassifier(v, ClassifierOptions{Device: dev, Precision: c.Precision, MicroBatch: p.MicroBatch, NoOOMAdapt: true})
 	if err != nil {
 		return res, oom("ViT", err)
 	}
 	defer cls.Free()
-	b, err = dummyBatch(p.Batch*c.Accum, p)
+	b, err = dummyBatch(p.MicroBatch*c.Accum, p)
 	if err != nil {
 		return res, err
 	}
@@ -176,7 +176,7 @@ func testMemory(c MemoryTestConfig) (MemoryTest, error) {
 	res.ViTPeak, res.ViTHeld = st.PeakAllocated, st.Allocated
 	fmt.Fprintf(out, "✅ ViT config OK - %s used\n", gb(st.Allocated))
 	fmt.Fprintf(out, "   (%s: ViT %s + AdamW state + the generator; peak %s during the step: micro-batch %d × %d, %s, checkpointing %v)\n",
-		torch.FormatBytes(st.Allocated), vc.Name, torch.FormatBytes(st.PeakAllocated), p.Batch, c.Accum, c.Precision, c.GradCheckpointing)
+		torch.FormatBytes(st.Allocated), vc.Name, torch.FormatBytes(st.PeakAllocated), p.MicroBatch, c.Accum, c.Precision, c.GradCheckpointing)
 	torch.EmptyCache()
 	fmt.Fprintf(out, "\n🎉 Configuration is memory-safe!\n")
 	return res, nil

@@ -12,7 +12,7 @@ type Preset struct {
 	Name         string
 	Mels, Frames int64
 	GANBatch     int // GAN_BATCH_SIZE
-	Batch        int // BATCH_SIZE (the classifier's)
+	MicroBatch        int // BATCH_SIZE (the classifier's)
 	NumSynthetic int // NUM_SYNTHETIC
 	ViT          string
 	Latent       int64 // LATENT_DIM
@@ -29,12 +29,12 @@ type Preset struct {
 // NUM_SYNTHETIC for 16 GB; 3000 lies between its 12 GB (2000) and 24 GB
 // (5000) rows.
 var Presets = map[string]Preset{
-	"cpu":  {Name: "cpu", Mels: 64, Frames: 130, GANBatch: 16, Batch: 12, NumSynthetic: 400, ViT: "cpu", Latent: 100, GenChannels: 128, DiscChannels: 16, Ups: 4},
-	"gpu":  {Name: "gpu", Mels: 128, Frames: 1292, GANBatch: 24, Batch: 12, NumSynthetic: 3000, ViT: "b16", Latent: 100, GenChannels: 256, DiscChannels: 32, Ups: 4},
-	"16gb": {Name: "16gb", Mels: 128, Frames: 1292, GANBatch: 24, Batch: 12, NumSynthetic: 3000, ViT: "b16", Latent: 100, GenChannels: 256, DiscChannels: 32, Ups: 4},
-	"12gb": {Name: "12gb", Mels: 128, Frames: 1292, GANBatch: 16, Batch: 8, NumSynthetic: 2000, ViT: "b16", Latent: 100, GenChannels: 256, DiscChannels: 32, Ups: 4},
-	"8gb":  {Name: "8gb", Mels: 96, Frames: 1292, GANBatch: 12, Batch: 6, NumSynthetic: 1500, ViT: "b16", Latent: 100, GenChannels: 256, DiscChannels: 32, Ups: 4},
-	"24gb": {Name: "24gb", Mels: 128, Frames: 1292, GANBatch: 48, Batch: 24, NumSynthetic: 5000, ViT: "b16", Latent: 100, GenChannels: 256, DiscChannels: 32, Ups: 4},
+	"cpu":  {Name: "cpu", Mels: 64, Frames: 130, GANBatch: 16, MicroBatch: 12, NumSynthetic: 400, ViT: "cpu", Latent: 100, GenChannels: 128, DiscChannels: 16, Ups: 4},
+	"gpu":  {Name: "gpu", Mels: 128, Frames: 1292, GANBatch: 24, MicroBatch: 12, NumSynthetic: 3000, ViT: "b16", Latent: 100, GenChannels: 256, DiscChannels: 32, Ups: 4},
+	"16gb": {Name: "16gb", Mels: 128, Frames: 1292, GANBatch: 24, MicroBatch: 12, NumSynthetic: 3000, ViT: "b16", Latent: 100, GenChannels: 256, DiscChannels: 32, Ups: 4},
+	"12gb": {Name: "12gb", Mels: 128, Frames: 1292, GANBatch: 16, MicroBatch: 8, NumSynthetic: 2000, ViT: "b16", Latent: 100, GenChannels: 256, DiscChannels: 32, Ups: 4},
+	"8gb":  {Name: "8gb", Mels: 96, Frames: 1292, GANBatch: 12, MicroBatch: 6, NumSynthetic: 1500, ViT: "b16", Latent: 100, GenChannels: 256, DiscChannels: 32, Ups: 4},
+	"24gb": {Name: "24gb", Mels: 128, Frames: 1292, GANBatch: 48, MicroBatch: 24, NumSynthetic: 5000, ViT: "b16", Latent: 100, GenChannels: 256, DiscChannels: 32, Ups: 4},
 }
 
 // PresetNames lists the presets, sorted.

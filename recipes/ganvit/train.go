@@ -115,8 +115,8 @@ func (c *TrainConfig) check() error {
 		c.Accum = 1
 	}
 	p := c.Preset
-	if p.GANBatch < 1 || p.Batch < 1 || p.NumSynthetic < 0 {
-		return fmt.Errorf("batch sizes %d (GAN) and %d (classifier) must be >= 1", p.GANBatch, p.Batch)
+	if p.GANBatch < 1 || p.MicroBatch < 1 || p.NumSynthetic < 0 {
+		return fmt.Errorf("batch sizes %d (GAN) and %d (classifier) must be >= 1", p.GANBatch, p.MicroBatch)
 	}
 	eff := p.GANBatch * c.GANAccum
 	for _, a := range []struct {
@@ -740,13 +740,13 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 			r.dd = nil
 		}
 	}
-	eff := cfg.Preset.Batch * cfg.Accum
+	eff := cfg.Preset.MicroBatch * cfg.Accum
 	perEpoch := (trainSet.Len() + eff - 1) / eff
 	total := perEpoch * cfg.Epochs
 	if cfg.MaxSteps > 0 {
 		total = min(total, cfg.MaxSteps)
 	}
-	cls, err := NewClassifier(r.vit, ClassifierOptions{Device: cfg.Device, Precision: r.prec.Precision, Micro: cfg.Preset.Batch,
+	cls, err := NewClassifier(r.vit, ClassifierOptions{Device: cfg.Device, Precision: r.prec.Precision, MicroBatch: cfg.Preset.MicroBatch,
 		LR: cfg.LR, ClipNorm: cfg.ClipNorm, Warmup: cfg.Warmup, TotalSteps: total, NoOOMAdapt: cfg.NoOOMAdapt, Events: cfg.Events})
 	if err != nil {
 		return err
@@ -771,7 +771,7 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 		cfg.logf("progressive unfreezing %s: training %s", cfg.Unfreeze, r.vit.Trainable())
 	}
 	cfg.logf("classifier training: effective batch %d = micro-batch %d × %d; precision %s; checkpointing %v; %d epochs of %d steps",
-		eff, cfg.Preset.Batch, cfg.Accum, r.prec, cfg.GradCheckpointing, cfg.Epochs, perEpoch)
+		eff, cfg.Preset.MicroBatch, cfg.Accum, r.prec, cfg.GradCheckpointing, cfg.Epochs, perEpoch)
 	steps, skip := 0, r.meta.Batch
 	for epoch := r.meta.Epochs + 1; epoch <= cfg.Epochs; epoch++ {
 		if ls, ok := cfg.Unfreeze[epoch-1]; ok {
@@ -822,7 +822,7 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 		ld.Close()
 		res.Steps = cls.Steps
 		if !interrupted {
-			acc, err := Predict(ctx, r.vit, r.valid, cfg.Device, r.prec.Precision, cfg.Preset.Batch)
+			acc, err := Predict(ctx, r.vit, r.valid, cfg.Device, r.prec.Precision, cfg.Preset.MicroBatch)
 			if err != nil {
 				return err
 			}
@@ -850,7 +850,7 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 			break
 		}
 	}
-	acc, err := Predict(ctx, r.vit, r.test, cfg.Device, r.prec.Precision, cfg.Preset.Batch)
+	acc, err := Predict(ctx, r.vit, r.test, cfg.Device, r.prec.Precision, cfg.Preset.MicroBatch)
 	if err != nil {
 		return err
 	}

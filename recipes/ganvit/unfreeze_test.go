@@ -77,7 +77,7 @@ func TestFrozenLayersHoldNoGradsNorState(t *testing.T) {
 			require.NoError(t, v.UnfreezeLayers(schedule.Until(0)))
 		}
 		base := torch.MustMemoryStats(torch.CPU).Allocated
-		c, err = NewClassifier(v, ClassifierOptions{Device: torch.CPU, Micro: 4, LR: 1e-3})
+		c, err = NewClassifier(v, ClassifierOptions{Device: torch.CPU, MicroBatch: 4, LR: 1e-3})
 		require.NoError(t, err)
 		b := batch()
 		defer b.Free()

@@ -71,7 +71,7 @@ func dataCommand() *cli.Command {
 // accumulation 16, learning rate 3e-4 with 2000 warmup steps, clipping at
 // 1.0, a checkpoint every 5000 steps.
 var Defaults = recipes.Defaults{
-	Data: "data/kjv", BatchSize: 1, GradAccum: 16, Precision: "no", Epochs: 1000, LR: 3e-4, Warmup: 2000, ClipNorm: 1.0,
+	Data: "data/kjv", MicroBatch: 1, Accum: 16, Precision: "no", Epochs: 1000, LR: 3e-4, Warmup: 2000, ClipNorm: 1.0,
 	CheckpointDir: "checkpoints/mamba", CheckpointEvery: 5000, Workers: 1, Prefetch: 2,
 }
 
@@ -132,7 +132,7 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 			return TrainConfig{}, &recipes.ConfigError{Field: "vram", Value: vramName, Err: err}
 		}
 		vram = v
-		recipes.ApplyPreset(c, &cm, recipes.Preset{BatchSize: v.BatchSize, GradAccum: v.GradAccum, Checkpointing: v.Checkpointing})
+		recipes.ApplyPreset(c, &cm, recipes.Preset{MicroBatch: v.MicroBatch, Accum: v.Accum, Checkpointing: v.Checkpointing})
 	}
 	size := c.String("model-size")
 	if size == "" {
@@ -240,7 +240,7 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 		tp.LabelSmoothing = c.Float64("label-smoothing")
 	}
 	cfg := TrainConfig{
-		Data: cm.Data, Model: mcfg, ModelSize: sizeName, SeqLen: seq, BatchSize: cm.BatchSize, GradAccum: cm.GradAccum,
+		Data: cm.Data, Model: mcfg, ModelSize: sizeName, SeqLen: seq, MicroBatch: cm.MicroBatch, Accum: cm.Accum,
 		Precision: precision, Checkpointing: cm.GradCheckpointing, CPUOffload: offload, Training: tp,
 		Scan: c.String("scan"), ScanChunk: c.Int("scan-chunk"), Device: cm.Device, Epochs: cm.Epochs,
 		EvalTokens: c.Int("eval-tokens"), CheckpointDir: cm.CheckpointDir, Overwrite: cm.Overwrite, Resume: cm.Resume,
@@ -252,7 +252,7 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	}
 	if vramName != "" {
 		run.Logf("--vram %s: micro-batch %d × accumulation %d, sequences of %d, use_fp16 %v, checkpointing %v",
-			vram.Name, cfg.BatchSize, cfg.GradAccum, cfg.SeqLen, fp16, cfg.Checkpointing)
+			vram.Name, cfg.MicroBatch, cfg.Accum, cfg.SeqLen, fp16, cfg.Checkpointing)
 	}
 	return cfg, nil
 }

@@ -68,8 +68,8 @@ func TestSeedCommandLinesResolve(t *testing.T) {
 		require.Equal(t, tc.layers, cfg.Model.NLayers, tc.line)
 		require.Equal(t, int64(16), cfg.Model.DState, tc.line)
 		require.Equal(t, int64(VocabSize), cfg.Model.VocabSize, tc.line)
-		require.Equal(t, tc.batch, cfg.BatchSize, tc.line)
-		require.Equal(t, tc.accum, cfg.GradAccum, tc.line)
+		require.Equal(t, tc.batch, cfg.MicroBatch, tc.line)
+		require.Equal(t, tc.accum, cfg.Accum, tc.line)
 		require.Equal(t, tc.seq, cfg.SeqLen, tc.line)
 		require.Equal(t, tc.precision, cfg.Precision, tc.line)
 		require.Equal(t, tc.checkpointing, cfg.Checkpointing, tc.line)
@@ -101,7 +101,7 @@ func TestSeedCommandLinesResolve(t *testing.T) {
 	require.NoError(t, os.WriteFile(off, []byte(strings.Replace(string(raw), `"use_cpu_offload": false`, `"use_cpu_offload": true`, 1)), 0o644))
 	cfg = resolve(t, "--config "+off+" --batch_size 2 --scan chunked"+extra)
 	require.True(t, cfg.CPUOffload)
-	require.Equal(t, 2, cfg.BatchSize)
+	require.Equal(t, 2, cfg.MicroBatch)
 	require.Equal(t, "chunked", cfg.Scan)
 }
 

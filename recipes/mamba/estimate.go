@@ -37,7 +37,7 @@ type EstimatePreset struct {
 }
 
 func presetOf(name string, c TrainConfig) EstimatePreset {
-	return EstimatePreset{Name: name, Model: c.Model, Batch: c.BatchSize, Seq: c.SeqLen, Precision: c.Precision,
+	return EstimatePreset{Name: name, Model: c.Model, Batch: c.MicroBatch, Seq: c.SeqLen, Precision: c.Precision,
 		Checkpointing: c.Checkpointing, Offload: c.CPUOffload}
 }
 
@@ -52,7 +52,7 @@ func GuidePresets() []EstimatePreset {
 		if v.FP16 {
 			prec = "auto"
 		}
-		out = append(out, EstimatePreset{Name: "--vram " + name, Model: ModelSizes[v.ModelSize], Batch: v.BatchSize, Seq: v.SeqLen,
+		out = append(out, EstimatePreset{Name: "--vram " + name, Model: ModelSizes[v.ModelSize], Batch: v.MicroBatch, Seq: v.SeqLen,
 			Precision: prec, Checkpointing: v.Checkpointing, Offload: v.CPUOffload})
 	}
 	return out

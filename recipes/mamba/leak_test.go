@@ -24,7 +24,7 @@ func TestEntryPointsFreeEverything(t *testing.T) {
 	tp := TrainingPresets["cpu"]
 	tp.MaxSteps = 2
 	mc := ModelSizes["tiny"]
-	res, err := Train(context.Background(), TrainConfig{Data: data, Model: mc, SeqLen: 128, BatchSize: 8, GradAccum: 1, Precision: "no",
+	res, err := Train(context.Background(), TrainConfig{Data: data, Model: mc, SeqLen: 128, MicroBatch: 8, Accum: 1, Precision: "no",
 		Training: tp, Scan: "fused", Device: torch.CPU, Epochs: 1, EvalTokens: 1024, CheckpointDir: filepath.Join(dir, "ck"), Workers: 1, CPUOffload: true})
 	require.NoError(t, err)
 	a1 := a()

@@ -31,9 +31,9 @@ var ModelSizes = map[string]ModelConfig{
 type VRAM struct {
 	Name          string
 	ModelSize     string
-	BatchSize     int
+	MicroBatch     int
 	SeqLen        int
-	GradAccum     int
+	Accum     int
 	FP16          bool
 	Checkpointing bool
 	CPUOffload    bool

@@ -33,8 +33,8 @@ type TrainConfig struct {
 	// SeqLen is the training sequence length (the vram section's
 	// max_seq_len); at most Model.MaxSeqLen.
 	SeqLen        int
-	BatchSize     int // micro-batch
-	GradAccum     int
+	MicroBatch     int // micro-batch
+	Accum     int
 	Precision     string // --mixed-precision (use_fp16: auto)
 	Checkpointing bool
 	CPUOffload    bool
@@ -338,7 +338,7 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) 
 		opt = a
 	}
 	train1 := newWindows(trainToks, cfg.SeqLen, 0)
-	effective := cfg.BatchSize * cfg.GradAccum
+	effective := cfg.MicroBatch * cfg.Accum
 	if train1.Len() < effective {
 		return res, recipes.Usagef("mamba: %s holds %d sequences of %d tokens, fewer than one effective batch of %d", cfg.Data, train1.Len(), cfg.SeqLen, effective)
 	}
@@ -356,7 +356,7 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) 
 	tr, err := train.New(m, opt, func(b *data.Batch) *torch.Tensor {
 		return m.Loss(b.Fields["x"], b.Fields["y"], ls)
 	}, train.Config{
-		MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
+		MicroBatch: cfg.MicroBatch, Accum: cfg.Accum, Device: cfg.Device, Precision: precision.Precision,
 		Count: tokenCount, ClipNorm: t.MaxGradNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery,
 		Events: cfg.Events, MaxNonFinite: cfg.MaxNonFinite,
 	})
@@ -365,7 +365,7 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) 
 	}
 	tr.Sched = sched
 	evaluate := func() (EvalResult, error) {
-		r, err := evalWindows(m, valid, cfg.BatchSize*2, cfg.Device, precision.Precision)
+		r, err := evalWindows(m, valid, cfg.MicroBatch*2, cfg.Device, precision.Precision)
 		if err != nil {
 			return r, err
 		}

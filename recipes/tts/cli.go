@@ -36,13 +36,13 @@ func (Recipe) Commands() []*cli.Command {
 // Defaults are the seed's (config.yaml): micro-batch 4 × accumulation 8
 // (an effective batch of 32), prefetch 2.
 var Defaults = recipes.Defaults{
-	Data: "data/tts", BatchSize: 4, GradAccum: 8, Precision: "no", Epochs: 40, LR: 5e-4, Warmup: 200, ClipNorm: 1,
+	Data: "data/tts", MicroBatch: 4, Accum: 8, Precision: "no", Epochs: 40, LR: 5e-4, Warmup: 200, ClipNorm: 1,
 	CheckpointDir: "checkpoints/tts", CheckpointEvery: 200, Workers: 1, Prefetch: 2, MemoryEvery: 100,
 }
 
 // CodecDefaults train the codec on crops: batch 16, 20 epochs.
 var CodecDefaults = recipes.Defaults{
-	Data: "data/tts", BatchSize: 16, GradAccum: 1, Precision: "no", Epochs: 20, LR: 1e-3, Warmup: 100, ClipNorm: 1,
+	Data: "data/tts", MicroBatch: 16, Accum: 1, Precision: "no", Epochs: 20, LR: 1e-3, Warmup: 100, ClipNorm: 1,
 	CheckpointDir: "checkpoints/codec", CheckpointEvery: 500, Workers: 1, Prefetch: 2, MemoryEvery: 200,
 }
 
@@ -50,7 +50,7 @@ var CodecDefaults = recipes.Defaults{
 // last part is a flag's name (training.learning_rate, training.epochs)
 // are read too; any other key is an error naming it.
 var ConfigKeys = map[string]string{
-	"training.batch_size":                  "batch-size",
+	"training.batch_size":                  "micro-batch",
 	"training.gradient_accumulation_steps": "grad-accum",
 	"training.enable_memory_cleanup":       "memory-cleanup",
 	"training.max_memory_fraction":         "memory-fraction",
@@ -68,16 +68,16 @@ func dataFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.BoolFlag{Name: "memory-mapping", Aliases: []string{"enable_memory_mapping"}, Usage: "read the feature cache through a memory map (data.enable_memory_mapping)"},
 		&cli.BoolFlag{Name: "memory-cleanup", Aliases: []string{"enable_memory_cleanup"}, Usage: "empty the CUDA cache after every step (training.enable_memory_cleanup; the CPU has no cache)"},
-		&cli.IntFlag{Name: "data-batch-size", Usage: "the loader's batch (data.batch_size): must equal --batch-size (0: the same)"},
+		&cli.IntFlag{Name: "data-batch-size", Usage: "the loader's batch (data.batch_size): must equal --micro-batch (0: the same)"},
 		&cli.IntFlag{Name: "valid-limit", Value: 200, Usage: "validation utterances scored per epoch (0: all)"},
 	}
 }
 
 func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	cm := run.Common
-	if n := c.Int("data-batch-size"); n != 0 && n != cm.BatchSize {
+	if n := c.Int("data-batch-size"); n != 0 && n != cm.MicroBatch {
 		return TrainConfig{}, recipes.Reword(&recipes.ConfigError{Field: "data-batch-size", Value: n,
-			Reason: fmt.Sprintf("differs from the training batch size %d: torchfit's loader builds the effective batch (batch size × accumulation) and the trainer splits it into micro-batches of the training batch size; set them equal, as the seed does, or leave data.batch_size out", cm.BatchSize)}, run.FromFile)
+			Reason: fmt.Sprintf("differs from the training batch size %d: torchfit's loader builds the effective batch (batch size × accumulation) and the trainer splits it into micro-batches of the training batch size; set them equal, as the seed does, or leave data.batch_size out", cm.MicroBatch)}, run.FromFile)
 	}
 	if c.Bool("memory-cleanup") && !c.IsSet("empty-cache-every") && cm.Device.IsCUDA() {
 		cm.EmptyCacheEvery = 1
@@ -343,7 +343,7 @@ func memoryTestCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "memory-test",
 		Usage: "train at each batch size for a while and print peak memory, step time, samples/s and OOM (the seed's test_memory_optimization.py)",
-		Flags: append(append(append(recipes.Flags(recipes.Defaults{Data: Defaults.Data, BatchSize: 1, GradAccum: 1, Precision: "no", Epochs: 1,
+		Flags: append(append(append(recipes.Flags(recipes.Defaults{Data: Defaults.Data, MicroBatch: 1, Accum: 1, Precision: "no", Epochs: 1,
 			LR: Defaults.LR, Warmup: Defaults.Warmup, ClipNorm: Defaults.ClipNorm, Workers: 1, Prefetch: 2}), dataFlags()...), gptFlags()...),
 			&cli.StringFlag{Name: "batch-sizes", Value: "2,4,6,8", Usage: "micro-batch sizes to try, comma-separated"},
 			&cli.StringFlag{Name: "duration", Value: "60", Usage: "training time per size: seconds, or a duration (90s, 2m)"},

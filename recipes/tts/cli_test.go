@@ -73,8 +73,8 @@ func writeFile(t *testing.T, name, text string) string {
 func TestSeedConfigLoads(t *testing.T) {
 	cfg, g, c, err := parseTrain(t, "--config", writeFile(t, "config.yaml", seedYAML))
 	require.NoError(t, err)
-	require.Equal(t, 4, cfg.Common.BatchSize)
-	require.Equal(t, 8, cfg.Common.GradAccum)
+	require.Equal(t, 4, cfg.Common.MicroBatch)
+	require.Equal(t, 8, cfg.Common.Accum)
 	require.Equal(t, 32, cfg.Common.EffectiveBatch())
 	require.InDelta(t, 0.9, cfg.Common.MemoryFraction, 1e-12)
 	require.True(t, c.Bool("memory-cleanup"))
@@ -86,8 +86,8 @@ func TestSeedConfigLoads(t *testing.T) {
 
 	cfg, g, _, err = parseTrain(t, "--config", writeFile(t, "config.yaml", troubleYAML), "--grad-accum", "4")
 	require.NoError(t, err)
-	require.Equal(t, 2, cfg.Common.BatchSize)
-	require.Equal(t, 4, cfg.Common.GradAccum, "the flag overrides the file")
+	require.Equal(t, 2, cfg.Common.MicroBatch)
+	require.Equal(t, 4, cfg.Common.Accum, "the flag overrides the file")
 	require.True(t, cfg.Common.GradCheckpointing)
 	require.Equal(t, int64(128), g.TextEncoderDim)
 	require.Equal(t, int64(256), g.DecoderDim)

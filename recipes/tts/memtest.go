@@ -84,7 +84,7 @@ func RunMemoryTest(ctx context.Context, cfg TrainConfig, sizes []int, d time.Dur
 }
 
 func runMemoryTest(ctx context.Context, cfg TrainConfig, sizes []int, d time.Duration) (MemoryTest, error) {
-	res := MemoryTest{Duration: d, Accum: cfg.GradAccum, Device: cfg.Device, Limit: torch.MustMemoryStats(cfg.Device).Limit}
+	res := MemoryTest{Duration: d, Accum: cfg.Accum, Device: cfg.Device, Limit: torch.MustMemoryStats(cfg.Device).Limit}
 	if err := cfg.check(); err != nil {
 		return res, err
 	}
@@ -166,19 +166,19 @@ func memoryTestOne(ctx context.Context, cfg TrainConfig, cc CodecConfig, codecW 
 		return err
 	}
 	c := cfg
-	c.BatchSize = n
+	c.MicroBatch = n
 	opt, sched, _ := schedule(&c, nn.Parameters(m.GPT), tr.Len())
 	defer opt.Free()
 	defer sched.Free()
-	t, err := train.New(m, opt, m.Loss, train.Config{MicroBatch: n, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
+	t, err := train.New(m, opt, m.Loss, train.Config{MicroBatch: n, Accum: cfg.Accum, Device: cfg.Device, Precision: precision.Precision,
 		Count: CountCodes, ClipNorm: cfg.ClipNorm, NoOOMAdapt: true, MaxNonFinite: -1})
 	if err != nil {
 		return err
 	}
-	if n*cfg.GradAccum > tr.Len() {
-		return &recipes.ConfigError{Field: "batch-sizes", Value: n, Reason: fmt.Sprintf("a batch of %d × %d accumulation steps is more than the %d training utterances", n, cfg.GradAccum, tr.Len())}
+	if n*cfg.Accum > tr.Len() {
+		return &recipes.ConfigError{Field: "batch-sizes", Value: n, Reason: fmt.Sprintf("a batch of %d × %d accumulation steps is more than the %d training utterances", n, cfg.Accum, tr.Len())}
 	}
-	ld, err := data.NewLoader(tr.Dataset(), Collate(gcfg), data.Options{BatchSize: n * cfg.GradAccum, Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Prefetch: cfg.Prefetch})
+	ld, err := data.NewLoader(tr.Dataset(), Collate(gcfg), data.Options{BatchSize: n * cfg.Accum, Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Prefetch: cfg.Prefetch})
 	if err != nil {
 		return err
 	}
@@ -205,7 +205,7 @@ func memoryTestOne(ctx context.Context, cfg TrainConfig, cc CodecConfig, codecW 
 		}
 		row.Steps++
 		row.StepTime = busy / time.Duration(row.Steps)
-		row.SamplesPerSec = float64(row.Steps*n*cfg.GradAccum) / busy.Seconds()
+		row.SamplesPerSec = float64(row.Steps*n*cfg.Accum) / busy.Seconds()
 	}
 	return nil
 }

@@ -182,7 +182,7 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		l := c.Loss(b.Fields["mel"])
 		usage.observe(l.Codes, l.Z)
 		return l.Total
-	}, train.Config{MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
+	}, train.Config{MicroBatch: cfg.MicroBatch, Accum: cfg.Accum, Device: cfg.Device, Precision: precision.Precision,
 		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery, Events: cfg.Events, MaxNonFinite: cfg.MaxNonFinite})
 	if err != nil {
 		return res, err
@@ -218,8 +218,8 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 func fitRun(ctx context.Context, cfg *TrainConfig, tr *train.Trainer, corpus *Corpus, ds data.Dataset[data.Sample],
 	collate func([]data.Sample) (*data.Batch, error), meta *ptfile.Dict, start func() error, evaluate func() (Scores, error), res *Result) (Result, error) {
 	if n := ds.Len(); cfg.EffectiveBatch() > n {
-		return *res, &recipes.ConfigError{Field: "batch-size", Value: cfg.BatchSize,
-			Reason: fmt.Sprintf("the effective batch %d (× %d accumulation steps) is more than the %d training examples: no step could be made", cfg.EffectiveBatch(), cfg.GradAccum, n)}
+		return *res, &recipes.ConfigError{Field: "micro-batch", Value: cfg.MicroBatch,
+			Reason: fmt.Sprintf("the effective batch %d (× %d accumulation steps) is more than the %d training examples: no step could be made", cfg.EffectiveBatch(), cfg.Accum, n)}
 	}
 	newLoader := func(st *data.State) (train.Loader, error) {
 		return data.NewLoader(ds, collate, data.Options{
@@ -459,7 +459,7 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	opt, sched, total := schedule(&cfg, gptParams, tr.Len())
 	defer opt.Free()
 	defer sched.Free()
-	tcfg := train.Config{MicroBatch: cfg.BatchSize, Accum: cfg.GradAccum, Device: cfg.Device, Precision: precision.Precision,
+	tcfg := train.Config{MicroBatch: cfg.MicroBatch, Accum: cfg.Accum, Device: cfg.Device, Precision: precision.Precision,
 		Count: CountCodes, ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery,
 		Events: cfg.Events, MaxNonFinite: cfg.MaxNonFinite}
 	t, err := train.New(m, opt, m.Loss, tcfg)
@@ -468,7 +468,7 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	}
 	t.Sched = sched
 	cfg.logf("precision %s; %d optimizer steps, effective batch %d (micro-batch %d × %d)%s", precision, total, cfg.EffectiveBatch(),
-		cfg.BatchSize, cfg.GradAccum, map[bool]string{true: "; gradient checkpointing per block", false: ""}[gcfg.GradCheckpointing])
+		cfg.MicroBatch, cfg.Accum, map[bool]string{true: "; gradient checkpointing per block", false: ""}[gcfg.GradCheckpointing])
 	collate := Collate(gcfg)
 	trainSet := tr.Dataset()
 	if cfg.DryRun {

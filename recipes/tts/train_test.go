@@ -24,7 +24,7 @@ func gptConfig(t *testing.T, out string) TrainConfig {
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
 	return TrainConfig{
-		Common: recipes.Common{Data: dir, BatchSize: 4, GradAccum: 2, Precision: "no", Device: torch.CPU, Epochs: 100, MaxSteps: 12,
+		Common: recipes.Common{Data: dir, MicroBatch: 4, Accum: 2, Precision: "no", Device: torch.CPU, Epochs: 100, MaxSteps: 12,
 			LR: 3e-3, Warmup: 2, ClipNorm: 1, CheckpointDir: filepath.Join(out, "ck"), Seed: 3, MaxNonFinite: 5, BucketMB: 25},
 		Codec: codec, GPT: tinyGPTConfig(0), ValidLimit: 8, Events: m.Sink,
 	}
@@ -116,7 +116,7 @@ func readManifest(t *testing.T, dir, split string) []manifestItem {
 func TestTrainUnderMemoryCapHalvesMicroBatch(t *testing.T) {
 	peak := func(batch, accum int) int64 {
 		cfg := gptConfig(t, t.TempDir())
-		cfg.BatchSize, cfg.GradAccum, cfg.MaxSteps, cfg.CheckpointDir = batch, accum, 2, ""
+		cfg.MicroBatch, cfg.Accum, cfg.MaxSteps, cfg.CheckpointDir = batch, accum, 2, ""
 		res, err := TrainGPT(context.Background(), cfg)
 		require.NoError(t, err)
 		return res.PeakMemory
@@ -164,7 +164,7 @@ func TestTrainUnderMemoryCapHalvesMicroBatch(t *testing.T) {
 // than the corpus is a failure, not an endless wait.
 func TestMemoryTest(t *testing.T) {
 	cfg := gptConfig(t, t.TempDir())
-	cfg.GradAccum = 1
+	cfg.Accum = 1
 	res, err := RunMemoryTest(context.Background(), cfg, []int{1, 2}, 300*time.Millisecond)
 	require.NoError(t, err)
 	require.NoError(t, res.Failed())
