@@ -86,14 +86,18 @@ func (r *Run) Rank() int {
 	return r.Group.Rank()
 }
 
-// OneProcess refuses data parallelism for a recipe that trains in one
+// oneProcess refuses data parallelism for a recipe that trains in one
 // process (why says why): under a launcher, or given --zero or
 // --allreduce-after-backward, it returns a user error, so ranks never
 // train independent copies into one checkpoint directory.
-func (r *Run) OneProcess(recipe, why string) error {
+func (r *Run) oneProcess(recipe, why string) error {
 	msg := fmt.Sprintf("the %s recipe trains in one process, not data parallel: %s", recipe, why)
+	_, launched, err := distributed.ReadEnv(nil)
+	if err != nil {
+		return err
+	}
 	switch {
-	case r.Group != nil:
+	case launched || r.Group != nil:
 		return Usagef("%s; run `torchfit %s` without torchfit launch or torchrun", msg, recipe)
 	case r.ZeRO:
 		return &ConfigError{Field: "zero", Value: true, Reason: msg}

@@ -15,8 +15,8 @@ import (
 // seed's.
 type Defaults struct {
 	Data            string
-	MicroBatch       int
-	Accum       int
+	MicroBatch      int
+	Accum           int
 	Precision       string // "no", "auto", "bf16", "fp16"
 	Epochs          int
 	LR              float64
@@ -36,8 +36,8 @@ type Defaults struct {
 type Common struct {
 	Data              string
 	Config            string
-	MicroBatch         int // micro-batch
-	Accum         int // micro-batches per optimizer step
+	MicroBatch        int // micro-batch
+	Accum             int // micro-batches per optimizer step
 	Precision         string
 	Device            torch.Device
 	MemoryLimit       string // bytes with a unit, or a fraction of the device
@@ -331,8 +331,8 @@ func FiniteFloats(c *cli.Context) error {
 // it is.
 type Preset struct {
 	MicroBatch, Accum int
-	Mixed                bool // mixed precision (auto)
-	Checkpointing        bool
+	Mixed             bool // mixed precision (auto)
+	Checkpointing     bool
 }
 
 // ApplyPreset sets the fields of cm that the command line did not set

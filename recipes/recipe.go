@@ -87,15 +87,33 @@ func (r *Run) Close() error {
 	return first
 }
 
-// Prepare reads a train command's config file and shared flags (keys maps
-// the recipe's config-file keys to flag names; see ApplyConfig), sets
-// libtorch's threads and the device's memory cap, and opens the run's
-// front end: log lines and a progress bar on stderr, the metrics file.
-// Under a launcher (WORLD_SIZE set) it first joins the data-parallel
-// process group (Run.Group), and only rank 0 opens the front end.
-// Close the Run when the command ends.
-func Prepare(c *cli.Context, keys map[string]string) (*Run, error) {
-	fromFile, err := ApplyConfig(c, keys)
+// Spec is what a recipe declares once for all its train commands.
+type Spec struct {
+	Name string
+	// Keys maps the seeds' config-file keys to flag names (see
+	// ApplyConfig).
+	Keys map[string]string
+	// DataParallel says the recipe trains data parallel under a launcher
+	// (torchfit launch, torchrun); otherwise OneProcess must say why it
+	// trains in one process, and Prepare refuses a launcher, --zero and
+	// --allreduce-after-backward with that reason. A Spec that declares
+	// neither panics in Prepare: no recipe can forget.
+	DataParallel bool
+	OneProcess   string
+}
+
+// Prepare reads a train command's config file and shared flags (the
+// recipe's Spec.Keys), refuses data parallelism the recipe does not offer
+// (Spec.OneProcess), sets libtorch's threads and the device's memory cap,
+// and opens the run's front end: log lines and a progress bar on stderr,
+// the metrics file. Under a launcher (WORLD_SIZE set) it first joins the
+// data-parallel process group (Run.Group), and only rank 0 opens the front
+// end. Close the Run when the command ends.
+func Prepare(c *cli.Context, spec Spec) (*Run, error) {
+	if spec.DataParallel == (spec.OneProcess != "") {
+		panic(fmt.Sprintf("recipes: the %s recipe's Spec must declare DataParallel or say why it trains in OneProcess (not both)", spec.Name))
+	}
+	fromFile, err := ApplyConfig(c, spec.Keys)
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +122,11 @@ func Prepare(c *cli.Context, keys map[string]string) (*Run, error) {
 		return nil, Reword(err, fromFile)
 	}
 	r := &Run{Common: cm, FromFile: fromFile, Log: report.NewLogger(os.Stderr)}
+	if spec.OneProcess != "" {
+		if err := r.oneProcess(spec.Name, spec.OneProcess); err != nil {
+			return nil, err
+		}
+	}
 	if cm.Threads > 0 {
 		torch.SetNumThreads(cm.Threads)
 	}

@@ -19,6 +19,10 @@ import (
 
 // Recipe is the ASR recipe on the command line: torchfit asr
 // data|train|eval|transcribe|memory-table.
+// spec declares the recipe's train commands: it trains data parallel
+// under a launcher.
+var spec = recipes.Spec{Name: "asr", DataParallel: true}
+
 type Recipe struct{}
 
 // Name is the command's name.
@@ -163,7 +167,7 @@ func planCommand() *cli.Command {
 // prepareTrain sets a training command's run up and reads its
 // configuration; the caller closes the run when err is nil.
 func prepareTrain(c *cli.Context) (*recipes.Run, TrainConfig, error) {
-	run, err := recipes.Prepare(c, nil)
+	run, err := recipes.Prepare(c, spec)
 	if err != nil {
 		return nil, TrainConfig{}, err
 	}

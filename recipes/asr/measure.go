@@ -17,8 +17,8 @@ import (
 type MeasureConfig struct {
 	Data              string // corpus directory
 	Preset            string
-	MicroBatch         int // micro-batch
-	Accum         int
+	MicroBatch        int // micro-batch
+	Accum             int
 	Precision         string // fp32, bf16, fp16
 	GradCheckpointing bool
 	Device            torch.Device

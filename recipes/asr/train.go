@@ -33,8 +33,8 @@ type TrainConfig struct {
 	EncoderLayers int
 	DecoderLayers int
 	Dropout       *float64 // overrides the preset's dropout (a new run)
-	MicroBatch     int      // micro-batch
-	Accum     int      // micro-batches per optimizer step
+	MicroBatch    int      // micro-batch
+	Accum         int      // micro-batches per optimizer step
 	Precision     string   // fp32, bf16, fp16, auto (--mixed-precision)
 	Device        torch.Device
 	Epochs        int

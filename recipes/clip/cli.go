@@ -15,6 +15,10 @@ import (
 
 // Recipe is the CLIP recipe on the command line: torchfit clip
 // data|pretrain|train|eval|measure.
+// spec declares the recipe's train commands: its config-file keys, and
+// why it trains in one process.
+var spec = recipes.Spec{Name: "clip", OneProcess: "its exact contrastive loss would need every rank's embeddings, which it does not gather"}
+
 type Recipe struct{}
 
 // Name is the command's name.
@@ -127,11 +131,6 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfi
 		Workers: cm.Workers, Prefetch: cm.Prefetch, Seed: cm.Seed, MemoryEvery: cm.MemoryEvery, MaxNonFinite: cm.MaxNonFinite,
 		EvalEvery: c.Int("eval-every"), ValidLimit: c.Int("valid-limit"), CPUBudget: c.Duration("cpu-budget"), Events: run.Events,
 	}
-	// Data parallel: the exact loss would need every rank's embeddings
-	// (an all-gather the recipe does not do), so it runs in one process.
-	if err := run.OneProcess("clip", "its exact contrastive loss would need every rank's embeddings, which it does not gather"); err != nil {
-		return cfg, err
-	}
 	if cm.AutoBatch || cm.DryRun {
 		return cfg, &recipes.ConfigError{Field: "auto-batch", Value: true, Reason: "not offered by the clip recipe: pick the micro-batch with --vram or --batch-size (the effective batch's loss is exact at any micro-batch)"}
 	}
@@ -148,7 +147,7 @@ func trainCommand(stage string) *cli.Command {
 		Usage: usage,
 		Flags: trainFlags(d),
 		Action: func(c *cli.Context) error {
-			run, err := recipes.Prepare(c, nil)
+			run, err := recipes.Prepare(c, spec)
 			if err != nil {
 				return err
 			}

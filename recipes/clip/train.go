@@ -40,8 +40,8 @@ type TrainConfig struct {
 	// CLIP checkpoint (its model).
 	Init              string
 	Mode              string // Exact or Naive
-	MicroBatch         int    // micro-batch
-	Accum         int
+	MicroBatch        int    // micro-batch
+	Accum             int
 	Precision         string
 	Device            torch.Device
 	Epochs, MaxSteps  int

@@ -28,7 +28,7 @@ type ClassifierOptions struct {
 	Device     torch.Device
 	Precision  amp.Precision
 	Scaler     *amp.GradScaler // nil: one enabled for float16
-	MicroBatch      int             // micro-batch (BATCH_SIZE)
+	MicroBatch int             // micro-batch (BATCH_SIZE)
 	LR         float64         // AdamW, weight decay 0.01
 	ClipNorm   float64
 	Warmup     int // warmup steps of a warmup-cosine schedule

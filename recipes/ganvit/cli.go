@@ -18,6 +18,10 @@ import (
 
 // Recipe is the GAN + ViT recipe on the command line: torchfit ganvit
 // data|train|eval|test-memory|memory-table.
+// spec declares the recipe's train commands: its config-file keys, and
+// why it trains in one process.
+var spec = recipes.Spec{Name: "ganvit", Keys: ConfigKeys, OneProcess: "its GAN and ViT steps do not all-reduce gradients"}
+
 type Recipe struct{}
 
 // Name is the command's name.
@@ -252,14 +256,11 @@ func trainCommand() *cli.Command {
 		Usage: "train the conditional GAN, generate NUM_SYNTHETIC spectrograms, train the ViT on real + synthetic (--dry-run: test-memory)",
 		Flags: trainFlags(),
 		Action: func(c *cli.Context) error {
-			run, err := recipes.Prepare(c, ConfigKeys)
+			run, err := recipes.Prepare(c, spec)
 			if err != nil {
 				return err
 			}
 			defer run.Close()
-			if err := run.OneProcess("ganvit", "its GAN and ViT steps do not all-reduce gradients"); err != nil {
-				return err
-			}
 			cfg, err := TrainConfigFrom(c, run)
 			if err != nil {
 				return err
@@ -326,14 +327,11 @@ func testMemoryCommand() *cli.Command {
 	cmd.Name = "test-memory"
 	cmd.Usage = "the seed's test_memory_config: one GAN iteration and one ViT step at the configured sizes; exit 0 when it fits, 3 on out of memory"
 	cmd.Action = func(c *cli.Context) error {
-		run, err := recipes.Prepare(c, ConfigKeys)
+		run, err := recipes.Prepare(c, spec)
 		if err != nil {
 			return err
 		}
 		defer run.Close()
-		if err := run.OneProcess("ganvit", "its GAN and ViT steps do not all-reduce gradients"); err != nil {
-			return err
-		}
 		cfg, err := TrainConfigFrom(c, run)
 		if err != nil {
 			return err

@@ -12,7 +12,7 @@ type Preset struct {
 	Name         string
 	Mels, Frames int64
 	GANBatch     int // GAN_BATCH_SIZE
-	MicroBatch        int // BATCH_SIZE (the classifier's)
+	MicroBatch   int // BATCH_SIZE (the classifier's)
 	NumSynthetic int // NUM_SYNTHETIC
 	ViT          string
 	Latent       int64 // LATENT_DIM

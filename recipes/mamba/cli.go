@@ -18,6 +18,10 @@ import (
 
 // Recipe is the Mamba recipe on the command line: torchfit mamba
 // data|train|eval|generate|estimate.
+// spec declares the recipe's train commands: its config-file keys, and
+// why it trains in one process.
+var spec = recipes.Spec{Name: "mamba", Keys: Keys, OneProcess: "its training step does not all-reduce gradients"}
+
 type Recipe struct{}
 
 // Name is the command's name.
@@ -263,14 +267,11 @@ func trainCommand() *cli.Command {
 		Usage: "train (or resume) a Mamba language model",
 		Flags: trainFlags(),
 		Action: func(c *cli.Context) error {
-			run, err := recipes.Prepare(c, Keys)
+			run, err := recipes.Prepare(c, spec)
 			if err != nil {
 				return err
 			}
 			defer run.Close()
-			if err := run.OneProcess("mamba", "its training step does not all-reduce gradients"); err != nil {
-				return err
-			}
 			cfg, err := TrainConfigFrom(c, run)
 			if err != nil {
 				return err
@@ -421,14 +422,11 @@ func estimateCommand() *cli.Command {
 			"and with --dry-run what the counting allocator measures on a dry step",
 		Flags: append(trainFlags(), &cli.BoolFlag{Name: "all", Usage: "every row of the guide's table (the default without --config, --vram or --model_size)"}),
 		Action: func(c *cli.Context) error {
-			run, err := recipes.Prepare(c, Keys)
+			run, err := recipes.Prepare(c, spec)
 			if err != nil {
 				return err
 			}
 			defer run.Close()
-			if err := run.OneProcess("mamba", "its training step does not all-reduce gradients"); err != nil {
-				return err
-			}
 			var presets []EstimatePreset
 			if c.Bool("all") || (run.Config == "" && run.VRAM == "" && !c.IsSet("model-size")) {
 				presets = GuidePresets()

@@ -19,7 +19,7 @@ func resolve(t *testing.T, line string) TrainConfig {
 	cmd := trainCommand()
 	var got TrainConfig
 	cmd.Action = func(c *cli.Context) error {
-		run, err := recipes.Prepare(c, Keys)
+		run, err := recipes.Prepare(c, spec)
 		if err != nil {
 			return err
 		}

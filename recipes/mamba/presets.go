@@ -31,9 +31,9 @@ var ModelSizes = map[string]ModelConfig{
 type VRAM struct {
 	Name          string
 	ModelSize     string
-	MicroBatch     int
+	MicroBatch    int
 	SeqLen        int
-	Accum     int
+	Accum         int
 	FP16          bool
 	Checkpointing bool
 	CPUOffload    bool

@@ -33,8 +33,8 @@ type TrainConfig struct {
 	// SeqLen is the training sequence length (the vram section's
 	// max_seq_len); at most Model.MaxSeqLen.
 	SeqLen        int
-	MicroBatch     int // micro-batch
-	Accum     int
+	MicroBatch    int // micro-batch
+	Accum         int
 	Precision     string // --mixed-precision (use_fp16: auto)
 	Checkpointing bool
 	CPUOffload    bool

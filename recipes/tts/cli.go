@@ -18,6 +18,10 @@ import (
 
 // Recipe is the TTS recipe on the command line: torchfit tts
 // data|train-codec|train|say|memory-test|eval.
+// spec declares the recipe's train commands: its config-file keys, and
+// why it trains in one process.
+var spec = recipes.Spec{Name: "tts", Keys: ConfigKeys, OneProcess: "its codec and GPT steps do not all-reduce gradients"}
+
 type Recipe struct{}
 
 // Name is the command's name.
@@ -98,14 +102,11 @@ func trainCodecCommand() *cli.Command {
 			&cli.IntFlag{Name: "crop-frames", Value: 64, Usage: "frames per training crop"},
 		),
 		Action: func(c *cli.Context) error {
-			run, err := recipes.Prepare(c, ConfigKeys)
+			run, err := recipes.Prepare(c, spec)
 			if err != nil {
 				return err
 			}
 			defer run.Close()
-			if err := run.OneProcess("tts", "its codec and GPT steps do not all-reduce gradients"); err != nil {
-				return err
-			}
 			cfg, err := trainConfigFrom(c, run)
 			if err != nil {
 				return err
@@ -164,14 +165,11 @@ func trainCommand() *cli.Command {
 		Usage: "train (or resume) the GPT over speaker latents, phonemes and the frozen codec's codes",
 		Flags: trainFlags(),
 		Action: func(c *cli.Context) error {
-			run, err := recipes.Prepare(c, ConfigKeys)
+			run, err := recipes.Prepare(c, spec)
 			if err != nil {
 				return err
 			}
 			defer run.Close()
-			if err := run.OneProcess("tts", "its codec and GPT steps do not all-reduce gradients"); err != nil {
-				return err
-			}
 			cfg, err := trainConfigFrom(c, run)
 			if err != nil {
 				return err
@@ -357,14 +355,11 @@ func memoryTestCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			run, err := recipes.Prepare(c, ConfigKeys)
+			run, err := recipes.Prepare(c, spec)
 			if err != nil {
 				return err
 			}
 			defer run.Close()
-			if err := run.OneProcess("tts", "its codec and GPT steps do not all-reduce gradients"); err != nil {
-				return err
-			}
 			cfg, err := trainConfigFrom(c, run)
 			if err != nil {
 				return err

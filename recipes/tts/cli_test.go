@@ -43,7 +43,7 @@ func parseTrain(t *testing.T, args ...string) (TrainConfig, GPTConfig, *cli.Cont
 	var g GPTConfig
 	var ctx *cli.Context
 	cmd.Action = func(c *cli.Context) error {
-		run, err := recipes.Prepare(c, ConfigKeys)
+		run, err := recipes.Prepare(c, spec)
 		if err != nil {
 			return err
 		}
