@@ -244,7 +244,7 @@ func (c Common) Validate() error {
 		Between("prefetch", int64(c.Prefetch), 0, 1024),
 		Between("threads", int64(c.Threads), 0, 1024),
 		Between("max-nonfinite-steps", int64(c.MaxNonFinite), -1, math.MaxInt64),
-		Between("bucket-mb", int64(c.BucketMB), 1, 1<<12),
+		Between("bucket-mb", int64(c.BucketMB), 0, 1<<12), // 0: distributed.DefaultBucketBytes
 	); err != nil {
 		return err
 	}

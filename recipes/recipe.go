@@ -49,32 +49,14 @@ type Run struct {
 	// rank 0 renders events (log lines, progress, the metrics file).
 	Group   *distributed.Group
 	cleanup []func() error
-	// held are Prepare's own log lines (the memory cap), written before
-	// the recipe's first log line or event: a command that then fails on
-	// bad input prints its one error line and nothing else.
-	held []string
 }
 
 // Logf writes a log line.
 func (r *Run) Logf(format string, args ...any) {
-	r.release()
 	r.Log.Printf(format, args...)
 }
 
-// hold keeps a log line of Prepare's until the recipe's first output.
-func (r *Run) hold(format string, args ...any) {
-	r.held = append(r.held, fmt.Sprintf(format, args...))
-}
-
-// release writes the held lines.
-func (r *Run) release() {
-	for _, l := range r.held {
-		r.Log.Printf("%s", l)
-	}
-	r.held = nil
-}
-
-// Close undoes Prepare: the memory cap, the signal handler, the metrics
+// Close undoes Prepare: the signal handler, the metrics
 // file and the progress bar. It returns the metrics file's write error.
 func (r *Run) Close() error {
 	var first error
@@ -104,8 +86,7 @@ type Spec struct {
 
 // Prepare reads a train command's config file and shared flags (the
 // recipe's Spec.Keys), refuses data parallelism the recipe does not offer
-// (Spec.OneProcess), sets libtorch's threads and the device's memory cap,
-// and opens the run's front end: log lines and a progress bar on stderr,
+// (Spec.OneProcess), sets libtorch's threads, and opens the run's front end: log lines and a progress bar on stderr,
 // the metrics file. Under a launcher (WORLD_SIZE set) it first joins the
 // data-parallel process group (Run.Group), and only rank 0 opens the front
 // end. Close the Run when the command ends.
@@ -135,10 +116,6 @@ func Prepare(c *cli.Context, spec Spec) (*Run, error) {
 			return nil, Usagef("--resume: %v", err)
 		}
 	}
-	if err := r.capMemory(); err != nil {
-		r.Close()
-		return nil, err
-	}
 	if err := r.joinGroup(); err != nil {
 		r.Close()
 		return nil, err
@@ -149,43 +126,13 @@ func Prepare(c *cli.Context, spec Spec) (*Run, error) {
 			r.Close()
 			return nil, err
 		}
-		r.Events = func(e train.Event) { r.release(); events(e) }
+		r.Events = events
 		r.cleanup = append(r.cleanup, done)
 	}
 	ctx, stop := report.SignalContext(c.Context)
 	r.Ctx = ctx
 	r.cleanup = append(r.cleanup, func() error { stop(); return nil })
 	return r, nil
-}
-
-// capMemory applies --memory-limit or --memory-fraction.
-func (r *Run) capMemory() error {
-	dev := r.Device
-	switch {
-	case r.MemoryLimit != "":
-		bytes, frac, err := torch.ParseMemory(r.MemoryLimit)
-		if err != nil {
-			return &ConfigError{Field: "memory-limit", Value: r.MemoryLimit, Err: err}
-		}
-		if frac > 0 {
-			err = torch.SetMemoryFraction(dev, frac)
-		} else {
-			err = torch.SetMemoryLimit(dev, bytes)
-		}
-		if err != nil {
-			return Usagef("--memory-limit %s: %v", r.MemoryLimit, err)
-		}
-		r.hold("memory limit on %v: %s", dev, r.MemoryLimit)
-	case r.MemoryFraction > 0:
-		if err := torch.SetMemoryFraction(dev, r.MemoryFraction); err != nil {
-			return Usagef("--memory-fraction %v: %v", r.MemoryFraction, err)
-		}
-		r.hold("memory limit on %v: %.2f of the device", dev, r.MemoryFraction)
-	default:
-		return nil
-	}
-	r.cleanup = append(r.cleanup, func() error { torch.SetMemoryLimit(dev, 0); return nil })
-	return nil
 }
 
 // Reword turns a *ConfigError whose value came from the --config file into

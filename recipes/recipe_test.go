@@ -1,7 +1,6 @@
 package recipes
 
 import (
-	"bytes"
 	"net"
 	"strconv"
 	"testing"
@@ -10,39 +9,62 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/torchfit/torchfit/report"
-	"github.com/torchfit/torchfit/train"
+	"github.com/torchfit/torchfit/torch"
 )
 
-// A command that fails on bad input after Prepare prints only its error:
-// Prepare's memory-cap line waits for the recipe's first output.
-func TestPrepareHoldsItsLinesUntilTheRecipeWrites(t *testing.T) {
+// Begin is every recipe's start: it validates the shared settings, refuses
+// CUDA where there is none, resolves and logs the precision, caps the
+// device's memory (logged) until End, and seeds the generator.
+func TestBegin(t *testing.T) {
+	ok := Common{MicroBatch: 4, Accum: 2, Epochs: 1, LR: 1e-3, Device: torch.CPU, Seed: 5}
 	for _, tc := range []struct {
 		name  string
-		write func(r *Run)
-		want  string
+		edit  func(*Common)
+		field string // the refused setting ("": none)
+		limit int64  // the cap while the session runs
+		line  string
 	}{
-		{"nothing written", func(*Run) {}, ""},
-		{"a log line", func(r *Run) { r.Logf("training") }, "memory limit on cpu: 0.50 of the device\n"},
-		{"an event", func(r *Run) { r.Events(train.Message{Text: "step"}) }, "memory limit on cpu: 0.50 of the device\n"},
+		{"plain", func(*Common) {}, "", 0, "precision fp32 (asked for)"},
+		{"memory limit", func(c *Common) { c.MemoryLimit = "64MiB" }, "", 64 << 20, "memory limit on cpu: 64MiB"},
+		{"memory fraction", func(c *Common) { c.MemoryFraction = 0.5 }, "", -1, "memory limit on cpu: 0.50 of the device"},
+		{"bad limit", func(c *Common) { c.MemoryLimit = "lots" }, "memory-limit", 0, ""},
+		{"bad precision", func(c *Common) { c.Precision = "fp12" }, "mixed-precision", 0, ""},
+		{"no CUDA", func(c *Common) { c.Device = torch.CUDA(0) }, "device", 0, ""},
+		{"bad lr", func(c *Common) { c.LR = 0 }, "lr", 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var out bytes.Buffer
-			cmd := &cli.Command{Name: "train", Flags: Flags(Defaults{MicroBatch: 4, Accum: 1, Epochs: 1, LR: 1e-3}),
-				Action: func(c *cli.Context) error {
-					r, err := Prepare(c, Spec{Name: "x", DataParallel: true})
-					require.NoError(t, err)
-					defer r.Close()
-					r.Log = report.NewLogger(&out)
-					tc.write(r)
-					return nil
-				}}
-			app := &cli.App{Commands: []*cli.Command{cmd}, ExitErrHandler: func(*cli.Context, error) {}}
-			require.NoError(t, app.Run([]string{"x", "train", "--memory-fraction", "0.5"}))
-			if tc.want == "" {
-				require.Empty(t, out.String())
+			if tc.name == "no CUDA" && torch.CUDAAvailable() {
+				t.Skip("this machine has CUDA")
+			}
+			cm := ok
+			tc.edit(&cm)
+			var lines []string
+			s, err := Begin(cm, report.Lines(&lines))
+			if tc.field != "" {
+				var ce *ConfigError
+				require.ErrorAs(t, err, &ce)
+				require.Equal(t, tc.field, ce.Field)
+				require.True(t, IsUserError(err))
+				require.Zero(t, torch.MustMemoryStats(torch.CPU).Limit, "nothing capped")
 				return
 			}
-			require.Contains(t, out.String(), tc.want)
+			require.NoError(t, err)
+			require.Contains(t, lines, tc.line)
+			limit := torch.MustMemoryStats(torch.CPU).Limit
+			switch {
+			case tc.limit < 0:
+				require.Positive(t, limit)
+			default:
+				require.Equal(t, tc.limit, limit)
+			}
+			a := torch.Rand([]int64{3})
+			torch.ManualSeed(cm.Seed)
+			b := torch.Rand([]int64{3})
+			require.True(t, a.Equal(b), "seeded with Seed")
+			a.Free()
+			b.Free()
+			s.End()
+			require.Zero(t, torch.MustMemoryStats(torch.CPU).Limit, "End lifts the cap")
 		})
 	}
 }

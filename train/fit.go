@@ -158,6 +158,11 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 	if err := agreeOn(par, func() error { return r.Check(could) }); err != nil {
 		return res, err
 	}
+	if fc.Start != nil {
+		if err := fc.Start(); err != nil {
+			return res, err
+		}
+	}
 	// save writes a checkpoint of the run at epoch (a step checkpoint when
 	// step is set, which prunes the run's oldest step checkpoints).
 	save := func(path string, epoch int, step bool) (err error) {

@@ -145,3 +145,39 @@ func TestRunRemovesOrphanedTempsOfItsKinds(t *testing.T) {
 	require.ElementsMatch(t, []string{".notes.txt.tmp-1", "checkpoint_gan_epoch_1.pt"}, names(dir))
 	require.Len(t, logged, 1)
 }
+
+// Fit calls Start once, after the checkpoint directory is checked and
+// before the first step; its error stops Fit before anything is written.
+func TestFitCallsStartBeforeTheFirstStep(t *testing.T) {
+	dir := t.TempDir()
+	calls := 0
+	var events []train.Event
+	_, err := fit(t, dir, 2, "", func(fc *train.FitConfig) {
+		fc.Start = func() error {
+			calls++
+			require.Empty(t, events, "no step before Start")
+			return nil
+		}
+		fc.Events = func(e train.Event) {
+			if _, ok := e.(train.StepEvent); ok {
+				events = append(events, e)
+			}
+		}
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, calls)
+	require.Len(t, events, 2)
+
+	stop := errors.New("baseline failed")
+	empty := t.TempDir()
+	_, err = fit(t, empty, 2, "", func(fc *train.FitConfig) { fc.Start = func() error { return stop } })
+	require.ErrorIs(t, err, stop)
+	require.Empty(t, names(empty))
+
+	// A directory Fit refuses never reaches Start.
+	_, err = fit(t, dir, 2, "", func(fc *train.FitConfig) {
+		fc.Start = func() error { t.Fatal("Start ran for a refused directory"); return nil }
+	})
+	var conflict *train.ConflictError
+	require.ErrorAs(t, err, &conflict)
+}

@@ -65,10 +65,8 @@ func demoCommand() *cli.Command {
 			metrics := filepath.Join(dir, "metrics.jsonl")
 			os.Remove(metrics)
 			cfg := asr.TrainConfig{
-				Data: gen.OutDir, Preset: "tiny", MicroBatch: 4, Accum: 2, Precision: precision,
-				Device: torch.CPU, Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"), LR: 2e-3, Warmup: 60, ClipNorm: 5,
-				CheckpointDir: ckdir, CheckpointEvery: 200, Workers: 1, Seed: 1,
-				ValidLimit: 64, MemoryEvery: 100,
+				Common: recipes.Common{Data: gen.OutDir, MicroBatch: 4, Accum: 2, Precision: precision, Device: torch.CPU, Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"), LR: 2e-3, Warmup: 60, ClipNorm: 5, CheckpointDir: ckdir, CheckpointEvery: 200, Workers: 1, Seed: 1, MemoryEvery: 100},
+				Preset: "tiny", ValidLimit: 64,
 			}
 			start := time.Now()
 			events, done, err := recipes.FrontEnd(log, metrics)

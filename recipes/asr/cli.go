@@ -199,17 +199,10 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 		recipes.ApplyPreset(c, &cm, recipes.Preset{MicroBatch: batch, Accum: accum, Mixed: mixed, Checkpointing: ckpt})
 	}
 	cfg := TrainConfig{
-		Data: cm.Data, Preset: preset, DModel: c.Int64("d-model"),
+		Common: cm, Preset: preset, DModel: c.Int64("d-model"),
 		EncoderLayers: c.Int("encoder-layers"), DecoderLayers: c.Int("decoder-layers"),
-		MicroBatch: cm.MicroBatch, Accum: cm.Accum, Precision: cm.Precision,
-		Device: cm.Device, Epochs: cm.Epochs, MaxSteps: cm.MaxSteps, LR: cm.LR, Warmup: cm.Warmup,
-		ClipNorm: cm.ClipNorm, EmptyCacheEvery: cm.EmptyCacheEvery, GradCheckpointing: cm.GradCheckpointing,
-		AutoBatch: cm.AutoBatch, DryRun: cm.DryRun, CheckpointDir: cm.CheckpointDir,
-		CheckpointEvery: cm.CheckpointEvery, Overwrite: cm.Overwrite, Resume: cm.Resume,
-		Workers: cm.Workers, SpecAugment: c.Bool("spec-augment"), Seed: cm.Seed,
-		ValidLimit: c.Int("valid-limit"), MemoryEvery: cm.MemoryEvery, PadMultiple: c.Int("pad-multiple"),
-		MaxNonFinite: cm.MaxNonFinite, Events: run.Events,
-		Group: run.Group, ZeRO: cm.ZeRO, BucketBytes: int64(cm.BucketMB) << 20, AllReduceAfterBackward: cm.AllReduceAfterBackward,
+		SpecAugment: c.Bool("spec-augment"), ValidLimit: c.Int("valid-limit"), PadMultiple: c.Int("pad-multiple"),
+		Events: run.Events, Group: run.Group,
 	}
 	if c.IsSet("dropout") {
 		p := c.Float64("dropout")

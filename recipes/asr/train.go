@@ -25,62 +25,33 @@ import (
 	"github.com/torchfit/torchfit/train/ckpt"
 )
 
-// TrainConfig is `torchfit asr train`: the KonkaniVani guide's knobs.
+// TrainConfig is `torchfit asr train`: the harness's shared settings and
+// the KonkaniVani guide's own knobs. Common.MemoryLimit and
+// MemoryFraction cap the device's memory for the run; Common's data
+// parallel settings apply with Group.
 type TrainConfig struct {
-	Data          string // corpus directory (train.jsonl, valid.jsonl, test.jsonl)
+	recipes.Common
 	Preset        string // original, optimized, minimal, tiny
 	DModel        int64  // overrides the preset when > 0
 	EncoderLayers int
 	DecoderLayers int
 	Dropout       *float64 // overrides the preset's dropout (a new run)
-	MicroBatch    int      // micro-batch
-	Accum         int      // micro-batches per optimizer step
-	Precision     string   // fp32, bf16, fp16, auto (--mixed-precision)
-	Device        torch.Device
-	Epochs        int
-	MaxSteps      int
-	LR            float64
-	Warmup        int
-	ClipNorm      float64
-	// EmptyCacheEvery empties the CUDA cache every N steps (the guide's 50).
-	EmptyCacheEvery   int
-	GradCheckpointing bool
-	MemoryLimit       string // "6GiB", "512MB" or a fraction "0.9"
-	AutoBatch         bool   // find the largest micro-batch; keep the effective batch
-	DryRun            bool   // with AutoBatch: search, report the table, and stop
-	CheckpointDir     string
-	CheckpointEvery   int
-	Overwrite         bool // replace another run's checkpoints that have the names this run writes (see train.FitConfig)
-	Resume            string
-	Workers           int
-	SpecAugment       bool
-	Seed              uint64
-	ValidLimit        int // utterances scored each epoch (0: all)
-	MemoryEvery       int
+	SpecAugment   bool
+	ValidLimit    int // utterances scored each epoch (0: all)
 	// PadMultiple pads a batch's frames to a multiple of it (0:
 	// FrameMultiple; 1: to the longest utterance only).
 	PadMultiple int
 	// Events receives the run's events: the training core's and the
 	// recipe's messages (nil: none). The CLI renders them (package report).
 	Events train.Sink
-
-	// MaxNonFinite stops training once the loss has been NaN or ±Inf for
-	// this many consecutive steps (0: train.DefaultMaxNonFinite;
-	// negative: never). No checkpoint of the diverged state is written.
-	MaxNonFinite int
-
 	// Group makes training data parallel over its ranks (nil: one
-	// process): MicroBatch and Accum are each rank's, so the global
-	// batch is MicroBatch × Accum × ranks; every rank trains its shard
-	// of each batch, gradients are all-reduced in buckets of BucketBytes
-	// (0: distributed.DefaultBucketBytes) during backward, rank 0 writes the
-	// checkpoints. ZeRO shards the optimizer state over the ranks.
-	Group       *distributed.Group
-	BucketBytes int64
-	ZeRO        bool
-	// AllReduceAfterBackward all-reduces after backward instead of during
-	// it (distributed.DataParallelOptions.AfterBackward).
-	AllReduceAfterBackward bool
+	// process): MicroBatch and Accum are each rank's, so the global batch
+	// is MicroBatch × Accum × ranks; every rank trains its shard of each
+	// batch, gradients are all-reduced in buckets of Common.BucketMB MiB
+	// (0: distributed.DefaultBucketBytes) during backward (after it with
+	// AllReduceAfterBackward), rank 0 writes the checkpoints. ZeRO shards
+	// the optimizer state over the ranks.
+	Group *distributed.Group
 }
 
 // VRAMPreset returns the settings the guide's tables recommend for a GPU of
@@ -217,11 +188,13 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
-	logf := func(format string, args ...any) {
-		if cfg.Events != nil {
-			cfg.Events(train.Message{Text: fmt.Sprintf(format, args...)})
-		}
+	run, err := recipes.Begin(cfg.Common, cfg.Events)
+	if err != nil {
+		return res, err
 	}
+	defer run.End()
+	logf, precision := run.Logf, run.Precision
+	res.Precision = precision
 	res.CERStart = math.NaN()
 	trainManifest := filepath.Join(cfg.Data, "train.jsonl")
 	if _, err := os.Stat(trainManifest); err != nil {
@@ -285,24 +258,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 		valid.Utts = valid.Utts[:cfg.ValidLimit]
 	}
 
-	if cfg.MemoryLimit != "" {
-		bytes, frac, err := torch.ParseMemory(cfg.MemoryLimit)
-		if err != nil {
-			return res, err
-		}
-		if frac > 0 {
-			err = torch.SetMemoryFraction(cfg.Device, frac)
-		} else {
-			err = torch.SetMemoryLimit(cfg.Device, bytes)
-		}
-		if err != nil {
-			return res, err
-		}
-		defer torch.SetMemoryLimit(cfg.Device, 0)
-		logf("memory limit on %v: %s", cfg.Device, cfg.MemoryLimit)
-	}
-
-	torch.ManualSeed(cfg.Seed)
+	torch.ManualSeed(cfg.Seed) // the model's initial weights depend on the seed alone
 	m, err := NewConformer(mcfg)
 	if err != nil {
 		return res, err
@@ -316,12 +272,6 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 	logf("model %s: d_model %d, %d encoder / %d decoder layers, %s parameters (%.2fM), vocabulary %d",
 		preset, mcfg.DModel, mcfg.EncoderLayers, mcfg.DecoderLayers, recipes.Commas(res.Params), float64(res.Params)/1e6, vocab.Size())
 
-	precision, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
-	if err != nil {
-		return res, err
-	}
-	res.Precision = precision
-	logf("precision %s", precision)
 	opt := nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), 0.01), nn.AdamWDefaults(cfg.LR))
 	defer opt.Free()
 	counted := &countedOptimizer{Optimizer: opt}
@@ -333,7 +283,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err 
 			return res, recipes.Usagef("asr: --auto-batch and --dry-run measure one process: run them without a launcher")
 		}
 		rank, world = g.Rank(), g.Size()
-		dp, derr := distributed.NewDataParallel(g, m, distributed.DataParallelOptions{BucketBytes: cfg.BucketBytes, AfterBackward: cfg.AllReduceAfterBackward})
+		dp, derr := distributed.NewDataParallel(g, m, distributed.DataParallelOptions{BucketBytes: int64(cfg.BucketMB) << 20, AfterBackward: cfg.AllReduceAfterBackward})
 		if derr != nil {
 			return res, derr
 		}

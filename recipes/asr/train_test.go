@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
@@ -58,9 +59,8 @@ func baseConfig(t *testing.T, data, dir string) asr.TrainConfig {
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
 	return asr.TrainConfig{
-		Data: data, Preset: "tiny", DModel: 64, EncoderLayers: 2, MicroBatch: 4, Accum: 2, Device: torch.CPU,
-		Epochs: 50, MaxSteps: 24, LR: 3e-3, Warmup: 4, ClipNorm: 5, CheckpointDir: filepath.Join(dir, "ck"),
-		CheckpointEvery: 12, Events: m.Sink, Seed: 3, ValidLimit: 8,
+		Common: recipes.Common{Data: data, MicroBatch: 4, Accum: 2, Device: torch.CPU, Epochs: 50, MaxSteps: 24, LR: 3e-3, Warmup: 4, ClipNorm: 5, CheckpointDir: filepath.Join(dir, "ck"), CheckpointEvery: 12, Seed: 3},
+		Preset: "tiny", DModel: 64, EncoderLayers: 2, Events: m.Sink, ValidLimit: 8,
 	}
 }
 

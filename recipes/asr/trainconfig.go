@@ -5,7 +5,6 @@ import (
 
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/recipes"
-	"github.com/torchfit/torchfit/torch"
 )
 
 // Bounds Validate puts on a TrainConfig: past them a value is a typo or a
@@ -28,26 +27,18 @@ type ConfigError = recipes.ConfigError
 // preset and precision, a memory limit torch.ParseMemory reads. It returns
 // a *ConfigError naming the first bad setting. TrainConformer calls it.
 func (c TrainConfig) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
 	if err := recipes.CheckRanges(
-		recipes.Between("micro-batch", int64(c.MicroBatch), 1, MaxBatch),
-		recipes.Between("grad-accum", int64(c.Accum), 1, MaxBatch),
 		recipes.Between("epochs", int64(c.Epochs), 1, MaxEpochs),
-		recipes.Between("max-steps", int64(c.MaxSteps), 0, math.MaxInt64),
-		recipes.Between("warmup", int64(c.Warmup), 0, math.MaxInt64),
 		recipes.Between("d-model", c.DModel, 0, MaxDModel),
 		recipes.Between("encoder-layers", int64(c.EncoderLayers), 0, MaxLayers),
 		recipes.Between("decoder-layers", int64(c.DecoderLayers), 0, MaxLayers),
-		recipes.Between("empty-cache-every", int64(c.EmptyCacheEvery), 0, math.MaxInt64),
-		recipes.Between("checkpoint-every", int64(c.CheckpointEvery), 0, math.MaxInt64),
-		recipes.Between("memory-every", int64(c.MemoryEvery), 0, math.MaxInt64),
 		recipes.Between("valid-limit", int64(c.ValidLimit), 0, math.MaxInt64),
 		recipes.Between("workers", int64(c.Workers), 0, MaxWorkers),
-		recipes.Between("max-nonfinite-steps", int64(c.MaxNonFinite), -1, math.MaxInt64),
 		recipes.Between("pad-multiple", int64(c.PadMultiple), 0, 4096),
 	); err != nil {
-		return err
-	}
-	if err := recipes.CheckStep(c.MicroBatch, c.Accum, c.LR, c.ClipNorm); err != nil {
 		return err
 	}
 	if c.Dropout != nil && !(*c.Dropout >= 0 && *c.Dropout < 1) {
@@ -63,11 +54,6 @@ func (c TrainConfig) Validate() error {
 	}
 	if _, err := amp.ParsePrecision(c.Precision, c.Device); err != nil {
 		return &ConfigError{Field: "mixed-precision", Value: c.Precision, Err: err}
-	}
-	if c.MemoryLimit != "" {
-		if _, _, err := torch.ParseMemory(c.MemoryLimit); err != nil {
-			return &ConfigError{Field: "memory-limit", Value: c.MemoryLimit, Err: err}
-		}
 	}
 	if c.DryRun && !c.AutoBatch {
 		return &ConfigError{Field: "dry-run", Value: true, Reason: "goes with auto-batch"}
