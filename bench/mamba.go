@@ -2,9 +2,7 @@ package bench
 
 import (
 	"math/rand/v2"
-	"strings"
 
-	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes/mamba"
 	"github.com/torchfit/torchfit/scan"
 	"github.com/torchfit/torchfit/torch"
@@ -43,10 +41,11 @@ const mambaSeq = 128
 
 // Build makes the LM (seeded; the recipe's fused scan), AdamW with the
 // training preset's learning rate, betas, epsilon, clipping and weight
-// decay on the projections and the convolution only (the recipe's
-// groups), and a batch of cfg.Batch windows of cfg.Length tokens (default
-// 128) drawn uniformly from GPT-2's vocabulary, targets the next tokens.
-// The loss is the recipe's (LM.Loss: chunked head, label smoothing).
+// decay on the projections and the convolution only (the recipe's groups:
+// LM.ParamGroups), and a batch of cfg.Batch windows of cfg.Length tokens
+// (default 128) drawn uniformly from GPT-2's vocabulary, targets the next
+// tokens. The loss is the recipe's (LM.Loss: chunked head, label
+// smoothing).
 func (t MambaTwin) Build(cfg Config) (Instance, error) {
 	mc, err := mamba.ModelSize(t.Size)
 	if err != nil {
@@ -87,7 +86,7 @@ func (t MambaTwin) Build(cfg Config) (Instance, error) {
 		ls := tp.LabelSmoothing
 		s = &SingleModel{
 			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: tp.LR, ClipNorm: tp.MaxGradNorm,
-			Beta2: tp.Beta2, Eps: tp.Eps, Groups: mambaGroups(m, tp.WeightDecay),
+			Beta2: tp.Beta2, Eps: tp.Eps, Groups: m.ParamGroups(tp.WeightDecay),
 			Loss: func(mb *data.Batch) *torch.Tensor { return m.Loss(mb.Fields["x"], mb.Fields["y"], ls) },
 			Spec: map[string]any{
 				"d_model": c.DModel, "n_layers": c.NLayers, "d_state": c.DState, "expand": c.Expand,
@@ -101,25 +100,4 @@ func (t MambaTwin) Build(cfg Config) (Instance, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// mambaGroups are recipes/mamba's AdamW groups (its paramGroups): decay
-// for the projections and the convolution, none for norms, biases, A_log,
-// D and the tied embedding.
-func mambaGroups(m *mamba.LM, wd float64) []nn.ParamGroup {
-	var decay, none []nn.Named
-	for _, p := range nn.Parameters(m) {
-		name := p.Name
-		switch {
-		case p.T.Dim() < 2, strings.HasSuffix(name, ".A_log"), strings.HasSuffix(name, ".D"),
-			strings.HasSuffix(name, "bias"), strings.Contains(name, "embedding"), strings.Contains(name, "norm"):
-			none = append(none, p)
-		default:
-			decay = append(decay, p)
-		}
-	}
-	return []nn.ParamGroup{
-		nn.ParamGroup{Params: decay}.WithWeightDecay(wd),
-		nn.ParamGroup{Params: none}.WithWeightDecay(0),
-	}
 }

@@ -2,14 +2,11 @@ package bench
 
 import (
 	"fmt"
-	"os"
 
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/torchfit/torchfit/internal/plotpng"
 )
 
 // PlotGrowth draws how a twin's step cost grows with axis ("batch" or
@@ -44,39 +41,13 @@ func PlotGrowth(rs []Result, axis, png string) error {
 	if axis == "length" {
 		xlabel = "longest utterance (frames)"
 	}
-	left, right := plot.New(), plot.New()
-	left.Title.Text, left.X.Label.Text, left.Y.Label.Text = "CPU time per step", xlabel, "ms"
-	right.Title.Text, right.X.Label.Text, right.Y.Label.Text = "step peak above held", xlabel, "MiB"
-	var lv, rv []any
+	left := plotpng.Panel{Title: "CPU time per step", X: xlabel, Y: "ms", Points: true, LegendTopLeft: true}
+	right := plotpng.Panel{Title: "step peak above held", X: xlabel, Y: "MiB", Points: true, LegendTopLeft: true}
 	for _, k := range order {
 		l := lines[k]
 		n := k.twin + " " + k.prec
-		lv = append(lv, n+" Go", l[0], n+" Python", l[1])
-		rv = append(rv, n+" Go", l[2], n+" Python", l[3])
+		left.Series = append(left.Series, plotpng.Series{Name: n + " Go", XYs: l[0]}, plotpng.Series{Name: n + " Python", XYs: l[1]})
+		right.Series = append(right.Series, plotpng.Series{Name: n + " Go", XYs: l[2]}, plotpng.Series{Name: n + " Python", XYs: l[3]})
 	}
-	if err := plotutil.AddLinePoints(left, lv...); err != nil {
-		return err
-	}
-	if err := plotutil.AddLinePoints(right, rv...); err != nil {
-		return err
-	}
-	left.Legend.Top, right.Legend.Top = true, true
-	left.Legend.Left, right.Legend.Left = true, true
-	const w, h = 11 * vg.Inch, 4.5 * vg.Inch
-	img := vgimg.New(w, h)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
-		PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	canvases := plot.Align([][]*plot.Plot{{left, right}}, tiles, dc)
-	left.Draw(canvases[0][0])
-	right.Draw(canvases[0][1])
-	f, err := os.Create(png)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return plotpng.SideBySide(png, 11*vg.Inch, 4.5*vg.Inch, left, right)
 }

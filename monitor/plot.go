@@ -10,12 +10,10 @@ import (
 	"os"
 	"strconv"
 
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/torchfit/torchfit/internal/plotpng"
 )
 
 // IsLog reports whether path is a monitor log (JSON lines whose first
@@ -103,21 +101,21 @@ func Plot(log, png string) error {
 	if len(samples) == 0 {
 		return fmt.Errorf("monitor: %s has no samples", log)
 	}
-	var memLines, useLines []any
+	var mem, use []plotpng.Series
 	gpus := 0
 	for _, s := range samples {
 		gpus = max(gpus, len(s.GPUs))
 	}
 	for i := range gpus {
-		var mem, util plotter.XYs
+		var used, util plotter.XYs
 		for _, s := range samples {
 			if i < len(s.GPUs) {
-				mem = append(mem, plotter.XY{X: s.Elapsed, Y: float64(s.GPUs[i].MemUsed) / (1 << 30)})
+				used = append(used, plotter.XY{X: s.Elapsed, Y: float64(s.GPUs[i].MemUsed) / (1 << 30)})
 				util = append(util, plotter.XY{X: s.Elapsed, Y: float64(s.GPUs[i].Util)})
 			}
 		}
-		memLines = append(memLines, fmt.Sprintf("GPU %d used", i), mem)
-		useLines = append(useLines, fmt.Sprintf("GPU %d utilisation", i), util)
+		mem = append(mem, plotpng.Series{Name: fmt.Sprintf("GPU %d used", i), XYs: used})
+		use = append(use, plotpng.Series{Name: fmt.Sprintf("GPU %d utilisation", i), XYs: util})
 	}
 	var rss, host, cpu plotter.XYs
 	for _, s := range samples {
@@ -128,38 +126,11 @@ func Plot(log, png string) error {
 		cpu = append(cpu, plotter.XY{X: s.Elapsed, Y: s.CPU})
 	}
 	if len(rss) > 0 {
-		memLines = append(memLines, fmt.Sprintf("PID %d RSS", samples[0].PID), rss)
+		mem = append(mem, plotpng.Series{Name: fmt.Sprintf("PID %d RSS", samples[0].PID), XYs: rss})
 	}
-	memLines = append(memLines, "host used", host)
-	useLines = append(useLines, "host CPU", cpu)
-	top := plot.New()
-	top.Title.Text = "memory"
-	top.X.Label.Text = "seconds"
-	top.Y.Label.Text = "GiB"
-	if err := plotutil.AddLines(top, memLines...); err != nil {
-		return err
-	}
-	bottom := plot.New()
-	bottom.Title.Text = "utilisation"
-	bottom.X.Label.Text = "seconds"
-	bottom.Y.Label.Text = "%"
-	if err := plotutil.AddLines(bottom, useLines...); err != nil {
-		return err
-	}
-	const w, h = 8 * vg.Inch, 7 * vg.Inch
-	img := vgimg.New(w, h)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadX: vg.Points(4), PadY: vg.Points(8)}
-	canvases := plot.Align([][]*plot.Plot{{top}, {bottom}}, tiles, dc)
-	top.Draw(canvases[0][0])
-	bottom.Draw(canvases[1][0])
-	out, err := os.Create(png)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(out); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	mem = append(mem, plotpng.Series{Name: "host used", XYs: host})
+	use = append(use, plotpng.Series{Name: "host CPU", XYs: cpu})
+	return plotpng.Stacked(png, 8*vg.Inch, 7*vg.Inch,
+		plotpng.Panel{Title: "memory", X: "seconds", Y: "GiB", Series: mem},
+		plotpng.Panel{Title: "utilisation", X: "seconds", Y: "%", Series: use})
 }

@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"os"
 
-	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/torchfit/torchfit/internal/plotpng"
 )
 
 // ErrNoSteps is PlotMetrics' error for a metrics file without step records.
@@ -61,34 +59,7 @@ func PlotMetrics(jsonl, png string) error {
 	if len(loss) == 0 {
 		return fmt.Errorf("report: %s: %w", jsonl, ErrNoSteps)
 	}
-	top := plot.New()
-	top.Title.Text = "training loss"
-	top.X.Label.Text = "step"
-	top.Y.Label.Text = "loss"
-	if err := plotutil.AddLines(top, "loss", loss); err != nil {
-		return err
-	}
-	bottom := plot.New()
-	bottom.Title.Text = "memory"
-	bottom.X.Label.Text = "step"
-	bottom.Y.Label.Text = "MiB"
-	if err := plotutil.AddLines(bottom, "allocated", alloc, "peak", peak); err != nil {
-		return err
-	}
-	const w, h = 8 * vg.Inch, 7 * vg.Inch
-	img := vgimg.New(w, h)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadX: vg.Points(4), PadY: vg.Points(8)}
-	canvases := plot.Align([][]*plot.Plot{{top}, {bottom}}, tiles, dc)
-	top.Draw(canvases[0][0])
-	bottom.Draw(canvases[1][0])
-	out, err := os.Create(png)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(out); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return plotpng.Stacked(png, 8*vg.Inch, 7*vg.Inch,
+		plotpng.Panel{Title: "training loss", X: "step", Y: "loss", Series: []plotpng.Series{{Name: "loss", XYs: loss}}},
+		plotpng.Panel{Title: "memory", X: "step", Y: "MiB", Series: []plotpng.Series{{Name: "allocated", XYs: alloc}, {Name: "peak", XYs: peak}}})
 }

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/torchfit/torchfit/atomicfile"
 )
 
 // GenerateConfig configures Generate. Zero fields take the defaults of
@@ -355,7 +357,7 @@ func WriteManifest(path string, utts []Utterance) error {
 			return fmt.Errorf("manifest %s: %w", path, err)
 		}
 	}
-	return writeAtomic(path, buf.Bytes())
+	return atomicfile.WriteFile(path, buf.Bytes())
 }
 
 // ReadManifest reads a JSONL manifest.

@@ -10,7 +10,8 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"path/filepath"
+
+	"github.com/torchfit/torchfit/atomicfile"
 )
 
 // SampleRate is the rate torchfit's ASR recipe works at.
@@ -522,7 +523,7 @@ func EncodeWAV(samples []int16, rate int) []byte {
 // WriteWAV writes samples as a mono 16-bit PCM WAV file atomically (a
 // temporary file renamed into place).
 func WriteWAV(path string, samples []int16, rate int) error {
-	return writeAtomic(path, EncodeWAV(samples, rate))
+	return atomicfile.WriteFile(path, EncodeWAV(samples, rate))
 }
 
 // FloatToInt16 converts [-1, 1] floats to 16-bit samples, clipping.
@@ -533,26 +534,4 @@ func FloatToInt16(x []float32) []int16 {
 		out[i] = int16(max(-32768, min(32767, s)))
 	}
 	return out
-}
-
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	if _, err = f.Write(data); err == nil {
-		err = f.Close()
-	} else {
-		f.Close()
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

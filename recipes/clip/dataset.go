@@ -20,6 +20,7 @@ import (
 
 	_ "image/jpeg" // real photos in a data directory may be JPEG
 
+	"github.com/torchfit/torchfit/atomicfile"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
@@ -262,11 +263,11 @@ func Generate(ctx context.Context, cfg GenerateConfig) (GenerateStats, error) {
 		}
 		st.Counts[it.Split]++
 	}
-	if err := writeAtomic(filepath.Join(cfg.Out, "manifest.jsonl"), buf.Bytes()); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(cfg.Out, "manifest.jsonl"), buf.Bytes()); err != nil {
 		return st, err
 	}
 	mb, _ := json.MarshalIndent(meta, "", "  ")
-	if err := writeAtomic(filepath.Join(cfg.Out, "meta.json"), append(mb, '\n')); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(cfg.Out, "meta.json"), append(mb, '\n')); err != nil {
 		return st, err
 	}
 	st.Elapsed = time.Since(start)
@@ -291,20 +292,7 @@ func drawItem(kind Kind, cfg GenerateConfig, i int) (Item, bool, error) {
 	if err := png.Encode(&buf, img); err != nil {
 		return it, false, err
 	}
-	return it, true, writeAtomic(path, buf.Bytes())
-}
-
-// writeAtomic writes a file through a temporary file and a rename.
-func writeAtomic(path string, b []byte) error {
-	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return it, true, atomicfile.WriteFile(path, buf.Bytes())
 }
 
 func readMeta(dir string) (Meta, error) {

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/torchfit/torchfit/atomicfile"
 )
 
 // Genres are the synthetic genres, in label order. They differ in what a
@@ -479,11 +481,7 @@ func WriteManifest(path string, clips []Clip) error {
 			return err
 		}
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("data: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.WriteFile(path, b.Bytes()); err != nil {
 		return fmt.Errorf("data: %w", err)
 	}
 	return nil

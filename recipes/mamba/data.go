@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -22,6 +23,8 @@ import (
 
 	"github.com/pkoukk/tiktoken-go"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
+
+	"github.com/torchfit/torchfit/atomicfile"
 )
 
 // Tokenizer is GPT-2's byte-level BPE (tiktoken's r50k_base), loaded from
@@ -224,7 +227,7 @@ func BuildData(ctx context.Context, cfg DataConfig) (DataStats, error) {
 		return st, err
 	}
 	js, _ := json.MarshalIndent(m, "", "  ")
-	if err := writeAtomic(filepath.Join(cfg.Out, MetaFile), append(js, '\n')); err != nil {
+	if err := writeOut(filepath.Join(cfg.Out, MetaFile), append(js, '\n')); err != nil {
 		return st, err
 	}
 	st.Meta, st.Elapsed = m, time.Since(start)
@@ -302,33 +305,20 @@ func writeTokens(path string, ids []uint16) error {
 	for i, id := range ids {
 		binary.LittleEndian.PutUint16(buf[2*i:], id)
 	}
-	return writeAtomic(path, buf)
+	return writeOut(path, buf)
 }
 
-// writeAtomic writes data to a temporary file next to path and renames it.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return &DataError{fmt.Errorf("mamba: %w", err)}
+// writeOut writes a file of the data set atomically. An --out the user
+// may not write to (permissions, a read-only file system) is a DataError.
+func writeOut(path string, data []byte) error {
+	err := atomicfile.WriteFile(path, data)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+		return &DataError{fmt.Errorf("mamba: --out: %w", err)}
 	}
-	_, werr := f.Write(data)
-	if err := f.Chmod(0o644); werr == nil {
-		werr = err
-	}
-	if err := f.Sync(); werr == nil {
-		werr = err
-	}
-	if err := f.Close(); werr == nil {
-		werr = err
-	}
-	if werr == nil {
-		werr = os.Rename(f.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("mamba: writing %s: %w", path, werr)
-	}
-	return nil
+	return fmt.Errorf("mamba: writing %s: %w", path, err)
 }
 
 // Tokens is a memory-mapped token file.

@@ -168,14 +168,14 @@ func measure(dev torch.Device, mc ModelConfig, p EstimatePreset, prec amp.Precis
 	adam := nn.AdamConfig{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
 	var opt nn.Optimizer
 	if p.Offload {
-		off, err := train.NewOffload(paramGroups(m, 0.1), func(g []nn.ParamGroup) nn.Optimizer { return nn.NewAdamWGroups(g, adam) }, train.OffloadOptions{})
+		off, err := train.NewOffload(m.ParamGroups(0.1), func(g []nn.ParamGroup) nn.Optimizer { return nn.NewAdamWGroups(g, adam) }, train.OffloadOptions{})
 		if err != nil {
 			return b, err
 		}
 		defer off.Free()
 		opt = off
 	} else {
-		a := nn.NewAdamWGroups(paramGroups(m, 0.1), adam)
+		a := nn.NewAdamWGroups(m.ParamGroups(0.1), adam)
 		defer a.Free()
 		opt = a
 	}

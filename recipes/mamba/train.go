@@ -208,10 +208,10 @@ func (w windows) Get(i int) (data.Sample, error) {
 // tokenCount is the engine's CountFunc: the micro-batch's target tokens.
 func tokenCount(mb *data.Batch) float64 { return float64(mb.Fields["y"].Numel()) }
 
-// paramGroups splits parameters for AdamW: decay for the projections and
-// the convolution, none for norms, biases, A_log, D and the (tied)
-// embedding.
-func paramGroups(m *LM, wd float64) []nn.ParamGroup {
+// ParamGroups splits the model's parameters for AdamW as the recipe trains
+// it: weight decay wd for the projections and the convolution, none for
+// norms, biases, A_log, D and the (tied) embedding.
+func (m *LM) ParamGroups(wd float64) []nn.ParamGroup {
 	var decay, none []nn.Named
 	for _, p := range nn.Parameters(m) {
 		name := p.Name
@@ -322,7 +322,7 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) 
 	logf("precision %s", precision)
 	t := cfg.Training
 	adam := nn.AdamConfig{LR: t.LR, Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay}
-	groups := paramGroups(m, t.WeightDecay)
+	groups := m.ParamGroups(t.WeightDecay)
 	var opt nn.Optimizer
 	if cfg.CPUOffload {
 		off, err := train.NewOffload(groups, func(g []nn.ParamGroup) nn.Optimizer { return nn.NewAdamWGroups(g, adam) }, train.OffloadOptions{})

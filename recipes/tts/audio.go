@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/torchfit/torchfit/atomicfile"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -187,7 +188,7 @@ func (m *Mel) vocode(logmel *torch.Tensor, iters int, seed uint64) []float32 {
 
 // WriteWAV writes samples as a 16 kHz mono 16-bit WAV file, atomically.
 func WriteWAV(path string, samples []float32) error {
-	return writeAtomic(path, asr.EncodeWAV(asr.FloatToInt16(samples), SampleRate))
+	return atomicfile.WriteFile(path, asr.EncodeWAV(asr.FloatToInt16(samples), SampleRate))
 }
 
 // logFloor is the log-mel of silence.

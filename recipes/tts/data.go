@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/torchfit/torchfit/atomicfile"
 	"github.com/torchfit/torchfit/recipes/asr"
 )
 
@@ -104,7 +105,7 @@ func Generate(ctx context.Context, cfg DataConfig) (DataStats, error) {
 	if err != nil {
 		return st, err
 	}
-	if err := writeAtomic(filepath.Join(cfg.OutDir, PhonemesFile), b); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(cfg.OutDir, PhonemesFile), b); err != nil {
 		return st, err
 	}
 	if st.Frames, err = BuildFeatureCache(cfg.OutDir); err != nil {
@@ -276,26 +277,4 @@ func (v *Vocab) Encode(phonemes string) (ids []int64, unknown int) {
 		ids = append(ids, id)
 	}
 	return ids, unknown
-}
-
-// writeAtomic writes a file through a temporary file and a rename.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	if _, err = f.Write(data); err == nil {
-		err = f.Close()
-	} else {
-		f.Close()
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/torchfit/torchfit/atomicfile"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/asr"
@@ -211,7 +212,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 	}
 	res.Elapsed = time.Since(start)
 	b, _ := json.MarshalIndent(res, "", " ")
-	if err := writeAtomic(filepath.Join(cfg.Out, "eval.json"), b); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(cfg.Out, "eval.json"), b); err != nil {
 		return res, err
 	}
 	return res, nil

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/torchfit/torchfit/atomicfile"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -61,11 +62,11 @@ func buildFeatureCache(dir string) (int, error) {
 		return 0, err
 	}
 	defer mel.Close()
-	tmp, err := os.CreateTemp(dir, "."+MelsFile+".tmp*")
+	tmp, err := atomicfile.Create(filepath.Join(dir, MelsFile))
 	if err != nil {
 		return 0, err
 	}
-	defer os.Remove(tmp.Name())
+	defer tmp.Close()
 	w := bufio.NewWriterSize(tmp, 1<<20)
 	idx := FeatureIndex{SampleRate: SampleRate, NFFT: NFFT, Hop: Hop, NMels: NMels, Floor: MelFloor, Items: map[string][]FeatureItem{}}
 	var off int64
@@ -120,17 +121,14 @@ func buildFeatureCache(dir string) (int, error) {
 		tmp.Close()
 		return 0, err
 	}
-	if err := tmp.Close(); err != nil {
-		return 0, err
-	}
 	b, err := json.Marshal(idx)
 	if err != nil {
 		return 0, err
 	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, MelsFile)); err != nil {
+	if err := tmp.Commit(); err != nil {
 		return 0, err
 	}
-	return int(off), writeAtomic(filepath.Join(dir, FeaturesFile), b)
+	return int(off), atomicfile.WriteFile(filepath.Join(dir, FeaturesFile), b)
 }
 
 // FeatureStore reads utterances' frames from the cache: through a read-only

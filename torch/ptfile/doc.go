@@ -38,14 +38,13 @@
 // memory, without a Go copy; any other one (a view, a CUDA tensor) through
 // a contiguous CPU copy.
 //
-// Writing a path is atomic: the data goes to a hidden temporary file in
-// the same directory, .NAME.tmp-PID-RANDOM, which the writer holds under an
-// exclusive flock while it writes; the file is synced, renamed over the
-// path, and the directory synced. A crash or kill -9 leaves the old file or
-// the new one, never a partial one — and at most a temporary file whose
-// lock is free and whose writer's PID is gone, which the training loop's
-// checkpoint writer removes. The temporary name and the lock are this
-// package's contract with it.
+// Writing a path is atomic, through package atomicfile: the data goes to a
+// hidden temporary file in the same directory, .NAME.tmp-PID-RANDOM, which
+// the writer holds under an exclusive flock while it writes; the file is
+// synced, renamed over the path, and the directory synced. A crash or
+// kill -9 leaves the old file or the new one, never a partial one — and at
+// most a temporary file whose lock is free and whose writer's PID is gone,
+// which the training loop's checkpoint writer removes.
 //
 // # Reading
 //

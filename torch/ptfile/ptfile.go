@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"syscall"
 
+	"github.com/torchfit/torchfit/atomicfile"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -37,9 +36,9 @@ var ErrLegacyFormat = errors.New("legacy (pre-1.6, non-zip) torch.save format: r
 // Containers nest. Tensors are written as contiguous CPU copies (views and
 // CUDA tensors included).
 //
-// The write is atomic: the data goes to a temporary file in the same
-// directory, which is synced and renamed over path; a crash leaves either
-// the old file or the new one, never a partial one.
+// The write is atomic (package atomicfile): the data goes to a temporary
+// file in the same directory, which is synced and renamed over path; a
+// crash leaves either the old file or the new one, never a partial one.
 func Save(path string, v any) error {
 	return saveFile(path, v, false)
 }
@@ -72,59 +71,9 @@ func saveFile(path string, v any, stateDict bool) (err error) {
 			err = fmt.Errorf("ptfile.Save %s: %w", path, err)
 		}
 	}()
-	return atomicWrite(path, func(w io.Writer) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
 		return encode(w, archiveName(path), v, stateDict)
 	})
-}
-
-// atomicWrite writes a temporary file next to path with write, syncs it,
-// renames it over path and syncs the directory.
-//
-// The temporary file is named .BASE.tmp-PID-RANDOM and the writer holds an
-// exclusive flock on it until it is closed, so a process that finds one
-// left by a writer killed with SIGKILL can tell it from a write in
-// progress: the lock is free and the PID is gone (the training loop's
-// checkpoint writer removes such files). The name and the lock are part of
-// this package's contract with it: keep them.
-func atomicWrite(path string, write func(io.Writer) error) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, fmt.Sprintf(".%s.tmp-%d-*", base, os.Getpid()))
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	// Best effort: where the file system has no flock, a cleaner cannot
-	// take the lock either and leaves the file alone.
-	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err = write(f); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		err = d.Sync()
-		d.Close()
-	}
-	return err
 }
 
 // Load reads a file written by Python's torch.save (or Save). It returns
