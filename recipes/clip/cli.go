@@ -122,17 +122,11 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfi
 		}
 		recipes.ApplyPreset(c, &cm, pr)
 	}
-	cfg := TrainConfig{
-		Data: cm.Data, Stage: stage, Preset: preset, Init: c.String("init"), Mode: strings.ToLower(c.String("contrastive-accumulation")),
-		MicroBatch: cm.MicroBatch, Accum: cm.Accum, Precision: cm.Precision, Device: cm.Device,
-		Epochs: cm.Epochs, MaxSteps: cm.MaxSteps, LR: cm.LR, Warmup: cm.Warmup, WeightDecay: c.Float64("weight-decay"),
-		ClipNorm: cm.ClipNorm, EmptyCacheEvery: cm.EmptyCacheEvery, GradCheckpointing: cm.GradCheckpointing,
-		CheckpointDir: cm.CheckpointDir, CheckpointEvery: cm.CheckpointEvery, Overwrite: cm.Overwrite, Resume: cm.Resume,
-		Workers: cm.Workers, Prefetch: cm.Prefetch, Seed: cm.Seed, MemoryEvery: cm.MemoryEvery, MaxNonFinite: cm.MaxNonFinite,
-		EvalEvery: c.Int("eval-every"), ValidLimit: c.Int("valid-limit"), CPUBudget: c.Duration("cpu-budget"), Events: run.Events,
-	}
+	cfg := TrainConfig{Common: cm, Stage: stage, Preset: preset, Init: c.String("init"),
+		Mode: strings.ToLower(c.String("contrastive-accumulation")), WeightDecay: c.Float64("weight-decay"),
+		EvalEvery: c.Int("eval-every"), ValidLimit: c.Int("valid-limit"), CPUBudget: c.Duration("cpu-budget"), Events: run.Events}
 	if cm.AutoBatch || cm.DryRun {
-		return cfg, &recipes.ConfigError{Field: "auto-batch", Value: true, Reason: "not offered by the clip recipe: pick the micro-batch with --vram or --batch-size (the effective batch's loss is exact at any micro-batch)"}
+		return cfg, &recipes.ConfigError{Field: "auto-batch", Value: true, Reason: "not offered by the clip recipe: pick the micro-batch with --vram or --micro-batch (the effective batch's loss is exact at any micro-batch)"}
 	}
 	return cfg, recipes.Reword(cfg.Validate(), run.FromFile)
 }

@@ -104,18 +104,21 @@ func TestSeedCommandLines(t *testing.T) {
 	// Bad settings are the user's (exit status 2).
 	for _, line := range []string{"--gradient_accumulation 0", "--contrastive-accumulation sometimes", "--vram 10gb",
 		"--lr -1", "--batch_size 1 --gradient_accumulation 1",
-		"--batch_size 4096 --gradient_accumulation 8192", "--epochs 0", "--zero", "--allreduce-after-backward", "--auto-batch", "--cpu-budget -1s", "--init a.pt --resume b.pt"} {
+		"--batch_size 4096 --gradient_accumulation 8192", "--epochs 0", "--auto-batch", "--cpu-budget -1s", "--init a.pt --resume b.pt"} {
 		_, _, err := parseTrain(t, line+extra)
 		require.Error(t, err, line)
 		require.True(t, recipes.IsUserError(err), "%s: %v", line, err)
 	}
+	// --zero, --allreduce-after-backward and a launcher are refused by
+	// recipes.Prepare, for the reason the recipe declares.
+	require.Contains(t, spec.OneProcess, "contrastive loss")
 }
 
 // TrainConfig.Validate checks what the library's callers set too (the
 // command line's shared flags are checked before it): the harness's
 // bounds on batch sizes and steps, and the recipe's own settings.
 func TestValidate(t *testing.T) {
-	ok := TrainConfig{Mode: Exact, MicroBatch: 16, Accum: 8, Epochs: 1, LR: 2e-5, ClipNorm: 1}
+	ok := TrainConfig{Common: recipes.Common{MicroBatch: 16, Accum: 8, Epochs: 1, LR: 2e-5, ClipNorm: 1}, Mode: Exact}
 	require.NoError(t, ok.Validate())
 	for _, tc := range []struct {
 		field string

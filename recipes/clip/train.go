@@ -30,35 +30,18 @@ const (
 	Naive = "naive"
 )
 
-// TrainConfig is `torchfit clip train` (and pretrain).
+// TrainConfig is `torchfit clip train` (and pretrain): the harness's
+// shared settings and the recipe's own.
 type TrainConfig struct {
-	Data   string // data directory (manifest.jsonl, meta.json)
+	recipes.Common
 	Stage  string // "train" or "pretrain" (names the run in logs and checkpoints)
 	Preset string // cpu, vit-b32 ("" with Init or Resume: the file's)
 	// Init loads a state dict before training: a file of Python's
 	// torch.save(model.state_dict()) with OpenAI's names, or a torchfit
 	// CLIP checkpoint (its model).
-	Init              string
-	Mode              string // Exact or Naive
-	MicroBatch        int    // micro-batch
-	Accum             int
-	Precision         string
-	Device            torch.Device
-	Epochs, MaxSteps  int
-	LR                float64
-	Warmup            int
-	WeightDecay       float64
-	ClipNorm          float64
-	EmptyCacheEvery   int
-	GradCheckpointing bool
-	CheckpointDir     string
-	CheckpointEvery   int
-	Overwrite         bool
-	Resume            string
-	Workers, Prefetch int
-	Seed              uint64
-	MemoryEvery       int // the seed's memory line every N steps (0: never)
-	MaxNonFinite      int
+	Init        string
+	Mode        string // Exact or Naive
+	WeightDecay float64
 	// EvalEvery validates every N steps besides each epoch's end (0: only
 	// at epoch ends).
 	EvalEvery int
@@ -79,19 +62,15 @@ func (c TrainConfig) Validate() error {
 	if c.Mode != Exact && c.Mode != Naive {
 		return bad("contrastive-accumulation", c.Mode, "want exact or naive")
 	}
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
 	const most = math.MaxInt32
 	if err := recipes.CheckRanges(
-		recipes.Between("micro-batch", int64(c.MicroBatch), 1, recipes.MaxBatch),
-		recipes.Between("grad-accum", int64(c.Accum), 1, recipes.MaxBatch),
 		recipes.Between("epochs", int64(c.Epochs), 1, most),
-		recipes.Between("max-steps", int64(c.MaxSteps), 0, most),
-		recipes.Between("warmup", int64(c.Warmup), 0, most),
 		recipes.Between("eval-every", int64(c.EvalEvery), 0, most),
 		recipes.Between("valid-limit", int64(c.ValidLimit), 0, most),
 	); err != nil {
-		return err
-	}
-	if err := recipes.CheckStep(c.MicroBatch, c.Accum, c.LR, c.ClipNorm); err != nil {
 		return err
 	}
 	switch {
@@ -296,11 +275,13 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
-	logf := func(format string, args ...any) {
-		if cfg.Events != nil {
-			cfg.Events(train.Message{Text: fmt.Sprintf(format, args...)})
-		}
+	run, err := recipes.Begin(cfg.Common, cfg.Events)
+	if err != nil {
+		return res, err
 	}
+	defer run.End()
+	logf, precision := run.Logf, run.Precision
+	res.Precision = precision
 	set, err := ReadSet(cfg.Data)
 	if err != nil {
 		return res, err
@@ -312,7 +293,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 	if cfg.ValidLimit > 0 && len(validItems) > cfg.ValidLimit {
 		validItems = validItems[:cfg.ValidLimit]
 	}
-	effective := cfg.MicroBatch * cfg.Accum
+	effective := cfg.EffectiveBatch()
 	if len(trainItems) < effective {
 		return res, recipes.Usagef("clip: %s has %d training images, fewer than one effective batch of %d", cfg.Data, len(trainItems), effective)
 	}
@@ -388,12 +369,6 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error
 	if cfg.Stage == "train" && cfg.Init == "" && cfg.Resume == "" {
 		logf("no --init: training from random weights (the seed fine-tunes a pretrained CLIP: run `torchfit clip pretrain` and pass --init)")
 	}
-	precision, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
-	if err != nil {
-		return res, &recipes.ConfigError{Field: "mixed-precision", Value: cfg.Precision, Err: err}
-	}
-	res.Precision = precision
-	logf("precision %s", precision)
 	logf("Effective batch size: %d", effective)
 	switch {
 	case cfg.Accum == 1:

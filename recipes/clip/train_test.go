@@ -31,9 +31,10 @@ func TestPretrainThenFineTune(t *testing.T) {
 	require.NoError(t, err)
 
 	var lines []string
-	base := TrainConfig{Stage: "pretrain", Data: shapes, Mode: Exact, MicroBatch: 4, Accum: 4, Precision: "no", Device: torch.CPU,
-		Epochs: 1, MaxSteps: 2, LR: 1e-3, WeightDecay: 0.1, ClipNorm: 1, Workers: 1, Prefetch: 2, Seed: 1, MemoryEvery: 1,
-		CheckpointDir: filepath.Join(dir, "pre"), Events: report.Lines(&lines)}
+	base := TrainConfig{
+		Common: recipes.Common{Data: shapes, MicroBatch: 4, Accum: 4, Precision: "no", Device: torch.CPU, Epochs: 1, MaxSteps: 2, LR: 1e-3, ClipNorm: 1, Workers: 1, Prefetch: 2, Seed: 1, MemoryEvery: 1, CheckpointDir: filepath.Join(dir, "pre")},
+		Stage:  "pretrain", Mode: Exact, WeightDecay: 0.1, Events: report.Lines(&lines),
+	}
 	res, err := Train(ctx, base)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Steps)
@@ -115,8 +116,10 @@ func TestBadInputs(t *testing.T) {
 	truncated := filepath.Join(dir, "trunc.pt")
 	require.NoError(t, os.WriteFile(truncated, raw[:len(raw)/2], 0o644))
 
-	base := TrainConfig{Stage: "train", Data: cars, Mode: Exact, MicroBatch: 4, Accum: 4, Precision: "no", Device: torch.CPU,
-		Epochs: 1, MaxSteps: 1, LR: 1e-3, Seed: 1, CheckpointDir: filepath.Join(dir, "ck")}
+	base := TrainConfig{
+		Common: recipes.Common{Data: cars, MicroBatch: 4, Accum: 4, Precision: "no", Device: torch.CPU, Epochs: 1, MaxSteps: 1, LR: 1e-3, Seed: 1, CheckpointDir: filepath.Join(dir, "ck")},
+		Stage:  "train", Mode: Exact,
+	}
 	for _, tc := range []struct {
 		name string
 		edit func(*TrainConfig)
