@@ -243,20 +243,18 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	if set("label-smoothing") {
 		tp.LabelSmoothing = c.Float64("label-smoothing")
 	}
+	cm.Precision = precision
+	cm.LR, cm.MaxSteps, cm.Warmup, cm.CheckpointEvery, cm.ClipNorm = tp.LR, tp.MaxSteps, tp.WarmupSteps, tp.SaveInterval, tp.MaxGradNorm
 	cfg := TrainConfig{
-		Data: cm.Data, Model: mcfg, ModelSize: sizeName, SeqLen: seq, MicroBatch: cm.MicroBatch, Accum: cm.Accum,
-		Precision: precision, Checkpointing: cm.GradCheckpointing, CPUOffload: offload, Training: tp,
-		Scan: c.String("scan"), ScanChunk: c.Int("scan-chunk"), Device: cm.Device, Epochs: cm.Epochs,
-		EvalTokens: c.Int("eval-tokens"), CheckpointDir: cm.CheckpointDir, Overwrite: cm.Overwrite, Resume: cm.Resume,
-		Seed: cm.Seed, Workers: cm.Workers, MemoryEvery: cm.MemoryEvery, MaxNonFinite: cm.MaxNonFinite,
-		EmptyCacheEvery: cm.EmptyCacheEvery, Events: run.Events,
+		Common: cm, Model: mcfg, ModelSize: sizeName, SeqLen: seq, CPUOffload: offload, Optim: tp.Optim,
+		Scan: c.String("scan"), ScanChunk: c.Int("scan-chunk"), EvalTokens: c.Int("eval-tokens"), Events: run.Events,
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, recipes.Reword(err, run.FromFile)
 	}
 	if vramName != "" {
 		run.Logf("--vram %s: micro-batch %d × accumulation %d, sequences of %d, use_fp16 %v, checkpointing %v",
-			vram.Name, cfg.MicroBatch, cfg.Accum, cfg.SeqLen, fp16, cfg.Checkpointing)
+			vram.Name, cfg.MicroBatch, cfg.Accum, cfg.SeqLen, fp16, cfg.GradCheckpointing)
 	}
 	return cfg, nil
 }

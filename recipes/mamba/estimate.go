@@ -38,7 +38,7 @@ type EstimatePreset struct {
 
 func presetOf(name string, c TrainConfig) EstimatePreset {
 	return EstimatePreset{Name: name, Model: c.Model, Batch: c.MicroBatch, Seq: c.SeqLen, Precision: c.Precision,
-		Checkpointing: c.Checkpointing, Offload: c.CPUOffload}
+		Checkpointing: c.GradCheckpointing, Offload: c.CPUOffload}
 }
 
 // GuidePresets are the guide's "Recommended Settings by GPU" rows (its

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -24,8 +25,11 @@ func TestEntryPointsFreeEverything(t *testing.T) {
 	tp := TrainingPresets["cpu"]
 	tp.MaxSteps = 2
 	mc := ModelSizes["tiny"]
-	res, err := Train(context.Background(), TrainConfig{Data: data, Model: mc, SeqLen: 128, MicroBatch: 8, Accum: 1, Precision: "no",
-		Training: tp, Scan: "fused", Device: torch.CPU, Epochs: 1, EvalTokens: 1024, CheckpointDir: filepath.Join(dir, "ck"), Workers: 1, CPUOffload: true})
+	res, err := Train(context.Background(), TrainConfig{
+		Common: recipes.Common{Data: data, MicroBatch: 8, Accum: 1, Precision: "no", Device: torch.CPU, Epochs: 1,
+			CheckpointDir: filepath.Join(dir, "ck"), Workers: 1, LR: tp.LR, MaxSteps: tp.MaxSteps, Warmup: tp.WarmupSteps,
+			CheckpointEvery: tp.SaveInterval, ClipNorm: tp.MaxGradNorm},
+		Model: mc, SeqLen: 128, Optim: tp.Optim, Scan: "fused", EvalTokens: 1024, CPUOffload: true})
 	require.NoError(t, err)
 	a1 := a()
 	require.Zero(t, a1-a0, "offloaded training")

@@ -71,19 +71,29 @@ func ModelSize(name string) (ModelConfig, error) {
 	return ModelConfig{}, fmt.Errorf("unknown --model_size %q (want %s)", name, strings.Join(sortedKeys(ModelSizes), ", "))
 }
 
-// Training is the seed's "training" section.
+// Training is the seed's "training" section (a --training_preset): its
+// schedule, which a run keeps in recipes.Common (LR, MaxSteps, Warmup,
+// CheckpointEvery, ClipNorm), and the rest, which is the recipe's own
+// (Optim).
 type Training struct {
-	LR             float64 `json:"learning_rate"`
+	LR           float64 `json:"learning_rate"`
+	MaxSteps     int     `json:"max_steps"`
+	WarmupSteps  int     `json:"warmup_steps"`
+	SaveInterval int     `json:"save_interval"`
+	MaxGradNorm  float64 `json:"max_grad_norm"`
+	Optim
+}
+
+// Optim is the part of the training section that recipes.Common does not
+// hold: AdamW's settings, label smoothing, and how often to evaluate and
+// log.
+type Optim struct {
 	WeightDecay    float64 `json:"weight_decay"`
-	MaxSteps       int     `json:"max_steps"`
-	WarmupSteps    int     `json:"warmup_steps"`
 	EvalInterval   int     `json:"eval_interval"`
-	SaveInterval   int     `json:"save_interval"`
 	LoggingSteps   int     `json:"logging_steps"`
 	Beta1          float64 `json:"adam_beta1"`
 	Beta2          float64 `json:"adam_beta2"`
 	Eps            float64 `json:"adam_epsilon"`
-	MaxGradNorm    float64 `json:"max_grad_norm"`
 	LabelSmoothing float64 `json:"label_smoothing"`
 }
 
@@ -91,14 +101,14 @@ type Training struct {
 // section; fast is its "test your configuration" run: a few steps that
 // show whether memory holds, with evaluation and a checkpoint.
 var TrainingPresets = map[string]Training{
-	"default": {LR: 3e-4, WeightDecay: 0.1, MaxSteps: 100000, WarmupSteps: 2000, EvalInterval: 1000, SaveInterval: 5000,
-		LoggingSteps: 10, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, MaxGradNorm: 1.0},
+	"default": {LR: 3e-4, MaxSteps: 100000, WarmupSteps: 2000, SaveInterval: 5000, MaxGradNorm: 1.0,
+		Optim: Optim{WeightDecay: 0.1, EvalInterval: 1000, LoggingSteps: 10, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8}},
 	// cpu is --vram cpu's: the tiny model's schedule for a few CPU minutes
 	// (300 steps of 1,024 tokens, warm-up 30, cosine to 10 %).
-	"cpu": {LR: 3e-3, WeightDecay: 0.1, MaxSteps: 300, WarmupSteps: 30, EvalInterval: 50, SaveInterval: 300,
-		LoggingSteps: 50, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, MaxGradNorm: 1.0},
-	"fast": {LR: 3e-4, WeightDecay: 0.1, MaxSteps: 20, WarmupSteps: 5, EvalInterval: 10, SaveInterval: 20,
-		LoggingSteps: 1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, MaxGradNorm: 1.0},
+	"cpu": {LR: 3e-3, MaxSteps: 300, WarmupSteps: 30, SaveInterval: 300, MaxGradNorm: 1.0,
+		Optim: Optim{WeightDecay: 0.1, EvalInterval: 50, LoggingSteps: 50, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8}},
+	"fast": {LR: 3e-4, MaxSteps: 20, WarmupSteps: 5, SaveInterval: 20, MaxGradNorm: 1.0,
+		Optim: Optim{WeightDecay: 0.1, EvalInterval: 10, LoggingSteps: 1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8}},
 }
 
 // TrainingPreset looks a --training_preset value up.

@@ -22,38 +22,25 @@ import (
 	"github.com/torchfit/torchfit/train/ckpt"
 )
 
-// TrainConfig is `torchfit mamba train`: the seed's three sections and
-// the run's settings.
+// TrainConfig is `torchfit mamba train`: the harness's shared settings
+// (the seed's schedule among them: LR, MaxSteps, Warmup, CheckpointEvery,
+// ClipNorm) and the seed's model, vram and training sections.
 type TrainConfig struct {
-	Data  string
+	recipes.Common
 	Model ModelConfig
 	// ModelSize names the model for the log ("" when a config file or
 	// flags gave it).
 	ModelSize string
 	// SeqLen is the training sequence length (the vram section's
 	// max_seq_len); at most Model.MaxSeqLen.
-	SeqLen        int
-	MicroBatch    int // micro-batch
-	Accum         int
-	Precision     string // --mixed-precision (use_fp16: auto)
-	Checkpointing bool
-	CPUOffload    bool
-	Training      Training
-	Scan          string // fused, chunked, sequential, parallel
-	ScanChunk     int
-	Device        torch.Device
-	Epochs        int
+	SeqLen     int
+	CPUOffload bool
+	Optim      Optim
+	Scan       string // fused, chunked, sequential, parallel
+	ScanChunk  int
 	// EvalTokens caps the held-out tokens scored per evaluation (0: all).
-	EvalTokens      int
-	CheckpointDir   string
-	Overwrite       bool
-	Resume          string
-	Seed            uint64
-	Workers         int
-	MemoryEvery     int
-	MaxNonFinite    int
-	EmptyCacheEvery int
-	Events          train.Sink
+	EvalTokens int
+	Events     train.Sink
 }
 
 // Validate checks the settings a user gives.
@@ -72,19 +59,20 @@ func (c TrainConfig) Validate() error {
 		return &recipes.ConfigError{Field: "max-seq-len", Value: c.SeqLen,
 			Reason: fmt.Sprintf("longer than the model's max_seq_len %d", c.Model.MaxSeqLen)}
 	}
-	t := c.Training
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	o := c.Optim
 	for _, f := range []struct {
 		name string
 		v    float64
 		ok   bool
 	}{
-		{"lr", t.LR, t.LR > 0},
-		{"weight-decay", t.WeightDecay, t.WeightDecay >= 0},
-		{"adam-beta1", t.Beta1, t.Beta1 >= 0 && t.Beta1 < 1},
-		{"adam-beta2", t.Beta2, t.Beta2 >= 0 && t.Beta2 < 1},
-		{"adam-epsilon", t.Eps, t.Eps > 0},
-		{"clip-norm", t.MaxGradNorm, t.MaxGradNorm >= 0},
-		{"label-smoothing", t.LabelSmoothing, t.LabelSmoothing >= 0 && t.LabelSmoothing < 1},
+		{"weight-decay", o.WeightDecay, o.WeightDecay >= 0},
+		{"adam-beta1", o.Beta1, o.Beta1 >= 0 && o.Beta1 < 1},
+		{"adam-beta2", o.Beta2, o.Beta2 >= 0 && o.Beta2 < 1},
+		{"adam-epsilon", o.Eps, o.Eps > 0},
+		{"label-smoothing", o.LabelSmoothing, o.LabelSmoothing >= 0 && o.LabelSmoothing < 1},
 	} {
 		if !f.ok || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
 			return &recipes.ConfigError{Field: f.name, Value: f.v, Reason: "out of range"}
@@ -93,8 +81,7 @@ func (c TrainConfig) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"max-steps", t.MaxSteps}, {"warmup", t.WarmupSteps}, {"eval-interval", t.EvalInterval},
-		{"checkpoint-every", t.SaveInterval}, {"logging-steps", t.LoggingSteps}, {"eval-tokens", c.EvalTokens}} {
+	}{{"eval-interval", o.EvalInterval}, {"logging-steps", o.LoggingSteps}, {"eval-tokens", c.EvalTokens}} {
 		if f.v < 0 {
 			return &recipes.ConfigError{Field: f.name, Value: f.v, Reason: "must not be negative"}
 		}
@@ -250,11 +237,13 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) 
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
-	logf := func(format string, args ...any) {
-		if cfg.Events != nil {
-			cfg.Events(train.Message{Text: fmt.Sprintf(format, args...)})
-		}
+	run, err := recipes.Begin(cfg.Common, cfg.Events)
+	if err != nil {
+		return res, err
 	}
+	defer run.End()
+	logf, precision := run.Logf, run.Precision
+	res.Precision = precision
 	cpu0 := cpuTime()
 	meta, err := ReadMeta(cfg.Data)
 	if err != nil {
@@ -296,7 +285,7 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) 
 	}
 	defer nn.Free(m)
 	m.Scan = sc
-	m.Checkpointing = cfg.Checkpointing
+	m.Checkpointing = cfg.GradCheckpointing
 	if cfg.Device != torch.CPU {
 		nn.To(m, cfg.Device, torch.Float32)
 	}
@@ -314,15 +303,9 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) 
 		logf("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set by torchfit)")
 	}
 
-	precision, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
-	if err != nil {
-		return res, &recipes.ConfigError{Field: "mixed-precision", Value: cfg.Precision, Err: err}
-	}
-	res.Precision = precision
-	logf("precision %s", precision)
-	t := cfg.Training
-	adam := nn.AdamConfig{LR: t.LR, Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay}
-	groups := m.ParamGroups(t.WeightDecay)
+	o := cfg.Optim
+	adam := nn.AdamConfig{LR: cfg.LR, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}
+	groups := m.ParamGroups(o.WeightDecay)
 	var opt nn.Optimizer
 	if cfg.CPUOffload {
 		off, err := train.NewOffload(groups, func(g []nn.ParamGroup) nn.Optimizer { return nn.NewAdamWGroups(g, adam) }, train.OffloadOptions{})
@@ -338,7 +321,7 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) 
 		opt = a
 	}
 	train1 := newWindows(trainToks, cfg.SeqLen, 0)
-	effective := cfg.MicroBatch * cfg.Accum
+	effective := cfg.EffectiveBatch()
 	if train1.Len() < effective {
 		return res, recipes.Usagef("mamba: %s holds %d sequences of %d tokens, fewer than one effective batch of %d", cfg.Data, train1.Len(), cfg.SeqLen, effective)
 	}
@@ -346,18 +329,18 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) 
 	if valid.Len() == 0 {
 		return res, recipes.Usagef("mamba: the held-out split has %d tokens, fewer than one sequence of %d", validToks.Len(), cfg.SeqLen)
 	}
-	total := t.MaxSteps
+	total := cfg.MaxSteps
 	if total == 0 {
 		total = train1.Len() / effective * cfg.Epochs
 	}
-	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(t.WarmupSteps, max(total, 1), 0.1))
+	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, max(total, 1), 0.1))
 	defer sched.Free()
-	ls := t.LabelSmoothing
+	ls := o.LabelSmoothing
 	tr, err := train.New(m, opt, func(b *data.Batch) *torch.Tensor {
 		return m.Loss(b.Fields["x"], b.Fields["y"], ls)
 	}, train.Config{
 		MicroBatch: cfg.MicroBatch, Accum: cfg.Accum, Device: cfg.Device, Precision: precision.Precision,
-		Count: tokenCount, ClipNorm: t.MaxGradNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery,
+		Count: tokenCount, ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery,
 		Events: cfg.Events, MaxNonFinite: cfg.MaxNonFinite,
 	})
 	if err != nil {
@@ -403,14 +386,14 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) 
 		window.loss += info.Loss * info.Count
 		window.count += info.Count
 		window.n++
-		if t.LoggingSteps > 0 && info.Step%t.LoggingSteps == 0 {
+		if o.LoggingSteps > 0 && info.Step%o.LoggingSteps == 0 {
 			el := time.Since(window.start).Seconds()
 			res.TrainLoss = window.loss / window.count
 			logf("step %d: loss %.4f, lr %.2e, grad norm %.3f, %.0f tokens/s", info.Step, res.TrainLoss, info.LR, info.GradNorm,
 				window.count/el)
 			window.loss, window.count, window.n, window.start = 0, 0, 0, time.Now()
 		}
-		if t.EvalInterval > 0 && info.Step%t.EvalInterval == 0 && evalErr == nil {
+		if o.EvalInterval > 0 && info.Step%o.EvalInterval == 0 && evalErr == nil {
 			evalErr = record(info.Step)
 		}
 	}
@@ -432,7 +415,7 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) 
 		})
 	}
 	fit, err := train.Fit(ctx, tr, newLoader, train.FitConfig{
-		Epochs: cfg.Epochs, MaxSteps: t.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: t.SaveInterval,
+		Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery,
 		Overwrite: cfg.Overwrite, Resume: cfg.Resume, Start: start,
 		Meta: metaDict(modelMeta{Recipe: "mamba", Model: mcfg, Tokenizer: TokenizerName, SeqLen: cfg.SeqLen, Scan: sc.Name(), ScanChunk: cfg.ScanChunk}),
 	})
