@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -327,12 +329,48 @@ func FiniteFloats(c *cli.Context) error {
 	return nil
 }
 
-// Preset is what a --vram setting chooses; zero fields leave the flag as
-// it is.
+// Preset is a row of a recipe's --vram table (every recipe's VRAMPreset
+// returns one): the recipe's model it implies and the shared settings the
+// guide gives; zero fields leave the flag as it is.
 type Preset struct {
+	Name              string // the row: 8gb, 12gb, ...
+	Model             string // the recipe's model preset or size ("": the recipe's default)
 	MicroBatch, Accum int
 	Mixed             bool // mixed precision (auto)
 	Checkpointing     bool
+}
+
+// LookupVRAM finds a --vram value in a recipe's table: any case, with or
+// without "gb", and 24gb+ as 24gb. An unknown value is a *ConfigError
+// listing the rows.
+func LookupVRAM(name string, table map[string]Preset) (Preset, error) {
+	key := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(name)), "+")
+	if _, err := strconv.Atoi(key); err == nil {
+		key += "gb"
+	}
+	if p, ok := table[key]; ok {
+		return p, nil
+	}
+	rows := make([]string, 0, len(table))
+	for k := range table {
+		rows = append(rows, k)
+	}
+	// Sizes in order, then named rows (cpu).
+	slices.SortFunc(rows, func(a, b string) int {
+		na, ea := strconv.Atoi(strings.TrimSuffix(a, "gb"))
+		nb, eb := strconv.Atoi(strings.TrimSuffix(b, "gb"))
+		switch {
+		case ea == nil && eb == nil:
+			return na - nb
+		case ea == nil:
+			return -1
+		case eb == nil:
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	want := strings.Join(rows[:len(rows)-1], ", ") + " or " + rows[len(rows)-1]
+	return Preset{}, &ConfigError{Field: "vram", Value: name, Reason: "not a row of the guide's table: want " + want}
 }
 
 // ApplyPreset sets the fields of cm that the command line did not set

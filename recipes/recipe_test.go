@@ -131,3 +131,23 @@ func TestSpecMustDeclareDataParallelism(t *testing.T) {
 	app := &cli.App{Commands: []*cli.Command{cmd}, ExitErrHandler: func(*cli.Context, error) {}}
 	require.NoError(t, app.Run([]string{"x", "train"}))
 }
+
+// Every recipe's --vram table is read one way: any case, with or without
+// "gb", 24gb+ as 24gb; an unknown row is the user's error naming the rows.
+func TestLookupVRAM(t *testing.T) {
+	table := map[string]Preset{"8gb": {Name: "8gb", MicroBatch: 1}, "24gb": {Name: "24gb", MicroBatch: 4}, "cpu": {Name: "cpu"}}
+	for _, in := range []string{"24gb", "24GB", " 24gb+ ", "24"} {
+		p, err := LookupVRAM(in, table)
+		require.NoError(t, err, in)
+		require.Equal(t, "24gb", p.Name, in)
+	}
+	p, err := LookupVRAM("CPU", table)
+	require.NoError(t, err)
+	require.Equal(t, "cpu", p.Name)
+	_, err = LookupVRAM("10gb", table)
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "vram", ce.Field)
+	require.Contains(t, err.Error(), "want 8gb, 24gb or cpu")
+	require.True(t, IsUserError(err))
+}

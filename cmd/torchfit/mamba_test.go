@@ -44,7 +44,7 @@ func TestMambaBadConfigsExitTwo(t *testing.T) {
 		{"sequence beyond the model's", []string{"--config", file("seq.json", `"max_seq_len": 256,
     "vocab_size"`, `"max_seq_len": 128,
     "vocab_size"`)}, "longer than the model's max_seq_len 128"},
-		{"unknown vram", []string{"--vram", "10gb"}, `unknown --vram "10gb"`},
+		{"unknown vram", []string{"--vram", "10gb"}, `--vram "10gb": not a row of the guide's table`},
 		{"unknown model size", []string{"--model_size", "huge"}, `unknown --model_size "huge"`},
 		{"unknown scan", []string{"--scan", "fast"}, `unknown scan "fast"`},
 		{"no corpus", []string{"--vram", "cpu"}, "torchfit mamba data"},

@@ -189,14 +189,14 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 		preset = "" // the checkpoint's
 	}
 	if cm.VRAM != "" {
-		p, batch, accum, mixed, ckpt, err := VRAMPreset(cm.VRAM)
+		p, err := VRAMPreset(cm.VRAM)
 		if err != nil {
 			return TrainConfig{}, err
 		}
 		if !c.IsSet("preset") && cm.Resume == "" {
-			preset = p
+			preset = p.Model
 		}
-		recipes.ApplyPreset(c, &cm, recipes.Preset{MicroBatch: batch, Accum: accum, Mixed: mixed, Checkpointing: ckpt})
+		recipes.ApplyPreset(c, &cm, p)
 	}
 	cfg := TrainConfig{
 		Common: cm, Preset: preset, DModel: c.Int64("d-model"),

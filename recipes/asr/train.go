@@ -54,22 +54,18 @@ type TrainConfig struct {
 	Group *distributed.Group
 }
 
-// VRAMPreset returns the settings the guide's tables recommend for a GPU of
-// the given size (8gb, 12gb, 16gb, 24gb): model preset, micro-batch,
-// accumulation, mixed precision and checkpointing, at an effective batch of 8.
-func VRAMPreset(name string) (preset string, batch, accum int, mixed, checkpointing bool, err error) {
-	switch strings.ToLower(name) {
-	case "8gb":
-		return "minimal", 2, 4, true, true, nil
-	case "12gb":
-		return "optimized", 2, 4, true, true, nil
-	case "16gb":
-		return "optimized", 4, 2, true, false, nil
-	case "24gb":
-		return "original", 8, 1, true, false, nil
-	}
-	return "", 0, 0, false, false, &ConfigError{Field: "vram", Value: name, Err: fmt.Errorf("unknown --vram %q (want 8gb, 12gb, 16gb or 24gb)", name)}
+// VRAMPresets are the guide's tables for a GPU of each size: the model
+// preset, micro-batch, accumulation, mixed precision and checkpointing,
+// at an effective batch of 8.
+var VRAMPresets = map[string]recipes.Preset{
+	"8gb":  {Name: "8gb", Model: "minimal", MicroBatch: 2, Accum: 4, Mixed: true, Checkpointing: true},
+	"12gb": {Name: "12gb", Model: "optimized", MicroBatch: 2, Accum: 4, Mixed: true, Checkpointing: true},
+	"16gb": {Name: "16gb", Model: "optimized", MicroBatch: 4, Accum: 2, Mixed: true},
+	"24gb": {Name: "24gb", Model: "original", MicroBatch: 8, Accum: 1, Mixed: true},
 }
+
+// VRAMPreset looks a --vram value up in VRAMPresets.
+func VRAMPreset(name string) (recipes.Preset, error) { return recipes.LookupVRAM(name, VRAMPresets) }
 
 // TrainResult is what Train reports.
 type TrainResult struct {

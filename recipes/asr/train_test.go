@@ -159,6 +159,11 @@ func TestTrainErrors(t *testing.T) {
 	cfg := baseConfig(t, t.TempDir(), t.TempDir())
 	_, err := asr.TrainConformer(context.Background(), cfg)
 	require.ErrorContains(t, err, "torchfit asr data")
-	_, _, _, _, _, err = asr.VRAMPreset("10gb")
-	require.ErrorContains(t, err, "unknown --vram")
+	_, err = asr.VRAMPreset("10gb")
+	var ce *recipes.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "vram", ce.Field)
+	p, err := asr.VRAMPreset("12GB")
+	require.NoError(t, err)
+	require.Equal(t, "optimized", p.Model)
 }

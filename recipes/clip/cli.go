@@ -78,21 +78,19 @@ var PretrainDefaults = recipes.Defaults{
 	MemoryEvery: 10,
 }
 
-// VRAMPreset is the setting for a GPU of the given size: ViT-B/32 at the
+// VRAMPresets are the settings for a GPU of each size: ViT-B/32 at the
 // seed's micro-batches — 16 × 8 on 8 GB, 32 × 4 from 12 GB ("For Larger
 // GPUs (12GB+)"), 64 × 2 on 24 GB — always effective batch 128 with mixed
 // precision.
-func VRAMPreset(name string) (preset string, p recipes.Preset, err error) {
-	switch strings.ToLower(name) {
-	case "8gb":
-		return "vit-b32", recipes.Preset{MicroBatch: 16, Accum: 8, Mixed: true}, nil
-	case "12gb", "16gb":
-		return "vit-b32", recipes.Preset{MicroBatch: 32, Accum: 4, Mixed: true}, nil
-	case "24gb":
-		return "vit-b32", recipes.Preset{MicroBatch: 64, Accum: 2, Mixed: true}, nil
-	}
-	return "", p, &recipes.ConfigError{Field: "vram", Value: name, Reason: "want 8gb, 12gb, 16gb or 24gb"}
+var VRAMPresets = map[string]recipes.Preset{
+	"8gb":  {Name: "8gb", Model: "vit-b32", MicroBatch: 16, Accum: 8, Mixed: true},
+	"12gb": {Name: "12gb", Model: "vit-b32", MicroBatch: 32, Accum: 4, Mixed: true},
+	"16gb": {Name: "16gb", Model: "vit-b32", MicroBatch: 32, Accum: 4, Mixed: true},
+	"24gb": {Name: "24gb", Model: "vit-b32", MicroBatch: 64, Accum: 2, Mixed: true},
 }
+
+// VRAMPreset looks a --vram value up in VRAMPresets.
+func VRAMPreset(name string) (recipes.Preset, error) { return recipes.LookupVRAM(name, VRAMPresets) }
 
 func trainFlags(d recipes.Defaults) []cli.Flag {
 	return append(recipes.Flags(d),
@@ -113,14 +111,14 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfi
 	cm := run.Common
 	preset := c.String("preset")
 	if cm.VRAM != "" {
-		p, pr, err := VRAMPreset(cm.VRAM)
+		p, err := VRAMPreset(cm.VRAM)
 		if err != nil {
 			return TrainConfig{}, err
 		}
 		if preset == "" && c.String("init") == "" && cm.Resume == "" {
-			preset = p
+			preset = p.Model
 		}
-		recipes.ApplyPreset(c, &cm, pr)
+		recipes.ApplyPreset(c, &cm, p)
 	}
 	cfg := TrainConfig{Common: cm, Stage: stage, Preset: preset, Init: c.String("init"),
 		Mode: strings.ToLower(c.String("contrastive-accumulation")), WeightDecay: c.Float64("weight-decay"),

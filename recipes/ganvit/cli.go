@@ -130,12 +130,12 @@ func PresetFrom(c *cli.Context, dev torch.Device, vram string) (Preset, error) {
 	case vram != "":
 		v, err := VRAMPreset(vram)
 		if err != nil {
-			return p, &recipes.ConfigError{Field: "vram", Value: vram, Err: err}
+			return p, err
 		}
-		if c.IsSet("preset") && name != "auto" && name != v.Name {
+		if c.IsSet("preset") && name != "auto" && name != v.Model {
 			return p, recipes.Usagef("--preset %s and --vram %s disagree: give one", name, vram)
 		}
-		p = v
+		p = Presets[v.Model]
 	case name == "auto":
 		p = Presets["cpu"]
 		if dev.IsCUDA() {

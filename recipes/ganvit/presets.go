@@ -1,6 +1,8 @@
 package ganvit
 
 import (
+	"github.com/torchfit/torchfit/recipes"
+
 	"fmt"
 	"sort"
 	"strings"
@@ -47,18 +49,15 @@ func PresetNames() []string {
 	return out
 }
 
-// VRAMPreset returns the --vram row: 8gb, 12gb, 16gb or 24gb (also 8,
-// 8GB, 24gb+).
-func VRAMPreset(v string) (Preset, error) {
-	k := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(v)), "+")
-	if !strings.HasSuffix(k, "gb") {
-		k += "gb"
+// VRAMPreset looks a --vram value up: 8gb, 12gb, 16gb or 24gb (also 8,
+// 8GB, 24gb+). Its Model names the row of Presets that holds the rest
+// (spectrogram, GAN batch, NUM_SYNTHETIC, networks).
+func VRAMPreset(name string) (recipes.Preset, error) {
+	table := map[string]recipes.Preset{}
+	for _, k := range []string{"8gb", "12gb", "16gb", "24gb"} {
+		table[k] = recipes.Preset{Name: k, Model: k, MicroBatch: Presets[k].MicroBatch}
 	}
-	switch k {
-	case "8gb", "12gb", "16gb", "24gb":
-		return Presets[k], nil
-	}
-	return Preset{}, fmt.Errorf("--vram %q: want 8gb, 12gb, 16gb or 24gb (the seed's \"Tuning for Your GPU\" table)", v)
+	return recipes.LookupVRAM(name, table)
 }
 
 // GANConfig is the preset's GAN for classes genres.

@@ -131,16 +131,16 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	}
 	var vram VRAM
 	if vramName != "" {
-		v, err := VRAMPreset(vramName)
+		p, err := VRAMPreset(vramName)
 		if err != nil {
-			return TrainConfig{}, &recipes.ConfigError{Field: "vram", Value: vramName, Err: err}
+			return TrainConfig{}, err
 		}
-		vram = v
-		recipes.ApplyPreset(c, &cm, recipes.Preset{MicroBatch: v.MicroBatch, Accum: v.Accum, Checkpointing: v.Checkpointing})
+		vram = VRAMPresets[p.Name]
+		recipes.ApplyPreset(c, &cm, recipes.Preset{MicroBatch: p.MicroBatch, Accum: p.Accum, Checkpointing: p.Checkpointing})
 	}
 	size := c.String("model-size")
 	if size == "" {
-		size = vram.ModelSize
+		size = vram.Model
 	}
 	if size == "" {
 		size = "small"
@@ -196,7 +196,7 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 		seq = c.Int("max-seq-len")
 	}
 	precision := cm.Precision
-	fp16 := vram.FP16
+	fp16 := vram.Mixed
 	if set("use-fp16") {
 		fp16 = c.Bool("use-fp16")
 	}

@@ -49,10 +49,10 @@ func GuidePresets() []EstimatePreset {
 	for _, name := range []string{"cpu", "8gb", "12gb", "16gb", "24gb"} {
 		v := VRAMPresets[name]
 		prec := "no"
-		if v.FP16 {
+		if v.Mixed {
 			prec = "auto"
 		}
-		out = append(out, EstimatePreset{Name: "--vram " + name, Model: ModelSizes[v.ModelSize], Batch: v.MicroBatch, Seq: v.SeqLen,
+		out = append(out, EstimatePreset{Name: "--vram " + name, Model: ModelSizes[v.Model], Batch: v.MicroBatch, Seq: v.SeqLen,
 			Precision: prec, Checkpointing: v.Checkpointing, Offload: v.CPUOffload})
 	}
 	return out

@@ -1,6 +1,8 @@
 package mamba
 
 import (
+	"github.com/torchfit/torchfit/recipes"
+
 	"fmt"
 	"sort"
 	"strings"
@@ -26,17 +28,13 @@ var ModelSizes = map[string]ModelConfig{
 }
 
 // VRAM is one row of the guide's "Recommended Settings by GPU" (the
-// seed's vram section): the model size it suggests, micro-batch, sequence
-// length, accumulation, fp16 and gradient checkpointing.
+// seed's vram section): the shared part (Preset.Model is the model size
+// it suggests, Mixed its use_fp16) and the sequence length, CPU offload
+// and training preset it implies.
 type VRAM struct {
-	Name          string
-	ModelSize     string
-	MicroBatch    int
-	SeqLen        int
-	Accum         int
-	FP16          bool
-	Checkpointing bool
-	CPUOffload    bool
+	recipes.Preset
+	SeqLen     int
+	CPUOffload bool
 	// Training names the training preset it implies ("": default).
 	Training string
 }
@@ -47,20 +45,21 @@ type VRAM struct {
 // guide enables it "for 8-16GB"). cpu is the CPU preset: the tiny model,
 // 8 × 128, float32, and the cpu training preset.
 var VRAMPresets = map[string]VRAM{
-	"8gb":  {"8gb", "small", 1, 256, 16, true, true, false, ""},
-	"12gb": {"12gb", "small", 2, 512, 8, true, true, false, ""},
-	"16gb": {"16gb", "small", 2, 512, 8, true, true, false, ""},
-	"24gb": {"24gb", "medium", 4, 1024, 4, true, false, false, ""},
-	"cpu":  {"cpu", "tiny", 8, 128, 1, false, false, false, "cpu"},
+	"8gb":  {Preset: recipes.Preset{Name: "8gb", Model: "small", MicroBatch: 1, Accum: 16, Mixed: true, Checkpointing: true}, SeqLen: 256},
+	"12gb": {Preset: recipes.Preset{Name: "12gb", Model: "small", MicroBatch: 2, Accum: 8, Mixed: true, Checkpointing: true}, SeqLen: 512},
+	"16gb": {Preset: recipes.Preset{Name: "16gb", Model: "small", MicroBatch: 2, Accum: 8, Mixed: true, Checkpointing: true}, SeqLen: 512},
+	"24gb": {Preset: recipes.Preset{Name: "24gb", Model: "medium", MicroBatch: 4, Accum: 4, Mixed: true}, SeqLen: 1024},
+	"cpu":  {Preset: recipes.Preset{Name: "cpu", Model: "tiny", MicroBatch: 8, Accum: 1}, SeqLen: 128, Training: "cpu"},
 }
 
-// VRAMPreset looks a --vram value up ("24gb+" and "24GB" are 24gb).
-func VRAMPreset(name string) (VRAM, error) {
-	key := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(name)), "+")
-	if p, ok := VRAMPresets[key]; ok {
-		return p, nil
+// VRAMPreset looks a --vram value up ("24gb+" and "24GB" are 24gb): its
+// shared part; VRAMPresets[p.Name] holds the rest.
+func VRAMPreset(name string) (recipes.Preset, error) {
+	table := make(map[string]recipes.Preset, len(VRAMPresets))
+	for k, v := range VRAMPresets {
+		table[k] = v.Preset
 	}
-	return VRAM{}, fmt.Errorf("unknown --vram %q (want %s)", name, strings.Join(sortedKeys(VRAMPresets), ", "))
+	return recipes.LookupVRAM(name, table)
 }
 
 // ModelSize looks a --model_size value up.
