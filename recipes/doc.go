@@ -23,6 +23,8 @@
 //     (Run.Group, package distributed) and only rank 0 renders events;
 //   - errors a user causes are typed (UsageError, ConfigError, or any error
 //     with a UserError method): a command line prints one line and exits 2.
+//   - WriteFileAtomic, which replaces a file through a temporary one
+//     (manifests, vocabularies, caches).
 //
 // Command makes a recipe a `torchfit NAME VERB` command; cmd/torchfit is the
 // registry of recipes.

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -35,9 +36,9 @@ func smallCorpus(t *testing.T) string {
 		if corpusErr != nil {
 			return
 		}
-		cfg := asr.DefaultGenerateConfig()
+		cfg := speech.DefaultGenerateConfig()
 		cfg.OutDir, cfg.Utterances, cfg.Workers = corpusDir, 60, 2
-		_, corpusErr = asr.Generate(context.Background(), cfg)
+		_, corpusErr = speech.Generate(context.Background(), cfg)
 	})
 	require.NoError(t, corpusErr)
 	return corpusDir

@@ -6,6 +6,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/torchfit/torchfit/recipes"
 )
 
 // Special tokens. <blank> is id 0, CTC's blank.
@@ -153,7 +155,7 @@ func (v *Vocab) Save(path string) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(path, append(b, '\n'))
+	return recipes.WriteFileAtomic(path, append(b, '\n'))
 }
 
 // LoadVocab reads a vocabulary written by Save.
