@@ -3,8 +3,9 @@ package bench
 import (
 	"encoding/json"
 
-	"github.com/torchfit/torchfit/amp"
 	"math/rand/v2"
+
+	"github.com/torchfit/torchfit/amp"
 
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes/ganvit"

@@ -12,6 +12,7 @@ import (
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -34,16 +35,16 @@ func demoCommand() *cli.Command {
 			dir := c.String("dir")
 			log := report.NewLogger(os.Stderr)
 			logf := log.Printf
-			gen := asr.DefaultGenerateConfig()
+			gen := speech.DefaultGenerateConfig()
 			gen.OutDir = filepath.Join(dir, "corpus")
 			gen.Utterances = c.Int("utterances")
 			logf("synthesising %d utterances with espeak-ng into %s", gen.Utterances, gen.OutDir)
-			st, err := asr.Generate(c.Context, gen)
+			st, err := speech.Generate(c.Context, gen)
 			if err != nil {
 				return recipes.Usagef("%v", err)
 			}
 			logf("corpus: %d new, %d reused, %.1f min of audio (train %d, valid %d, test %d)", st.Synthesised, st.Skipped,
-				st.Seconds/60, st.Counts[asr.Train], st.Counts[asr.Valid], st.Counts[asr.Test])
+				st.Seconds/60, st.Counts[speech.Train], st.Counts[speech.Valid], st.Counts[speech.Test])
 			// The bf16 lever, measured on one step of this model and corpus.
 			var m [2]asr.Measurement
 			for k, p := range []string{"fp32", "bf16"} {

@@ -68,8 +68,9 @@ func newApp() *cli.App {
 	return app
 }
 
-// registry lists the recipes: each is `torchfit NAME VERB`.
-var registry = []recipes.Recipe{asr.Recipe{}, clip.Recipe{}, ganvit.Recipe{}, tts.Recipe{}, mamba.Recipe{}}
+// registry lists the recipes: each is `torchfit NAME VERB`. The TTS
+// recipe scores its speech with the ASR recipe's models.
+var registry = []recipes.Recipe{asr.Recipe{}, clip.Recipe{}, ganvit.Recipe{}, tts.Recipe{Transcribe: asr.TranscribeFiles}, mamba.Recipe{}}
 
 // notFound is set when the command line names no command.
 var notFound error

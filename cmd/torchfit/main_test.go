@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
@@ -326,7 +327,7 @@ func TestTranscribeInputs(t *testing.T) {
 		{"empty audio", file("empty.wav", empty), "empty.wav: no audio samples"},
 		{"truncated header", file("trunc.wav", raw[:30]), "trunc.wav: truncated fmt chunk"},
 		{"directory", dir, "is a directory"},
-		{"too short", file("short.wav", asr.EncodeWAV(make([]int16, 400), 16000)), "short.wav: 0.025 s of audio is too short to transcribe"},
+		{"too short", file("short.wav", audio.EncodeWAV(make([]int16, 400), 16000)), "short.wav: 0.025 s of audio is too short to transcribe"},
 		{"a-law", sox("alaw.wav", "-r", "8000", "-c", "1", "-e", "a-law"), "format code 6 (A-law)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

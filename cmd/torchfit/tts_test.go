@@ -12,8 +12,21 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/audio"
+	"github.com/torchfit/torchfit/recipes/tts"
 )
+
+// TestTTSEvalTranscribes: the registry gives `tts eval` the ASR recipe's
+// transcriber (package tts does not import package asr).
+func TestTTSEvalTranscribes(t *testing.T) {
+	for _, r := range registry {
+		if r, ok := r.(tts.Recipe); ok {
+			require.NotNil(t, r.Transcribe)
+			return
+		}
+	}
+	t.Fatal("no tts recipe in the registry")
+}
 
 // checkpointOf is the checkpoint a training command's last line names.
 func checkpointOf(t *testing.T, stdout string) string {
@@ -56,7 +69,7 @@ func TestTTSFromTheCommandLine(t *testing.T) {
 	wav := filepath.Join(dir, "out.wav")
 	out = ok("tts", "say", "--checkpoint", gpt, "--text", "मावशी खूब नाचता", "--speaker", ref, "--out", wav, "--max-codes", "20", "--griffin-lim-iters", "2")
 	require.Contains(t, out, "wrote "+wav)
-	x, err := asr.ReadWAV(wav)
+	x, err := audio.ReadWAV(wav, tts.SampleRate)
 	require.NoError(t, err, "a 16 kHz WAV")
 	require.NotEmpty(t, x)
 	written := must(os.ReadFile(wav))

@@ -10,8 +10,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/train"
@@ -39,7 +41,7 @@ func (Recipe) Commands() []*cli.Command {
 }
 
 func dataCommand() *cli.Command {
-	def := DefaultGenerateConfig()
+	def := speech.DefaultGenerateConfig()
 	return &cli.Command{
 		Name:  "data",
 		Usage: "synthesise a Konkani corpus with espeak-ng (Marathi voices) and sox",
@@ -54,13 +56,13 @@ func dataCommand() *cli.Command {
 			cfg := def
 			cfg.OutDir, cfg.Utterances, cfg.Seed = c.String("out"), c.Int("utterances"), c.Uint64("seed")
 			cfg.Workers, cfg.NoiseFraction = c.Int("workers"), c.Float64("noise")
-			st, err := Generate(c.Context, cfg)
+			st, err := speech.Generate(c.Context, cfg)
 			if err != nil {
 				return recipes.Usagef("%v", err)
 			}
 			fmt.Printf("corpus in %s: %d synthesised, %d already there, %.1f min of audio in %s (train %d, valid %d, test %d)\n",
 				cfg.OutDir, st.Synthesised, st.Skipped, st.Seconds/60, st.Elapsed.Round(time.Millisecond),
-				st.Counts[Train], st.Counts[Valid], st.Counts[Test])
+				st.Counts[speech.Train], st.Counts[speech.Valid], st.Counts[speech.Test])
 			return nil
 		},
 	}
@@ -333,8 +335,8 @@ func transcribeCommand() *cli.Command {
 				return recipes.Usagef("--checkpoint: %v", err)
 			}
 			texts, err := TranscribeFiles(c.String("checkpoint"), c.Args().Slice(), dev)
-			var audio *AudioError
-			if errors.As(err, &audio) {
+			var ae *audio.Error
+			if errors.As(err, &ae) {
 				return recipes.Usage(err)
 			}
 			if err != nil {

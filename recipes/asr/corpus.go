@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
+	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -13,7 +14,7 @@ import (
 // WAV file and returns its features and token ids. It is safe for
 // concurrent Get calls (the Dataset adapter's workers).
 type Corpus struct {
-	Utts  []Utterance
+	Utts  []speech.Utterance
 	Dir   string // manifest paths are relative to Dir
 	Vocab *Vocab
 	Feat  *Featurizer
@@ -28,7 +29,7 @@ func LoadCorpus(manifest string, vocab *Vocab, feat *Featurizer) (*Corpus, error
 	if vocab == nil || feat == nil {
 		return nil, fmt.Errorf("corpus %s: vocab and featurizer are required", manifest)
 	}
-	utts, err := ReadManifest(manifest)
+	utts, err := speech.ReadManifest(manifest)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +96,7 @@ func (c *Corpus) Texts() []string {
 
 // BuildVocabFromManifest builds the character vocabulary from a manifest's texts.
 func BuildVocabFromManifest(manifest string) (*Vocab, error) {
-	utts, err := ReadManifest(manifest)
+	utts, err := speech.ReadManifest(manifest)
 	if err != nil {
 		return nil, err
 	}

@@ -2,11 +2,15 @@ package asr
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 
+	"github.com/torchfit/torchfit/audio"
+	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 )
+
+// SampleRate is the rate the recipe's models hear: the corpus's.
+const SampleRate = speech.SampleRate
 
 // LogFloor is added to mel energies before the natural log:
 // logmel = ln(mel + LogFloor). (Not Whisper's clamp-and-log10; the
@@ -17,9 +21,10 @@ const LogFloor = 1e-6
 const NormEps = 1e-5
 
 // Featurizer turns 16 kHz samples into log-mel features with torch ops: a
-// periodic Hann window, the power spectrum of torch.stft (center=True,
-// reflect padding), an HTK mel filterbank (torchaudio's melscale_fbanks,
-// norm=None), ln(mel + LogFloor), and, when Normalize is set, per-utterance
+// mel spectrogram (package audio: a periodic Hann window, the power
+// spectrum of torch.stft with center=True and reflect padding, an HTK mel
+// filterbank as torchaudio's melscale_fbanks with norm=None),
+// ln(mel + LogFloor), and, when Normalize is set, per-utterance
 // mean/variance normalisation of each mel bin over time.
 type Featurizer struct {
 	SampleRate int
@@ -28,8 +33,7 @@ type Featurizer struct {
 	NMels      int
 	Normalize  bool // per-utterance mean/variance normalisation (default true)
 
-	window *torch.Tensor // (NFFT)
-	fbank  *torch.Tensor // (NFFT/2+1, NMels)
+	mel *audio.MelSpectrogram // (frames, NMels)
 }
 
 // NewFeaturizer builds a featurizer, e.g. NewFeaturizer(16000, 400, 160, 80)
@@ -38,62 +42,18 @@ func NewFeaturizer(sampleRate, nFFT, hop, nMels int) (*Featurizer, error) {
 	if sampleRate <= 0 || nFFT < 2 || hop <= 0 || nMels <= 0 {
 		return nil, fmt.Errorf("featurizer: bad parameters rate=%d nFFT=%d hop=%d mels=%d", sampleRate, nFFT, hop, nMels)
 	}
-	nFreqs := nFFT/2 + 1
-	fb := MelFilterbank(nFreqs, 0, float64(sampleRate)/2, nMels, sampleRate)
-	f := &Featurizer{SampleRate: sampleRate, NFFT: nFFT, Hop: hop, NMels: nMels, Normalize: true}
-	err := torch.Try(func() {
-		f.window = torch.HannWindow(int64(nFFT), true).Keep()
-		f.fbank = torch.FromSlice(fb, []int64{int64(nFreqs), int64(nMels)}).Keep()
-	})
+	mel, err := audio.NewMelSpectrogram(audio.MelConfig{SampleRate: sampleRate, NFFT: nFFT, Hop: hop, Mels: nMels})
 	if err != nil {
 		return nil, fmt.Errorf("featurizer: %w", err)
 	}
-	return f, nil
+	return &Featurizer{SampleRate: sampleRate, NFFT: nFFT, Hop: hop, NMels: nMels, Normalize: true, mel: mel}, nil
 }
 
 // Close releases the featurizer's tensors.
-func (f *Featurizer) Close() {
-	f.window.Free()
-	f.fbank.Free()
-}
+func (f *Featurizer) Close() { f.mel.Close() }
 
 // Frames is the number of feature frames for n samples (center=True).
-func (f *Featurizer) Frames(n int) int { return 1 + n/f.Hop }
-
-// Filterbank returns a copy of the (NFFT/2+1, NMels) filterbank tensor.
-func (f *Featurizer) Filterbank() *torch.Tensor { return f.fbank.Clone() }
-
-// hzToMel and melToHz are the HTK mel scale.
-func hzToMel(f float64) float64 { return 2595 * math.Log10(1+f/700) }
-func melToHz(m float64) float64 { return 700 * (math.Pow(10, m/2595) - 1) }
-
-// MelFilterbank returns the (nFreqs, nMels) triangular filterbank, row-major,
-// computed as torchaudio.functional.melscale_fbanks(nFreqs, fMin, fMax,
-// nMels, sampleRate, norm=None, mel_scale="htk") does (in float64, then
-// rounded to float32).
-func MelFilterbank(nFreqs int, fMin, fMax float64, nMels, sampleRate int) []float32 {
-	allFreqs := make([]float64, nFreqs) // linspace(0, sampleRate//2, nFreqs)
-	nyq := float64(sampleRate / 2)
-	for i := range allFreqs {
-		if nFreqs > 1 {
-			allFreqs[i] = nyq * float64(i) / float64(nFreqs-1)
-		}
-	}
-	mMin, mMax := hzToMel(fMin), hzToMel(fMax)
-	fPts := make([]float64, nMels+2)
-	for i := range fPts {
-		fPts[i] = melToHz(mMin + (mMax-mMin)*float64(i)/float64(nMels+1))
-	}
-	out := make([]float32, nFreqs*nMels)
-	for i, fr := range allFreqs {
-		for m := 0; m < nMels; m++ {
-			down := (fr - fPts[m]) / (fPts[m+1] - fPts[m])
-			up := (fPts[m+2] - fr) / (fPts[m+2] - fPts[m+1])
-			out[i*nMels+m] = float32(max(0, min(down, up)))
-		}
-	}
-	return out
-}
+func (f *Featurizer) Frames(n int) int { return f.mel.Frames(n) }
 
 // LogMel returns ln(mel power + LogFloor), (T, NMels) float32, without
 // normalisation.
@@ -114,10 +74,7 @@ func (f *Featurizer) compute(samples []float32, norm bool) (*torch.Tensor, error
 	var out *torch.Tensor
 	err := torch.Try(func() {
 		out = torch.TidyTensor(func() *torch.Tensor {
-			x := torch.FromSlice(samples, []int64{int64(len(samples))})
-			spec := torch.Stft(x, int64(f.NFFT), int64(f.Hop), int64(f.NFFT), f.window, 2) // (F, T)
-			mel := spec.T().Matmul(f.fbank)                                                // (T, M)
-			lm := mel.AddScalar(LogFloor).Log()
+			lm := audio.LogOffset(f.mel.Power(samples, 0), LogFloor) // (T, M)
 			if norm {
 				mean := lm.MeanDim([]int64{0}, true)
 				std := lm.Std([]int64{0}, 0, true).AddScalar(NormEps)
@@ -132,15 +89,15 @@ func (f *Featurizer) compute(samples []float32, norm bool) (*torch.Tensor, error
 	return out, nil
 }
 
-// FeaturesFile reads a WAV file (see ReadWAV: any format it decodes,
+// FeaturesFile reads a WAV file (see audio.ReadWAV: any format it decodes,
 // resampled to 16 kHz mono) and returns its features.
 func (f *Featurizer) FeaturesFile(path string) (*torch.Tensor, error) {
-	s, err := ReadWAV(path)
-	if err != nil {
-		return nil, err
-	}
 	if f.SampleRate != SampleRate {
 		return nil, fmt.Errorf("featurizer is for %d Hz, WAV files are read at %d Hz", f.SampleRate, SampleRate)
+	}
+	s, err := audio.ReadWAV(path, SampleRate)
+	if err != nil {
+		return nil, err
 	}
 	feats, err := f.Features(s)
 	if err != nil {

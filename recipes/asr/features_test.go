@@ -27,7 +27,8 @@ func testSignal(n int) []float32 {
 }
 
 // The Python reference: a hand-written HTK filterbank (float64) and
-// torch.stft(center=True, reflect), in plain torch (no torchaudio).
+// torch.stft(center=True, reflect), in plain torch (no torchaudio). The
+// filterbank itself is checked in package audio.
 const pyLogMel = `
 sr, n_fft, hop, n_mels = inp["sr"], inp["n_fft"], inp["hop"], inp["n_mels"]
 x = torch.tensor(inp["x"], dtype=torch.float32)
@@ -47,7 +48,7 @@ spec = torch.stft(x, n_fft, hop, n_fft, win, center=True, pad_mode="reflect", re
 mel = spec.T @ fb.float()
 lm = torch.log(mel + 1e-6)
 norm = (lm - lm.mean(0, keepdim=True)) / (lm.std(0, unbiased=False, keepdim=True) + 1e-5)
-emit({"fb": t2l(fb), "logmel": t2l(lm), "norm": t2l(norm)})
+emit({"logmel": t2l(lm), "norm": t2l(norm)})
 `
 
 func TestFeaturizerMatchesPyTorch(t *testing.T) {
@@ -59,21 +60,10 @@ func TestFeaturizerMatchesPyTorch(t *testing.T) {
 	defer f.Close()
 	x := testSignal(16000*3/2 + 37)
 	var ref struct {
-		FB     [][]float64 `json:"fb"`
 		LogMel [][]float64 `json:"logmel"`
 		Norm   [][]float64 `json:"norm"`
 	}
 	pyref.Run(t, pyLogMel, map[string]any{"sr": 16000, "n_fft": 400, "hop": 160, "n_mels": 80, "x": x}, &ref)
-
-	fb := MelFilterbank(201, 0, 8000, 80, 16000)
-	require.Len(t, ref.FB, 201)
-	var fbErr float64
-	for i := range ref.FB {
-		for m, want := range ref.FB[i] {
-			fbErr = max(fbErr, math.Abs(float64(fb[i*80+m])-want))
-		}
-	}
-	require.Less(t, fbErr, 1e-6, "filterbank max abs error")
 
 	check := func(name string, got *torch.Tensor, want [][]float64, tol float64) {
 		defer got.Free()

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -403,7 +404,7 @@ func TestConformerOverfit(t *testing.T) {
 		require.Equal(t, v.Decode(ids[k]), s)
 	}
 	tl := bt.tokenLens.Int64s()
-	var er ErrorRate
+	var er speech.ErrorRate
 	torch.Tidy(func() {
 		for k, s := range out {
 			ref := v.Decode(bt.tokens.Select(0, int64(k)).Narrow(0, 0, tl[k]).Int64s())

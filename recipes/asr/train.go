@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/distributed"
 	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/torch/ptfile"
@@ -435,7 +437,7 @@ func autoBatch(tr *train.Trainer, c *Corpus, effective int, logf func(string, ..
 // and returns its error rates and, with withLoss, the mean loss. An
 // out-of-memory error halves the evaluation batch and retries (validation
 // can run out of memory too, the guide notes).
-func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int, withLoss bool) (er ErrorRate, loss float64, err error) {
+func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int, withLoss bool) (er speech.ErrorRate, loss float64, err error) {
 	training := m.Training()
 	nn.SetTraining(m, false)
 	defer nn.SetTraining(m, training)
@@ -719,7 +721,7 @@ func EvaluateSplit(checkpoint, dir, split string, dev torch.Device) (cer, wer fl
 // TranscribeFiles transcribes WAV files with a checkpoint (greedy CTC; see
 // TranscribeWAV for the formats, long files and memory). Every file's
 // header is checked before the model is loaded; an error about a file is an
-// *AudioError.
+// *audio.Error.
 func TranscribeFiles(checkpoint string, files []string, dev torch.Device) (texts []string, err error) {
 	torch.Main().Do(func() { texts, err = transcribeFiles(checkpoint, files, dev) })
 	return texts, err
@@ -727,7 +729,7 @@ func TranscribeFiles(checkpoint string, files []string, dev torch.Device) (texts
 
 func transcribeFiles(checkpoint string, files []string, dev torch.Device) ([]string, error) {
 	for _, f := range files {
-		r, err := OpenWAV(f)
+		r, err := audio.OpenWAV(f, SampleRate)
 		if err != nil {
 			return nil, err
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -36,9 +37,9 @@ func smallCorpus(t *testing.T) string {
 		if corpusErr != nil {
 			return
 		}
-		cfg := asr.DefaultGenerateConfig()
+		cfg := speech.DefaultGenerateConfig()
 		cfg.OutDir, cfg.Utterances, cfg.Workers = corpusDir, 60, 2
-		_, corpusErr = asr.Generate(context.Background(), cfg)
+		_, corpusErr = speech.Generate(context.Background(), cfg)
 	})
 	require.NoError(t, corpusErr)
 	return corpusDir

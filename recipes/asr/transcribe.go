@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 
+	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/ptfile"
@@ -46,7 +47,7 @@ func minSamples(f *Featurizer) int {
 	return n
 }
 
-// TranscribeWAV transcribes a WAV file (any format OpenWAV decodes) with
+// TranscribeWAV transcribes a WAV file (any format audio.OpenWAV decodes) with
 // greedy CTC, streaming it in windows so that memory does not grow with the
 // file's length.
 //
@@ -75,14 +76,14 @@ func TranscribeWAV(m *Conformer, feat *Featurizer, path string, dev torch.Device
 	if feat.SampleRate != SampleRate {
 		return "", fmt.Errorf("asr: featurizer is for %d Hz, WAV files are read at %d Hz", feat.SampleRate, SampleRate)
 	}
-	r, err := OpenWAV(path)
+	r, err := audio.OpenWAV(path, SampleRate)
 	if err != nil {
 		return "", err
 	}
 	defer r.Close()
 	total := r.Len()
 	if need := minSamples(feat); total < need {
-		return "", &AudioError{Path: path, Err: fmt.Errorf("%.3f s of audio is too short to transcribe (at least %.3f s)",
+		return "", &audio.Error{Path: path, Err: fmt.Errorf("%.3f s of audio is too short to transcribe (at least %.3f s)",
 			float64(total)/SampleRate, float64(need)/SampleRate)}
 	}
 	win, ov, ok := windows(m.Cfg.maxLen(), feat.Hop)
@@ -91,15 +92,15 @@ func TranscribeWAV(m *Conformer, feat *Featurizer, path string, dev torch.Device
 			m.Cfg.maxLen(), float64(win)/SampleRate)
 	}
 	read := func(dst []float32) (int, error) {
-		n, err := readFull(r, dst)
+		n, err := r.Read(dst)
 		if errors.Is(err, io.EOF) { // cannot happen: Len counts what Read yields
-			err = &AudioError{Path: path, Err: fmt.Errorf("audio ends %d samples early", len(dst)-n)}
+			err = &audio.Error{Path: path, Err: fmt.Errorf("audio ends %d samples early", len(dst)-n)}
 		}
 		return n, err
 	}
 	best := func(x []float32) ([]int64, error) { return m.bestPath(feat, x, dev) }
 	ids, err := transcribeWindows(read, total, win, ov, feat.Hop, best)
-	var ae *AudioError
+	var ae *audio.Error
 	if errors.As(err, &ae) {
 		return "", err
 	}

@@ -2,14 +2,27 @@ package asr
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 )
+
+// sox runs sox, failing the test on error.
+func sox(t *testing.T, args ...string) {
+	t.Helper()
+	if _, err := exec.LookPath("sox"); err != nil {
+		t.Skip("sox missing: run 'make deps'")
+	}
+	out, err := exec.Command("sox", append([]string{"-D", "-V1"}, args...)...).CombinedOutput()
+	require.NoError(t, err, "sox %s: %s", strings.Join(args, " "), out)
+}
 
 // fakeBest stands in for the model: samples carry their own global index
 // (x[i] = i), and frame j of a window gets token(g) for its global frame
@@ -139,7 +152,7 @@ func TestTranscribeShortFileUnchanged(t *testing.T) {
 	short := filepath.Join(dir, "short.wav")
 	sox(t, "-n", "-r", "16000", "-c", "1", "-b", "16", short, "synth", "0.03", "sine", "440")
 	_, err = TranscribeWAV(m, feat, short, torch.CPU)
-	var ae *AudioError
+	var ae *audio.Error
 	require.ErrorAs(t, err, &ae)
 	require.ErrorContains(t, err, "0.030 s of audio is too short to transcribe (at least 0.060 s)")
 }

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 )
@@ -102,7 +103,8 @@ func (n Norm) Conditions(tempo, brightness float64) [CondDim]float32 {
 // LoadSpecs reads the clips of a split (all splits for "") from a data
 // directory and computes their spectrograms (the first shape.Frames
 // frames of each clip) on the CPU, in parallel. Conditions are left for
-// Norm.Apply. A clip that cannot be read or is too short is a *ClipError.
+// Norm.Apply. A clip that cannot be read or is too short is an
+// *audio.Error.
 func LoadSpecs(ctx context.Context, dir, split string, shape Shape, workers int) (*Specs, error) {
 	all, err := ReadManifest(dir)
 	if err != nil {
@@ -143,7 +145,7 @@ func LoadSpecs(ctx context.Context, dir, split string, shape Shape, workers int)
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				x, err := ReadClip(filepath.Join(dir, clips[i].Path))
+				x, err := audio.ReadWAV(filepath.Join(dir, clips[i].Path), SampleRate)
 				if err != nil {
 					select {
 					case errc <- err:
@@ -184,7 +186,7 @@ func LoadSpecs(ctx context.Context, dir, split string, shape Shape, workers int)
 			if errors.As(err, &te) {
 				firstErr = err
 			} else {
-				firstErr = &ClipError{filepath.Join(dir, c.Path), fmt.Errorf("%w: %v", ErrBadClip, err)}
+				firstErr = &audio.Error{Path: filepath.Join(dir, c.Path), Err: err}
 			}
 			cancel()
 			continue

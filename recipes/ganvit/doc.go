@@ -18,9 +18,11 @@
 // valid, 4 test); file names carry a hash of what sox was asked, so a
 // re-run synthesises only what is missing.
 //
-// Mel computes log-mel spectrograms as librosa's defaults do (FFT 2048,
-// hop 512, Slaney mel filterbank, power_to_db with ref=max, top_db=80),
-// scaled to [−1, 1]: 30 s give the seed's 1292 frames. LoadSpecs keeps
+// Clips are read with audio.ReadWAV at 22.05 kHz (other rates are
+// resampled, channels averaged). Mel computes log-mel spectrograms as
+// librosa's defaults do (FFT 2048, hop 512, Slaney mel filterbank,
+// power_to_db with ref=max, top_db=80; package audio), scaled to [−1, 1]:
+// 30 s give the seed's 1292 frames. LoadSpecs keeps
 // them in host memory as Go slices — outside every torch allocator, as the
 // seed's numpy arrays — with two continuous conditions per clip (the
 // seed's `conditions` of width 2: tempo and Brightness, the mel-axis
@@ -78,7 +80,8 @@
 // a classifier on a split and a generator per genre (classified as the
 // genre asked for; brightness asked for against brightness produced).
 //
-// Errors a user causes — a corrupt clip (*ClipError), a missing data set
+// Errors a user causes — a clip that cannot be read or is too short
+// (*audio.Error; a corrupt one wraps audio.ErrFormat), a missing data set
 // or bad manifest (*DataError), a checkpoint of other shapes (*ShapeError,
 // *recipes.CheckpointError), an unfreezing schedule naming a missing layer
 // (*ScheduleError), a bad setting (*recipes.UsageError) — implement UserError: the

@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/torch"
 )
+
+// SampleRate is the clips' rate: the seed's 22.05 kHz (librosa's default).
+const SampleRate = 22050
 
 // The seed's spectrogram parameters (librosa's defaults): 22.05 kHz, FFT
 // 2048, hop 512, so 30 s are 1 + ⌊661500/512⌋ = 1292 frames.
@@ -36,9 +40,8 @@ func (s Shape) Size() int64 { return s.Mels * s.Frames }
 // normalisation; centred frames with reflect padding), scaled from
 // [−80, 0] dB to [−1, 1], the generator's tanh range.
 type Mel struct {
-	Mels   int64
-	window *torch.Tensor
-	fbank  *torch.Tensor // (Mels, NFFT/2+1)
+	Mels int64
+	spec *audio.MelSpectrogram // (Mels, frames)
 }
 
 // NewMel builds the filterbank and window.
@@ -46,20 +49,16 @@ func NewMel(mels int64) (*Mel, error) {
 	if mels < 8 || mels > 1024 {
 		return nil, fmt.Errorf("mel: %d mel bins: want 8 to 1024", mels)
 	}
-	fb := SlaneyFilterbank(SampleRate, NFFT, int(mels), 0, SampleRate/2)
-	m := &Mel{Mels: mels}
-	err := torch.Try(func() {
-		m.window = torch.HannWindow(NFFT, true).Keep()
-		m.fbank = torch.FromSlice(fb, []int64{mels, NFFT/2 + 1}).Keep()
-	})
-	return m, err
+	spec, err := audio.NewMelSpectrogram(audio.MelConfig{SampleRate: SampleRate, NFFT: NFFT, Hop: Hop, Mels: int(mels),
+		Scale: audio.Slaney, Norm: audio.NormSlaney, MelsFirst: true})
+	if err != nil {
+		return nil, err
+	}
+	return &Mel{Mels: mels, spec: spec}, nil
 }
 
 // Close releases the tensors.
-func (m *Mel) Close() {
-	m.window.Free()
-	m.fbank.Free()
-}
+func (m *Mel) Close() { m.spec.Close() }
 
 // Compute returns the scaled log-mel spectrogram of samples, the first
 // frames frames of it (Mels × frames, row-major), and its Brightness. The
@@ -73,12 +72,8 @@ func (m *Mel) Compute(samples []float32, frames int64) (spec []float32, brightne
 	err = torch.Try(func() {
 		torch.NoGrad(func() {
 			torch.Tidy(func() {
-				x := torch.FromSlice(samples[:n], []int64{1, n})
-				p := torch.Stft(x, NFFT, Hop, NFFT, m.window, 2).Squeeze()           // (F, T)
-				mel := m.fbank.Matmul(p.Narrow(1, 0, frames).ToDType(torch.Float32)) // (M, frames)
-				db := mel.ClampMin(1e-10).Log().MulScalar(10 / math.Ln10)
-				db = db.SubScalar(db.Max().Item()).ClampMin(-TopDB)
-				spec = db.DivScalar(TopDB / 2).AddScalar(1).Float32s()
+				mel := m.spec.Power(samples[:n], int(frames)) // (M, frames)
+				spec = audio.PowerToDB(mel, 1e-10, TopDB).DivScalar(TopDB / 2).AddScalar(1).Float32s()
 			})
 		})
 	})
@@ -108,52 +103,4 @@ func Brightness(spec []float32, s Shape) float64 {
 		return 0
 	}
 	return num / den / float64(s.Mels-1)
-}
-
-// SlaneyFilterbank is librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax)
-// with its defaults (htk=False: linear below 1 kHz, logarithmic above;
-// norm="slaney": each triangle scaled to unit area), (nMels, nFFT/2+1)
-// row-major, computed in float64 and rounded to float32.
-func SlaneyFilterbank(sr, nFFT, nMels int, fMin, fMax float64) []float32 {
-	nFreqs := nFFT/2 + 1
-	melPts := make([]float64, nMels+2)
-	lo, hi := HzToMel(fMin), HzToMel(fMax)
-	for i := range melPts {
-		melPts[i] = MelToHz(lo + (hi-lo)*float64(i)/float64(nMels+1))
-	}
-	out := make([]float32, nMels*nFreqs)
-	for i := 0; i < nMels; i++ {
-		enorm := 2 / (melPts[i+2] - melPts[i])
-		for k := 0; k < nFreqs; k++ {
-			f := float64(sr) / 2 * float64(k) / float64(nFreqs-1)
-			lower := (f - melPts[i]) / (melPts[i+1] - melPts[i])
-			upper := (melPts[i+2] - f) / (melPts[i+2] - melPts[i+1])
-			out[i*nFreqs+k] = float32(math.Max(0, math.Min(lower, upper)) * enorm)
-		}
-	}
-	return out
-}
-
-// Slaney's mel scale (librosa's default): 3 mels per 200 Hz below 1 kHz,
-// then 27 mels per factor 6.4.
-const (
-	melFSP     = 200.0 / 3
-	melMinLog  = 1000.0
-	melLogStep = 0.06875177742094912 // ln(6.4) / 27
-)
-
-// HzToMel is librosa.hz_to_mel (htk=False).
-func HzToMel(f float64) float64 {
-	if f < melMinLog {
-		return f / melFSP
-	}
-	return melMinLog/melFSP + math.Log(f/melMinLog)/melLogStep
-}
-
-// MelToHz is librosa.mel_to_hz (htk=False).
-func MelToHz(m float64) float64 {
-	if m < melMinLog/melFSP {
-		return m * melFSP
-	}
-	return melMinLog * math.Exp(melLogStep*(m-melMinLog/melFSP))
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/torchfit/torchfit/atomicfile"
+	"github.com/torchfit/torchfit/audio"
 )
 
 // Genres are the synthetic genres, in label order. They differ in what a
@@ -217,7 +218,7 @@ func clipSamples(seconds float64) int { return int(math.Round(seconds * SampleRa
 // makeClip synthesises one clip unless a valid one is there.
 func makeClip(ctx context.Context, cfg GenerateConfig, tmp string, c Clip) (bool, error) {
 	path := filepath.Join(cfg.OutDir, c.Path)
-	if x, err := ReadClip(path); err == nil && len(x) == clipSamples(c.Seconds) {
+	if x, err := audio.ReadWAV(path, SampleRate); err == nil && len(x) == clipSamples(c.Seconds) {
 		return false, nil
 	}
 	layers := Arrange(c)
@@ -242,7 +243,7 @@ func makeClip(ctx context.Context, cfg GenerateConfig, tmp string, c Clip) (bool
 	if err := runSox(ctx, cfg.Sox, args...); err != nil {
 		return false, fmt.Errorf("data: clip %s, mix: %w", c.ID, err)
 	}
-	x, err := ReadClip(out)
+	x, err := audio.ReadWAV(out, SampleRate)
 	if err != nil {
 		return false, fmt.Errorf("data: sox wrote an unreadable clip: %w", err)
 	}
@@ -250,7 +251,7 @@ func makeClip(ctx context.Context, cfg GenerateConfig, tmp string, c Clip) (bool
 		return false, fmt.Errorf("data: clip %s has %d samples, want %d", c.ID, len(x), n)
 	}
 	if len(x) > n { // trim the padding back to exactly n samples
-		if err := os.WriteFile(out, encodeWAV(toInt16(x[:n]), SampleRate), 0o644); err != nil {
+		if err := os.WriteFile(out, audio.EncodeWAV(audio.FloatToInt16(x[:n]), SampleRate), 0o644); err != nil {
 			return false, fmt.Errorf("data: %w", err)
 		}
 	}
@@ -258,14 +259,6 @@ func makeClip(ctx context.Context, cfg GenerateConfig, tmp string, c Clip) (bool
 		return false, fmt.Errorf("data: %w", err)
 	}
 	return true, nil
-}
-
-func toInt16(x []float32) []int16 {
-	out := make([]int16, len(x))
-	for i, v := range x {
-		out[i] = int16(max(-32768, min(32767, math.Round(float64(v)*32768))))
-	}
-	return out
 }
 
 func runSox(ctx context.Context, bin string, args ...string) error {

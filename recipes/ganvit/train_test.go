@@ -152,7 +152,7 @@ func TestTrainBadInput(t *testing.T) {
 	}{
 		{"resume with other mels", func(c *TrainConfig) { c.Resume, c.ShapeSet, c.Preset.Mels = ganCkpt, true, 24 }, "spectrograms of 24 mels × 44 frames do not match the checkpoint"},
 		{"classifier from a GAN of other frames", func(c *TrainConfig) { c.Stage, c.GANCheckpoint, c.Preset.Frames = StageClassifier, ganCkpt, 40 }, "spectrograms of 16 mels × 40 frames do not match the checkpoint"},
-		{"corrupt clip", func(c *TrainConfig) { c.Data = corrupt }, "clip " + filepath.Join(corrupt, clips[0].Path) + ": truncated"},
+		{"corrupt clip", func(c *TrainConfig) { c.Data = corrupt }, filepath.Join(corrupt, clips[0].Path) + ": truncated"},
 		{"schedule names a missing layer", func(c *TrainConfig) { c.Stage, c.Unfreeze = StageAll, Schedule{0: {2}} }, "names encoder layer 2; the ViT has 2 (0 to 1)"},
 		{"schedule past the epochs", func(c *TrainConfig) { c.Stage, c.Unfreeze = StageAll, Schedule{3: {1}} }, "epoch 3 is past the run's 1 epochs"},
 		{"another run's checkpoints", func(c *TrainConfig) { c.CheckpointDir = filepath.Dir(ganCkpt) }, "checkpoint_gan_epoch_1.pt written by another run, which this run would overwrite: pass --resume FILE"},

@@ -5,8 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"github.com/torchfit/torchfit/atomicfile"
-	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/audio"
+	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -14,32 +14,37 @@ import (
 // every 256 samples (16 ms, 62.5 frames a second), 80 HTK mel bins from 0
 // Hz to 8 kHz, natural log of the mel power floored at MelFloor.
 const (
-	SampleRate = asr.SampleRate
+	SampleRate = speech.SampleRate
 	NFFT       = 1024
 	Hop        = 256
 	NMels      = 80
 	MelFloor   = 1e-5
 )
 
+// melConfig is the front end's mel spectrogram: an HTK filterbank from 0
+// Hz to 8 kHz, peaks of 1.
+var melConfig = audio.MelConfig{SampleRate: SampleRate, NFFT: NFFT, Hop: Hop, Mels: NMels}
+
 // Mel computes log-mel spectrograms and turns them back into audio. Its
 // methods run tensor math (panicking with *torch.Error); call them on
 // libtorch's thread.
 type Mel struct {
-	window *torch.Tensor // (NFFT) periodic Hann
-	fbank  *torch.Tensor // (NFFT/2+1, NMels)
-	pinv   *torch.Tensor // (NMels, NFFT/2+1): the filterbank's pseudo-inverse
+	spec *audio.MelSpectrogram // window (NFFT), filterbank (NFFT/2+1, NMels)
+	pinv *torch.Tensor         // (NMels, NFFT/2+1): the filterbank's pseudo-inverse
 }
 
 // NewMel builds the filterbank and window.
 func NewMel() (*Mel, error) {
-	m := &Mel{}
-	nf := NFFT/2 + 1
-	err := torch.Try(func() {
-		m.window = torch.HannWindow(NFFT, true).Keep()
-		m.fbank = torch.FromSlice(asr.MelFilterbank(nf, 0, SampleRate/2, NMels, SampleRate), []int64{int64(nf), NMels}).Keep()
-		m.pinv = torch.CallOp("aten::pinverse", "", m.fbank, 1e-15)[0].(*torch.Tensor).Keep()
+	spec, err := audio.NewMelSpectrogram(melConfig)
+	if err != nil {
+		return nil, fmt.Errorf("tts: mel filterbank: %w", err)
+	}
+	m := &Mel{spec: spec}
+	err = torch.Try(func() {
+		m.pinv = torch.CallOp("aten::pinverse", "", spec.Filterbank(), 1e-15)[0].(*torch.Tensor).Keep()
 	})
 	if err != nil {
+		spec.Close()
 		return nil, fmt.Errorf("tts: mel filterbank: %w", err)
 	}
 	return m, nil
@@ -47,8 +52,7 @@ func NewMel() (*Mel, error) {
 
 // Close frees the tensors.
 func (m *Mel) Close() {
-	m.window.Free()
-	m.fbank.Free()
+	m.spec.Close()
 	m.pinv.Free()
 }
 
@@ -62,11 +66,7 @@ func (m *Mel) LogMel(samples []float32) (*torch.Tensor, error) {
 	}
 	var out *torch.Tensor
 	err := torch.Try(func() {
-		out = torch.TidyTensor(func() *torch.Tensor {
-			x := torch.FromSlice(samples, []int64{int64(len(samples))})
-			spec := torch.Stft(x, NFFT, Hop, NFFT, m.window, 2) // (F, T)
-			return spec.T().Matmul(m.fbank).ClampMin(MelFloor).Log()
-		})
+		out = torch.TidyTensor(func() *torch.Tensor { return audio.LogClamped(m.spec.Power(samples, 0), MelFloor) })
 	})
 	return out, err
 }
@@ -77,7 +77,7 @@ func (m *Mel) stft(x *torch.Tensor) *torch.Tensor {
 	return torch.TidyTensor(func() *torch.Tensor {
 		pad := int64(NFFT / 2)
 		in := x.Reshape(1, 1, -1).PadMode([]int64{pad, pad}, "reflect").Reshape(-1)
-		spec := torch.CallOp("aten::stft", "", in, int64(NFFT), int64(Hop), int64(NFFT), m.window, false, true, true)[0].(*torch.Tensor)
+		spec := torch.CallOp("aten::stft", "", in, int64(NFFT), int64(Hop), int64(NFFT), m.spec.Window(), false, true, true)[0].(*torch.Tensor)
 		return torch.CallOp("aten::view_as_real", "", spec)[0].(*torch.Tensor).Contiguous()
 	})
 }
@@ -87,7 +87,7 @@ func (m *Mel) stft(x *torch.Tensor) *torch.Tensor {
 func (m *Mel) istft(spec *torch.Tensor, length int64) *torch.Tensor {
 	return torch.TidyTensor(func() *torch.Tensor {
 		c := torch.CallOp("aten::view_as_complex", "", spec.Contiguous())[0].(*torch.Tensor)
-		return torch.CallOp("aten::istft", "", c, int64(NFFT), int64(Hop), int64(NFFT), m.window, true, false, true, length, false)[0].(*torch.Tensor)
+		return torch.CallOp("aten::istft", "", c, int64(NFFT), int64(Hop), int64(NFFT), m.spec.Window(), true, false, true, length, false)[0].(*torch.Tensor)
 	})
 }
 
@@ -105,9 +105,10 @@ const NNLSIters = 32
 // updates.
 func (m *Mel) Magnitude(logmel *torch.Tensor) *torch.Tensor {
 	return torch.TidyTensor(func() *torch.Tensor {
+		fbank := m.spec.Filterbank()
 		mel := logmel.Exp()
-		num := mel.Matmul(m.fbank.T())
-		gram := m.fbank.Matmul(m.fbank.T()) // (F, F)
+		num := mel.Matmul(fbank.T())
+		gram := fbank.Matmul(fbank.T()) // (F, F)
 		p := mel.Matmul(m.pinv).ClampMin(1e-8)
 		for range NNLSIters {
 			p = p.Mul(num).Div(p.Matmul(gram).AddScalar(1e-12))
@@ -184,11 +185,6 @@ func (m *Mel) vocode(logmel *torch.Tensor, iters int, seed uint64) []float32 {
 		}
 	}
 	return out
-}
-
-// WriteWAV writes samples as a 16 kHz mono 16-bit WAV file, atomically.
-func WriteWAV(path string, samples []float32) error {
-	return atomicfile.WriteFile(path, asr.EncodeWAV(asr.FloatToInt16(samples), SampleRate))
 }
 
 // logFloor is the log-mel of silence.

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/internal/pyref"
-	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -81,7 +81,7 @@ for i in range(inp['iters']):
     tprev = rebuilt
 wav = torch.istft(mag * angles, 1024, 256, 1024, win, length=L)
 emit({'LogMel': logmel.flatten().tolist(), 'Mag': mag.flatten().tolist(), 'Wav': wav.tolist()})
-`, map[string]any{"x": x, "fbank": asr.MelFilterbank(NFFT/2+1, 0, SampleRate/2, NMels, SampleRate), "init": initPh, "iters": iters}, &want)
+`, map[string]any{"x": x, "fbank": audio.MelFilterbank(melConfig), "init": initPh, "iters": iters}, &want)
 	closeTo := func(name string, got, want []float32, tol float64) {
 		require.Len(t, got, len(want), name)
 		var worst, scale float64

@@ -22,7 +22,11 @@ import (
 // why it trains in one process.
 var spec = recipes.Spec{Name: "tts", Keys: ConfigKeys, OneProcess: "its codec and GPT steps do not all-reduce gradients"}
 
-type Recipe struct{}
+type Recipe struct {
+	// Transcribe scores `tts eval`'s speech with its --asr checkpoint
+	// (EvalConfig.Transcribe): the registry wires in asr.TranscribeFiles.
+	Transcribe Transcriber
+}
 
 // Name is the command's name.
 func (Recipe) Name() string { return "tts" }
@@ -33,8 +37,8 @@ func (Recipe) Usage() string {
 }
 
 // Commands are the recipe's verbs.
-func (Recipe) Commands() []*cli.Command {
-	return []*cli.Command{dataCommand(), trainCodecCommand(), trainCommand(), sayCommand(), evalCommand(), memoryTestCommand()}
+func (r Recipe) Commands() []*cli.Command {
+	return []*cli.Command{dataCommand(), trainCodecCommand(), trainCommand(), sayCommand(), evalCommand(r.Transcribe), memoryTestCommand()}
 }
 
 // Defaults are the seed's (config.yaml): micro-batch 4 × accumulation 8
@@ -306,7 +310,7 @@ func sayCommand() *cli.Command {
 	}
 }
 
-func evalCommand() *cli.Command {
+func evalCommand(transcribe Transcriber) *cli.Command {
 	return &cli.Command{
 		Name:  "eval",
 		Usage: "intelligibility: synthesise held-out sentences with seen and unseen voices, transcribe them with an ASR model, report CER and mel L1",
@@ -324,7 +328,7 @@ func evalCommand() *cli.Command {
 				return err
 			}
 			log := report.NewLogger(os.Stderr)
-			res, err := Evaluate(c.Context, EvalConfig{Checkpoint: c.String("checkpoint"), ASR: c.String("asr"), Data: c.String("data"),
+			res, err := Evaluate(c.Context, EvalConfig{Checkpoint: c.String("checkpoint"), ASR: c.String("asr"), Transcribe: transcribe, Data: c.String("data"),
 				Split: c.String("split"), Limit: c.Int("limit"), Out: c.String("out"), Device: dev, Sample: o, GLIters: c.Int("griffin-lim-iters"), Logf: log.Printf})
 			if err != nil {
 				return err

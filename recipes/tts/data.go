@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"github.com/torchfit/torchfit/atomicfile"
-	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/recipes/speech"
 )
 
-// DataConfig configures Generate: the ASR recipe's corpus synthesis, clean,
-// with one voice held out.
+// DataConfig configures Generate: the speech corpus synthesis the ASR
+// recipe trains on (package speech), clean, with one voice held out.
 type DataConfig struct {
 	OutDir     string
 	Utterances int // over all splits
@@ -43,16 +43,16 @@ func DefaultDataConfig() DataConfig {
 
 // DataStats is what Generate did.
 type DataStats struct {
-	asr.GenerateStats
+	speech.GenerateStats
 	Phonemised int // distinct sentences
 	Frames     int // mel frames in the feature cache
 	Elapsed    time.Duration
 }
 
-// Generate synthesises the corpus with the ASR recipe's Generate (no added
-// noise: a TTS model learns whatever it hears), phonemises every sentence
+// Generate synthesises the corpus with speech.Generate (no added noise: a
+// TTS model learns whatever it hears), phonemises every sentence
 // with espeak-ng (phonemes.json), and writes the log-mel feature cache
-// (features.json, mels.f32). It is resumable as asr.Generate is.
+// (features.json, mels.f32). It is resumable as speech.Generate is.
 func Generate(ctx context.Context, cfg DataConfig) (DataStats, error) {
 	start := time.Now()
 	var st DataStats
@@ -68,27 +68,27 @@ func Generate(ctx context.Context, cfg DataConfig) (DataStats, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = runtime.NumCPU()
 	}
-	g := asr.DefaultGenerateConfig()
+	g := speech.DefaultGenerateConfig()
 	g.OutDir, g.Utterances, g.Seed, g.Workers, g.Espeak = cfg.OutDir, cfg.Utterances, cfg.Seed, cfg.Workers, cfg.Espeak
 	g.NoiseFraction = 0
 	g.Voices = nil
-	for _, v := range asr.DefaultVoices {
+	for _, v := range speech.DefaultVoices {
 		if v != cfg.HeldOutVoice {
 			g.Voices = append(g.Voices, v)
 		}
 	}
-	if len(g.Voices) == len(asr.DefaultVoices) {
-		return st, fmt.Errorf("tts data: held-out voice %q is not one of %s", cfg.HeldOutVoice, strings.Join(asr.DefaultVoices, ", "))
+	if len(g.Voices) == len(speech.DefaultVoices) {
+		return st, fmt.Errorf("tts data: held-out voice %q is not one of %s", cfg.HeldOutVoice, strings.Join(speech.DefaultVoices, ", "))
 	}
 	g.HeldOutVoices = []string{cfg.HeldOutVoice}
-	gs, err := asr.Generate(ctx, g)
+	gs, err := speech.Generate(ctx, g)
 	if err != nil {
 		return st, err
 	}
 	st.GenerateStats = gs
 	var texts []string
-	for _, sp := range asr.Splits {
-		utts, err := asr.ReadManifest(filepath.Join(cfg.OutDir, string(sp)+".jsonl"))
+	for _, sp := range speech.Splits {
+		utts, err := speech.ReadManifest(filepath.Join(cfg.OutDir, string(sp)+".jsonl"))
 		if err != nil {
 			return st, err
 		}
@@ -119,7 +119,7 @@ func Generate(ctx context.Context, cfg DataConfig) (DataStats, error) {
 const PhonemesFile = "phonemes.json"
 
 // PhonemeVoice is the espeak-ng voice whose phonemes the texts get: the
-// corpus's voices are all Marathi variants (see package asr).
+// corpus's voices are all Marathi variants (see package speech).
 const PhonemeVoice = "mr"
 
 // WordSep is the token between words (and clauses).

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"sync/atomic"
 
-	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 )
@@ -18,7 +18,7 @@ import (
 // speaker (for reference clips).
 type Corpus struct {
 	Split     string
-	Utts      []asr.Utterance
+	Utts      []speech.Utterance
 	Items     []FeatureItem
 	Phonemes  []string
 	Text      [][]int64
@@ -34,7 +34,7 @@ type Corpus struct {
 // LoadCorpus reads a split of the corpus in dir (manifest, phonemes,
 // feature cache items) and encodes its phonemes with vocab.
 func LoadCorpus(dir, split string, store *FeatureStore, vocab *Vocab, seed uint64) (*Corpus, error) {
-	utts, err := asr.ReadManifest(filepath.Join(dir, split+".jsonl"))
+	utts, err := speech.ReadManifest(filepath.Join(dir, split+".jsonl"))
 	if err != nil {
 		return nil, fmt.Errorf("tts: %w (run `torchfit tts data --out %s`)", err, dir)
 	}

@@ -41,12 +41,12 @@
 //
 // # Data
 //
-// `tts data` runs the ASR recipe's corpus synthesis (package asr: several
-// espeak-ng voices reading Konkani Devanagari sentences) without added
-// noise, holds one voice (DefaultHeldOutVoice, mr+f4) out of the training
-// and validation splits (it reads half of the test split: the unseen
-// speaker), keeps the test split's sentences out of training (the ASR
-// corpus's sentence split), phonemises every sentence and caches every
+// `tts data` runs the ASR recipe's corpus synthesis (package speech:
+// several espeak-ng voices reading Konkani Devanagari sentences) without
+// added noise, holds one voice (DefaultHeldOutVoice, mr+f4) out of the
+// training and validation splits (it reads half of the test split: the
+// unseen speaker), keeps the test split's sentences out of training (the
+// ASR corpus's sentence split), phonemises every sentence and caches every
 // utterance's log-mels (features.json, mels.f32; read through a memory map
 // with data.enable_memory_mapping, or with a positioned read each).
 //
@@ -60,18 +60,20 @@
 //
 // # Measuring it
 //
-// Evaluate (`tts eval`) is intelligibility: it synthesises the test
-// split's sentences with seen voices (a training clip of the same voice as
+// Evaluate (`tts eval`) is intelligibility: it synthesises the test split's
+// sentences with seen voices (a training clip of the same voice as
 // reference) and with the unseen voice (another of its clips), transcribes
 // them with an ASR checkpoint trained on the same corpus (`torchfit asr
 // train --data DIR --preset minimal`), and reports CER against the texts
 // next to the ceiling (the ASR model on the original recordings), the
 // Griffin-Lim and codec losses, and mel L1 (after dynamic time warping for
-// the synthesis). RunMemoryTest (`tts memory-test`) trains at each
-// micro-batch for a duration without out-of-memory adaptation and tabulates
-// peak and reserved memory, step time, samples/s and OOM; training itself
-// keeps the core's adaptation (an OOM halves the micro-batch at the same
-// effective batch).
+// the synthesis). The ASR model is the Transcriber EvalConfig and Recipe
+// are given (the command line's is asr.TranscribeFiles): this package does
+// not import the ASR recipe. RunMemoryTest (`tts memory-test`) trains at
+// each micro-batch for a duration without out-of-memory adaptation and
+// tabulates peak and reserved memory, step time, samples/s and OOM;
+// training itself keeps the core's adaptation (an OOM halves the
+// micro-batch at the same effective batch).
 //
 // Entry points that compute run on torch.Main(), libtorch's thread.
 package tts

@@ -3,6 +3,7 @@ package tts
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -13,17 +14,23 @@ import (
 	"time"
 
 	"github.com/torchfit/torchfit/atomicfile"
+	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
-	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 )
+
+// A Transcriber transcribes WAV files with a speech-recognition
+// checkpoint on dev, one text per file, as asr.TranscribeFiles does.
+type Transcriber func(checkpoint string, files []string, dev torch.Device) ([]string, error)
 
 // EvalConfig is `torchfit tts eval`: intelligibility and mel distance on
 // held-out sentences.
 type EvalConfig struct {
-	Checkpoint string // from `tts train`
-	ASR        string // an ASR checkpoint trained on the same corpus (`torchfit asr train --data DIR`)
+	Checkpoint string      // from `tts train`
+	ASR        string      // an ASR checkpoint trained on the same corpus (`torchfit asr train --data DIR`)
+	Transcribe Transcriber // reads ASR's checkpoint: asr.TranscribeFiles (cmd/torchfit wires it in)
 	Data       string
 	Split      string // test: held-out sentences, half read by the held-out voice
 	Limit      int    // utterances per group (seen, unseen voices); 0: all
@@ -66,7 +73,7 @@ type EvalExample struct {
 // Evaluate synthesises the split's sentences with seen voices (their
 // reference clips from the training split) and the unseen voice (another
 // sentence of that voice as reference), transcribes everything with the
-// ASR model, and reports CER and mel L1 per group.
+// ASR model (cfg.Transcribe), and reports CER and mel L1 per group.
 func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 	start := time.Now()
 	if cfg.Logf == nil {
@@ -79,6 +86,9 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 		if _, err := os.Stat(f.path); err != nil {
 			return res, recipes.Usagef("--%s: %v", f.flag, err)
 		}
+	}
+	if cfg.Transcribe == nil {
+		return res, errors.New("tts: eval: no Transcriber to score the speech with (EvalConfig.Transcribe)")
 	}
 	if cfg.Split == "" {
 		cfg.Split = "test"
@@ -163,7 +173,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 			}
 			paths := map[string][]float32{"tts": one.tts, "codec": one.codec, "vocoder": one.vocoder}
 			for d, w := range paths {
-				if err := WriteWAV(filepath.Join(cfg.Out, d, u.ID+".wav"), w); err != nil {
+				if err := audio.WriteWAV(filepath.Join(cfg.Out, d, u.ID+".wav"), audio.FloatToInt16(w), SampleRate); err != nil {
 					return res, err
 				}
 			}
@@ -186,11 +196,11 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 		row.MelL1Codec, row.MelL1TTS = l1c/float64(len(idx)), l1t/float64(len(idx))
 		cers := make([]float64, 4)
 		for j, files := range [][]string{orig, voc, cod, syn} {
-			texts, err := asr.TranscribeFiles(cfg.ASR, files, cfg.Device)
+			texts, err := cfg.Transcribe(cfg.ASR, files, cfg.Device)
 			if err != nil {
 				return res, err
 			}
-			var er asr.ErrorRate
+			var er speech.ErrorRate
 			for k, t := range texts {
 				er.Add(te.Utts[idx[k]].Text, t)
 			}

@@ -13,7 +13,8 @@ import (
 	"unsafe"
 
 	"github.com/torchfit/torchfit/atomicfile"
-	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/audio"
+	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -73,14 +74,14 @@ func buildFeatureCache(dir string) (int, error) {
 	sum := make([]float64, NMels)
 	sq := make([]float64, NMels)
 	var n float64
-	for _, sp := range asr.Splits {
-		utts, err := asr.ReadManifest(filepath.Join(dir, string(sp)+".jsonl"))
+	for _, sp := range speech.Splits {
+		utts, err := speech.ReadManifest(filepath.Join(dir, string(sp)+".jsonl"))
 		if err != nil {
 			tmp.Close()
 			return 0, err
 		}
 		for _, u := range utts {
-			x, err := asr.ReadWAV(filepath.Join(dir, filepath.FromSlash(u.Path)))
+			x, err := audio.ReadWAV(filepath.Join(dir, filepath.FromSlash(u.Path)), SampleRate)
 			if err != nil {
 				tmp.Close()
 				return 0, err
@@ -99,7 +100,7 @@ func buildFeatureCache(dir string) (int, error) {
 			}
 			idx.Items[string(sp)] = append(idx.Items[string(sp)], FeatureItem{ID: u.ID, Offset: off, Frames: t})
 			off += int64(t)
-			if sp == asr.Train {
+			if sp == speech.Train {
 				for i, x := range v {
 					sum[i%NMels] += float64(x)
 					sq[i%NMels] += float64(x) * float64(x)

@@ -9,9 +9,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
-	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -220,9 +220,9 @@ type SayResult struct {
 // ReadReference reads a reference clip: a WAV file of at least
 // MinReference seconds (a *ReferenceError otherwise).
 func ReadReference(path string) ([]float32, error) {
-	x, err := asr.ReadWAV(path)
+	x, err := audio.ReadWAV(path, SampleRate)
 	if err != nil {
-		var ae *asr.AudioError
+		var ae *audio.Error
 		if errors.As(err, &ae) {
 			return nil, &ReferenceError{path, ae.Err}
 		}
@@ -283,7 +283,7 @@ func Say(ctx context.Context, cfg SayConfig) (res SayResult, err error) {
 		var wav []float32
 		wav, res, err = m.say(ph, ref, cfg)
 		if err == nil {
-			err = WriteWAV(cfg.Out, wav)
+			err = audio.WriteWAV(cfg.Out, audio.FloatToInt16(wav), SampleRate)
 		}
 	})
 	return res, err

@@ -13,7 +13,7 @@ import (
 	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
-	"github.com/torchfit/torchfit/recipes/asr"
+	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/torch/ptfile"
@@ -502,7 +502,7 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 }
 
 func readManifestTexts(dir, split string) ([]string, error) {
-	utts, err := asr.ReadManifest(filepath.Join(dir, split+".jsonl"))
+	utts, err := speech.ReadManifest(filepath.Join(dir, split+".jsonl"))
 	if err != nil {
 		return nil, err
 	}

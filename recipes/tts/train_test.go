@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
@@ -213,9 +214,9 @@ func TestBadInputs(t *testing.T) {
 	notAudio := filepath.Join(dir, "a.wav")
 	require.NoError(t, os.WriteFile(notAudio, []byte("not audio"), 0o644))
 	short := filepath.Join(dir, "short.wav")
-	require.NoError(t, WriteWAV(short, make([]float32, SampleRate/10)))
+	require.NoError(t, audio.WriteWAV(short, make([]int16, SampleRate/10), SampleRate))
 	long := filepath.Join(dir, "long.wav")
-	require.NoError(t, WriteWAV(long, chirp()))
+	require.NoError(t, audio.WriteWAV(long, audio.FloatToInt16(chirp()), SampleRate))
 	for _, c := range []struct {
 		name, path string
 		ok         bool

@@ -1,4 +1,4 @@
-package asr
+package speech
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,4 @@
-package asr
+package audio
 
 import (
 	"encoding/binary"
@@ -15,6 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 )
+
+// speechRate is the rate the speech recipes read at, which most tests here
+// read at too.
+const speechRate = 16000
 
 // rawWAV builds a WAV header + data of the given format.
 func rawWAV(format uint16, channels, rate, bits int, data []byte) []byte {
@@ -90,11 +94,11 @@ func writeRaw(t *testing.T, path string, x []float64) {
 func TestWAVRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.wav")
 	in := []int16{0, 1, -1, 32767, -32768, 1234}
-	require.NoError(t, WriteWAV(path, in, SampleRate))
-	got, err := ReadWAVInt16(path)
+	require.NoError(t, WriteWAV(path, in, speechRate))
+	got, err := ReadWAVInt16(path, speechRate)
 	require.NoError(t, err)
 	require.Equal(t, in, got)
-	f, err := ReadWAV(path)
+	f, err := ReadWAV(path, speechRate)
 	require.NoError(t, err)
 	require.Equal(t, float32(-1), f[4])
 	require.InDelta(t, 1234.0/32768, f[5], 1e-7)
@@ -112,8 +116,8 @@ func TestReadWAVCorpusFormatBitIdentical(t *testing.T) {
 	for i := range in {
 		in[i] = int16(i*7919 + i*i)
 	}
-	require.NoError(t, WriteWAV(path, in, SampleRate))
-	got, err := ReadWAV(path)
+	require.NoError(t, WriteWAV(path, in, speechRate))
+	got, err := ReadWAV(path, speechRate)
 	require.NoError(t, err)
 	require.Len(t, got, len(in))
 	for i, v := range in {
@@ -166,10 +170,10 @@ func TestReadWAVFormats(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.format, info.Format)
 			require.Equal(t, tc.ch, info.Channels)
-			got, err := ReadWAV(path)
+			got, err := ReadWAV(path, speechRate)
 			require.NoError(t, err)
-			require.Len(t, got, (tc.rate*7/10*SampleRate+tc.rate-1)/tc.rate)
-			want := testTone(SampleRate, len(got))
+			require.Len(t, got, (tc.rate*7/10*speechRate+tc.rate-1)/tc.rate)
+			want := testTone(speechRate, len(got))
 			var worst float64
 			at := 0
 			for i := 200; i < len(got)-200; i++ { // the filter's edges see zeros
@@ -193,7 +197,7 @@ func TestReadWAVMixesChannels(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "st.wav")
 	require.NoError(t, os.WriteFile(path, rawWAV(1, 2, 16000, 16, data), 0o644))
-	got, err := ReadWAV(path)
+	got, err := ReadWAV(path, speechRate)
 	require.NoError(t, err)
 	require.Equal(t, []float32{2000.0 / 32768, -1, -0.5 / 32768, 0.5 / 32768}, got)
 }
@@ -206,7 +210,7 @@ func TestReadWAVErrors(t *testing.T) {
 		name   string
 		data   []byte
 		want   string
-		format bool // errors.Is(err, ErrWAVFormat)
+		format bool // errors.Is(err, ErrFormat)
 	}{
 		{"not riff", []byte("ID3\x03 not a wav file at all"), "not a RIFF/WAVE file", true},
 		{"empty file", nil, "not a RIFF/WAVE file", true},
@@ -224,19 +228,19 @@ func TestReadWAVErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, "x.wav")
 			require.NoError(t, os.WriteFile(path, tc.data, 0o644))
-			_, err := ReadWAV(path)
+			_, err := ReadWAV(path, speechRate)
 			require.ErrorContains(t, err, tc.want)
-			var ae *AudioError
+			var ae *Error
 			require.ErrorAs(t, err, &ae)
 			require.Equal(t, path, ae.Path)
 			require.True(t, strings.HasPrefix(err.Error(), path+": "), err.Error())
-			require.Equal(t, tc.format, errors.Is(err, ErrWAVFormat))
+			require.Equal(t, tc.format, errors.Is(err, ErrFormat))
 			require.NotContains(t, err.Error(), "\n")
 		})
 	}
 	for name, path := range map[string]string{"missing": filepath.Join(dir, "missing.wav"), "directory": dir} {
-		_, err := ReadWAV(path)
-		var ae *AudioError
+		_, err := ReadWAV(path, speechRate)
+		var ae *Error
 		require.ErrorAs(t, err, &ae, name)
 		require.Equal(t, path+": ", err.Error()[:len(path)+2], name)
 		if name == "missing" {
@@ -244,12 +248,43 @@ func TestReadWAVErrors(t *testing.T) {
 			require.Equal(t, path+": no such file or directory", err.Error())
 		}
 	}
-	// ReadWAVInt16 is for the corpus format only.
+	// ReadWAVInt16 reads mono 16-bit PCM at the rate asked for only.
 	path := filepath.Join(dir, "f.wav")
 	require.NoError(t, os.WriteFile(path, rawWAV(3, 1, 16000, 32, make([]byte, 8)), 0o644))
-	_, err := ReadWAVInt16(path)
-	require.ErrorIs(t, err, ErrWAVFormat)
+	_, err := ReadWAVInt16(path, speechRate)
+	require.ErrorIs(t, err, ErrFormat)
 	require.ErrorContains(t, err, "want 16 kHz mono 16-bit PCM (convert with: sox "+path+" -r 16000 -c 1 -b 16 -e signed-integer out.wav)")
+}
+
+// TestReadWAVAtAnotherRate: files are read at the rate asked for (the
+// music recipe's 22.05 kHz): a file at that rate as it is, channels
+// averaged exactly; another rate resampled to it.
+func TestReadWAVAtAnotherRate(t *testing.T) {
+	const rate = 22050
+	dir := t.TempDir()
+	le := binary.LittleEndian
+	var data []byte
+	frames := [][2]int16{{0, 0}, {16384, 16384}, {-32768, 32767}, {32767, 32767}, {100, -7}}
+	for _, lr := range frames {
+		data = le.AppendUint16(data, uint16(lr[0]))
+		data = le.AppendUint16(data, uint16(lr[1]))
+	}
+	path := filepath.Join(dir, "st.wav")
+	require.NoError(t, os.WriteFile(path, rawWAV(1, 2, rate, 16, data), 0o644))
+	got, err := ReadWAV(path, rate)
+	require.NoError(t, err)
+	for i, lr := range frames {
+		require.Equal(t, float32(int32(lr[0])+int32(lr[1]))/float32(2*32768), got[i], "frame %d", i)
+	}
+	_, err = ReadWAVInt16(path, rate)
+	require.ErrorIs(t, err, ErrFormat)
+	require.ErrorContains(t, err, "want 22.05 kHz mono 16-bit PCM (convert with: sox "+path+" -r 22050 -c 1")
+
+	other := filepath.Join(dir, "16k.wav")
+	require.NoError(t, WriteWAV(other, make([]int16, 1600), speechRate))
+	got, err = ReadWAV(other, rate)
+	require.NoError(t, err)
+	require.Len(t, got, (1600*rate+speechRate-1)/speechRate)
 }
 
 func TestReadWAVStreamedSize(t *testing.T) {
@@ -258,7 +293,7 @@ func TestReadWAVStreamedSize(t *testing.T) {
 	binary.LittleEndian.PutUint32(b[40:], 0xFFFFFFFF)
 	path := filepath.Join(t.TempDir(), "s.wav")
 	require.NoError(t, os.WriteFile(path, b, 0o644))
-	got, err := ReadWAVInt16(path)
+	got, err := ReadWAVInt16(path, speechRate)
 	require.NoError(t, err)
 	require.Equal(t, []int16{1, 2}, got)
 }
@@ -281,7 +316,7 @@ func TestReadWAVHoldsOnlyTheSamples(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		x, err := ReadWAV(path)
+		x, err := ReadWAV(path, speechRate)
 		runtime.ReadMemStats(&after)
 		require.NoError(t, err)
 		out := int64(4 * len(x))
@@ -303,7 +338,7 @@ func TestReadWAVManyChannels(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "many.wav")
 	require.NoError(t, os.WriteFile(path, rawWAV(3, ch, 16000, 32, data), 0o644))
-	got, err := ReadWAV(path)
+	got, err := ReadWAV(path, speechRate)
 	require.NoError(t, err)
 	require.Len(t, got, frames)
 	for i, v := range got {

@@ -1,4 +1,4 @@
-package asr
+package speech
 
 import (
 	"bufio"
@@ -32,7 +32,7 @@ type Lexicon struct {
 func DefaultLexicon() *Lexicon {
 	l, err := ParseLexicon(lexiconTSV)
 	if err != nil {
-		panic(fmt.Sprintf("asr: shipped lexicon: %v", err))
+		panic(fmt.Sprintf("speech: shipped lexicon: %v", err))
 	}
 	return l
 }
@@ -169,7 +169,7 @@ func NewComposer(lex *Lexicon, templates []Template) (*Composer, error) {
 func DefaultComposer() *Composer {
 	c, err := NewComposer(DefaultLexicon(), DefaultTemplates)
 	if err != nil {
-		panic(fmt.Sprintf("asr: default composer: %v", err))
+		panic(fmt.Sprintf("speech: default composer: %v", err))
 	}
 	return c
 }

@@ -1,4 +1,4 @@
-package asr
+package audio
 
 import (
 	"bufio"
@@ -10,59 +10,58 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"strconv"
 
 	"github.com/torchfit/torchfit/atomicfile"
 )
 
-// SampleRate is the rate torchfit's ASR recipe works at.
-const SampleRate = 16000
-
-// MinWAVRate and MaxWAVRate bound the sample rates OpenWAV accepts.
+// MinRate and MaxRate bound the sample rates OpenWAV accepts.
 const (
-	MinWAVRate = 1000
-	MaxWAVRate = 384000
+	MinRate = 1000
+	MaxRate = 384000
 )
 
-// ErrWAVFormat is wrapped by every error about the contents of a WAV file:
+// ErrFormat is wrapped by every error about the contents of a WAV file:
 // not a RIFF/WAVE file, a truncated or inconsistent header, an encoding
-// torchfit does not decode, no audio samples, or non-finite float samples.
-var ErrWAVFormat = errors.New("unsupported WAV file")
+// this package does not decode, no audio samples, or non-finite float
+// samples.
+var ErrFormat = errors.New("unsupported WAV file")
 
-// AudioError is an audio file that cannot be used as input: missing or
+// Error is an audio file that cannot be used as input: missing or
 // unreadable (errors.Is(err, fs.ErrNotExist) and the like), its contents
-// (errors.Is(err, ErrWAVFormat)), or too short for the model. Every error
-// OpenWAV, ReadWAV, ReadWAVInt16, ReadWAVInfo and TranscribeFiles return
-// about an audio file is one; its message names the file and is meant for
-// the command line as it is.
-type AudioError struct {
+// (errors.Is(err, ErrFormat)), or, when a caller says so, too short. Every
+// error OpenWAV, ReadWAV, ReadWAVInt16, ReadWAVInfo and a WAVReader return
+// about a file is one; its message names the file and is meant for a
+// command line as it is.
+type Error struct {
 	Path string
 	Err  error
 }
 
-func (e *AudioError) Error() string { return e.Path + ": " + e.Err.Error() }
+func (e *Error) Error() string { return e.Path + ": " + e.Err.Error() }
 
 // Unwrap returns the cause.
-func (e *AudioError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
 // UserError marks it as the user's input (a command line exits 2).
-func (*AudioError) UserError() {}
+func (*Error) UserError() {}
 
-// wavFormatError is a message that wraps ErrWAVFormat without repeating it.
-type wavFormatError string
+// formatError is a message that wraps ErrFormat without repeating it.
+type formatError string
 
-func (e wavFormatError) Error() string        { return string(e) }
-func (e wavFormatError) Is(target error) bool { return target == ErrWAVFormat }
+func (e formatError) Error() string        { return string(e) }
+func (e formatError) Is(target error) bool { return target == ErrFormat }
 
-func badWAV(format string, args ...any) error { return wavFormatError(fmt.Sprintf(format, args...)) }
+func badWAV(format string, args ...any) error { return formatError(fmt.Sprintf(format, args...)) }
 
-// audioErr wraps err as an *AudioError for path; an *fs.PathError is
-// reduced to its cause (the path is in the message already).
-func audioErr(path string, err error) error {
+// fileErr wraps err as an *Error for path; an *fs.PathError is reduced to
+// its cause (the path is in the message already).
+func fileErr(path string, err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		err = pe.Err
 	}
-	return &AudioError{Path: path, Err: err}
+	return &Error{Path: path, Err: err}
 }
 
 // WAVInfo describes a WAV file's format.
@@ -82,9 +81,9 @@ func (w WAVInfo) Duration() float64 {
 	return float64(w.Frames) / float64(w.SampleRate)
 }
 
-// is16kMono16 reports whether the file is what `torchfit asr data` writes.
-func (w WAVInfo) is16kMono16() bool {
-	return w.Format == 1 && w.SampleRate == SampleRate && w.Channels == 1 && w.BitsPerSample == 16
+// IsPCM16Mono reports whether the file is mono 16-bit PCM at rate.
+func (w WAVInfo) IsPCM16Mono(rate int) bool {
+	return w.Format == 1 && w.SampleRate == rate && w.Channels == 1 && w.BitsPerSample == 16
 }
 
 // wavHeader is a parsed header: the format and where the samples are.
@@ -191,8 +190,8 @@ func checkDecodable(path string, in WAVInfo) error {
 		return badWAV("%d-bit float; torchfit decodes 32- and 64-bit float (%s)", in.BitsPerSample, fix)
 	case in.Channels < 1:
 		return badWAV("0 channels in the fmt chunk")
-	case in.SampleRate < MinWAVRate || in.SampleRate > MaxWAVRate:
-		return badWAV("sample rate %d Hz outside %d-%d Hz", in.SampleRate, MinWAVRate, MaxWAVRate)
+	case in.SampleRate < MinRate || in.SampleRate > MaxRate:
+		return badWAV("sample rate %d Hz outside %d-%d Hz", in.SampleRate, MinRate, MaxRate)
 	case in.Frames == 0:
 		return badWAV("no audio samples (empty data chunk)")
 	}
@@ -204,29 +203,29 @@ func checkDecodable(path string, in WAVInfo) error {
 func ReadWAVInfo(path string) (WAVInfo, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return WAVInfo{}, audioErr(path, err)
+		return WAVInfo{}, fileErr(path, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return WAVInfo{}, audioErr(path, err)
+		return WAVInfo{}, fileErr(path, err)
 	}
 	h, err := readHeader(f, st.Size())
 	if err != nil {
-		return WAVInfo{}, audioErr(path, err)
+		return WAVInfo{}, fileErr(path, err)
 	}
 	return h.info, nil
 }
 
-// WAVReader streams a WAV file's audio as mono float32 samples at
-// SampleRate (16 kHz), decoding as it reads: PCM of 8 (unsigned) to 32
+// WAVReader streams a WAV file's audio as mono float32 samples at the
+// rate asked of OpenWAV, decoding as it reads: PCM of 8 (unsigned) to 32
 // bits, 32- and 64-bit IEEE float, and WAVE_FORMAT_EXTENSIBLE with those
-// subformats; channels are averaged, and any rate in [MinWAVRate,
-// MaxWAVRate] is resampled (see Resampler; NewResampler refuses a few
-// pathological ratios). PCM is scaled to [-1, 1) by
-// 2^(bits-1) of the container (8-bit: (v-128)/128). It holds a 64 KiB read
-// buffer, a block of decoded frames and the resampler's filter state, never
-// the whole file.
+// subformats; channels are averaged, and a file at another rate in
+// [MinRate, MaxRate] is resampled (see Resampler; NewResampler refuses a
+// few pathological ratios). PCM is scaled to [-1, 1) by 2^(bits-1) of the
+// container (8-bit: (v-128)/128). It holds a 64 KiB read buffer, a block
+// of decoded frames and the resampler's filter state, never the whole
+// file.
 type WAVReader struct {
 	Info WAVInfo // the file's format
 
@@ -251,21 +250,22 @@ const (
 	maxRawBlock = 256 << 10
 )
 
-// OpenWAV opens a WAV file for streaming. Every error is an *AudioError.
-func OpenWAV(path string) (*WAVReader, error) {
+// OpenWAV opens a WAV file for streaming at rate samples a second.
+// Every error is an *Error.
+func OpenWAV(path string, rate int) (*WAVReader, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, audioErr(path, err)
+		return nil, fileErr(path, err)
 	}
-	w, err := openWAV(path, f)
+	w, err := openWAV(path, f, rate)
 	if err != nil {
 		f.Close()
-		return nil, audioErr(path, err)
+		return nil, fileErr(path, err)
 	}
 	return w, nil
 }
 
-func openWAV(path string, f *os.File) (*WAVReader, error) {
+func openWAV(path string, f *os.File, rate int) (*WAVReader, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
@@ -287,31 +287,32 @@ func openWAV(path string, f *os.File) (*WAVReader, error) {
 	w.cont = (h.info.BitsPerSample + 7) / 8
 	w.frame = w.cont * h.info.Channels
 	w.total = h.info.Frames
-	if h.info.SampleRate != SampleRate {
-		if w.rs, err = NewResampler(h.info.SampleRate, SampleRate); err != nil {
-			return nil, badWAV("%v (convert first with: sox %s -r 16000 out.wav)", err, path)
+	if h.info.SampleRate != rate {
+		if w.rs, err = NewResampler(h.info.SampleRate, rate); err != nil {
+			return nil, badWAV("%v (convert first with: sox %s -r %d out.wav)", err, path, rate)
 		}
 		w.total = w.rs.OutputLen(h.info.Frames)
 	}
 	return w, nil
 }
 
-// Len is the number of 16 kHz samples the reader yields in all: Frames, or
-// ⌈Frames·16000/rate⌉ when resampled.
+// Len is the number of samples the reader yields in all: Frames, or
+// ⌈Frames·rate/Info.SampleRate⌉ when resampled.
 func (w *WAVReader) Len() int { return w.total }
 
 // Close closes the file.
 func (w *WAVReader) Close() error { return w.f.Close() }
 
-// Read fills dst with the next 16 kHz mono samples. It returns io.EOF once
-// all Len samples have been read; any other error is an *AudioError.
+// Read fills dst with the next mono samples. It returns fewer than
+// len(dst) only with an error: io.EOF once all Len samples have been
+// read, any other error an *Error.
 func (w *WAVReader) Read(dst []float32) (int, error) {
 	n := 0
 	for n < len(dst) && w.served < w.total {
 		if w.rs == nil {
 			k, err := w.decode(dst[n:])
 			if err != nil {
-				return n, audioErr(w.path, err)
+				return n, fileErr(w.path, err)
 			}
 			n += k
 			w.served += k
@@ -338,7 +339,7 @@ func (w *WAVReader) Read(dst []float32) (int, error) {
 		}
 		m, err := w.decode(w.block)
 		if err != nil {
-			return n, audioErr(w.path, err)
+			return n, fileErr(w.path, err)
 		}
 		w.rs.Write(w.block[:m])
 	}
@@ -394,7 +395,7 @@ func badFrame(err error) int {
 // the one channel as is, or the mean of the channels.
 func decodeFrames(dst []float32, raw []byte, format uint16, cont, channels int) error {
 	le := binary.LittleEndian
-	if channels == 1 && format == 1 && cont == 2 { // what `torchfit asr data` writes
+	if channels == 1 && format == 1 && cont == 2 { // mono 16-bit PCM: v/32768 exactly
 		for i := range dst {
 			dst[i] = float32(int16(le.Uint16(raw[2*i:]))) / 32768
 		}
@@ -435,20 +436,20 @@ func decodeFrames(dst []float32, raw []byte, format uint16, cont, channels int) 
 	return nil
 }
 
-// ReadWAV reads a whole WAV file as 16 kHz mono float32 samples (see
+// ReadWAV reads a whole WAV file as mono float32 samples at rate (see
 // WAVReader for the formats). It holds the output samples and the reader's
-// fixed buffers, not the file's bytes. A 16 kHz mono 16-bit file decodes
-// to v/32768 exactly. Every error is an *AudioError.
-func ReadWAV(path string) ([]float32, error) {
-	r, err := OpenWAV(path)
+// fixed buffers, not the file's bytes. A mono 16-bit file at rate decodes
+// to v/32768 exactly. Every error is an *Error.
+func ReadWAV(path string, rate int) ([]float32, error) {
+	r, err := OpenWAV(path, rate)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
 	out := make([]float32, r.Len())
-	n, err := readFull(r, out)
+	n, err := r.Read(out)
 	if errors.Is(err, io.EOF) {
-		return nil, audioErr(path, fmt.Errorf("decoded %d of %d samples", n, len(out)))
+		return nil, fileErr(path, fmt.Errorf("decoded %d of %d samples", n, len(out)))
 	}
 	if err != nil {
 		return nil, err
@@ -456,25 +457,25 @@ func ReadWAV(path string) ([]float32, error) {
 	return out, nil
 }
 
-// ReadWAVInt16 reads a 16 kHz mono 16-bit PCM WAV file's raw samples (the
-// corpus format). Any other format is an *AudioError wrapping ErrWAVFormat
-// whose message says how to convert the file with sox.
-func ReadWAVInt16(path string) ([]int16, error) {
-	r, err := OpenWAV(path)
+// ReadWAVInt16 reads the raw samples of a mono 16-bit PCM WAV file at rate.
+// Any other format is an *Error wrapping ErrFormat whose message says how
+// to convert the file with sox.
+func ReadWAVInt16(path string, rate int) ([]int16, error) {
+	r, err := OpenWAV(path, rate)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	if !r.Info.is16kMono16() {
-		return nil, audioErr(path, badWAV("%d Hz, %d channel(s), %d-bit format %d; want 16 kHz mono 16-bit PCM (convert with: sox %s -r 16000 -c 1 -b 16 -e signed-integer out.wav)",
-			r.Info.SampleRate, r.Info.Channels, r.Info.BitsPerSample, r.Info.Format, path))
+	if !r.Info.IsPCM16Mono(rate) {
+		return nil, fileErr(path, badWAV("%d Hz, %d channel(s), %d-bit format %d; want %s kHz mono 16-bit PCM (convert with: sox %s -r %d -c 1 -b 16 -e signed-integer out.wav)",
+			r.Info.SampleRate, r.Info.Channels, r.Info.BitsPerSample, r.Info.Format, strconv.FormatFloat(float64(rate)/1000, 'f', -1, 64), path, rate))
 	}
 	out := make([]int16, r.Info.Frames)
 	raw := make([]byte, 2*readBlock)
 	for p := 0; p < len(out); {
 		n := min(len(out)-p, readBlock)
 		if _, err := io.ReadFull(r.r, raw[:2*n]); err != nil {
-			return nil, audioErr(path, badWAV("file ends inside the data chunk (truncated while being read?)"))
+			return nil, fileErr(path, badWAV("file ends inside the data chunk (truncated while being read?)"))
 		}
 		for i := range n {
 			out[p+i] = int16(binary.LittleEndian.Uint16(raw[2*i:]))
@@ -482,20 +483,6 @@ func ReadWAVInt16(path string) ([]int16, error) {
 		p += n
 	}
 	return out, nil
-}
-
-// readFull reads len(dst) samples from r unless it ends first (then n <
-// len(dst) and err is io.EOF) or fails.
-func readFull(r *WAVReader, dst []float32) (int, error) {
-	n := 0
-	for n < len(dst) {
-		k, err := r.Read(dst[n:])
-		n += k
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 // EncodeWAV returns a mono 16-bit PCM WAV file.
@@ -520,8 +507,8 @@ func EncodeWAV(samples []int16, rate int) []byte {
 	return buf.Bytes()
 }
 
-// WriteWAV writes samples as a mono 16-bit PCM WAV file atomically (a
-// temporary file renamed into place).
+// WriteWAV writes samples as a mono 16-bit PCM WAV file atomically: a
+// temporary file in the same directory, renamed into place.
 func WriteWAV(path string, samples []int16, rate int) error {
 	return atomicfile.WriteFile(path, EncodeWAV(samples, rate))
 }

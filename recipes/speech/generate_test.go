@@ -1,4 +1,4 @@
-package asr
+package speech
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/torchfit/torchfit/audio"
 )
 
 func needSynth(t *testing.T) {
@@ -80,7 +82,7 @@ func TestGenerateTinyCorpus(t *testing.T) {
 			if u.SNR > 0 {
 				noisy++
 			}
-			info, err := ReadWAVInfo(filepath.Join(dir, u.Path))
+			info, err := audio.ReadWAVInfo(filepath.Join(dir, u.Path))
 			require.NoError(t, err)
 			require.Equal(t, 16000, info.SampleRate)
 			require.Equal(t, 1, info.Channels)
@@ -123,42 +125,6 @@ func TestGenerateTinyCorpus(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, st3.Synthesised)
 	require.Equal(t, 10, st3.Skipped)
-
-	t.Run("corpus", func(t *testing.T) {
-		vocab, err := BuildVocabFromManifest(filepath.Join(dir, "train.jsonl"))
-		require.NoError(t, err)
-		feat, err := NewFeaturizer(16000, 400, 160, 80)
-		require.NoError(t, err)
-		defer feat.Close()
-		c, err := LoadCorpus(filepath.Join(dir, "train.jsonl"), vocab, feat)
-		require.NoError(t, err)
-		require.Equal(t, 6, c.Len())
-		for i := 0; i < c.Len(); i++ {
-			x, ids, text, err := c.Get(i)
-			require.NoError(t, err)
-			require.Equal(t, int64(80), x.Size(1))
-			require.InDelta(t, c.Frames(i), x.Size(0), 1, "frames from the manifest duration")
-			require.Equal(t, text, vocab.Decode(ids))
-			require.NotContains(t, ids, UNKID)
-			x.Free()
-		}
-		_, _, _, err = c.Get(6)
-		require.ErrorContains(t, err, "out of range")
-
-		c.WithSpecAugment(DefaultSpecAugment(), 3)
-		a, _, _, err := c.Get(0)
-		require.NoError(t, err)
-		b, _, _, err := c.Get(0)
-		require.NoError(t, err)
-		require.True(t, a.Equal(b), "same epoch, same masks")
-		c.SetEpoch(1)
-		d, _, _, err := c.Get(0)
-		require.NoError(t, err)
-		require.False(t, a.Equal(d), "another epoch, other masks")
-		a.Free()
-		b.Free()
-		d.Free()
-	})
 }
 
 func TestPlanDeterministic(t *testing.T) {

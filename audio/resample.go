@@ -1,4 +1,4 @@
-package asr
+package audio
 
 import (
 	"fmt"
@@ -19,9 +19,9 @@ const (
 )
 
 // maxResampleTaps bounds a Resampler's tables (float32 taps): 16 MiB. The
-// tables hold about 68 × max(from, to)/gcd(from, to) taps, so only rates
-// that share almost no factor with 16 kHz and exceed about 61 kHz (96001
-// Hz, say) are refused.
+// tables hold about 68 × max(from, to)/gcd(from, to) taps, so of the
+// rates converted to 16 kHz only those that share almost no factor with it
+// and exceed about 61 kHz (96001 Hz, say) are refused.
 const maxResampleTaps = 4 << 20
 
 // Resampler is a streaming band-limited resampler in polyphase form. With
@@ -124,7 +124,7 @@ func (r *Resampler) start(m int64) int64 { return m/r.new*r.orig + r.first[m%r.n
 // output still to come needs.
 func (r *Resampler) Write(x []float32) {
 	if r.flushed {
-		panic("asr: Resampler.Write after Flush")
+		panic("audio: Resampler.Write after Flush")
 	}
 	if drop := min(r.start(r.m)-r.base, int64(len(r.buf))); drop > 0 {
 		n := copy(r.buf, r.buf[drop:])

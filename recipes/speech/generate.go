@@ -1,4 +1,4 @@
-package asr
+package speech
 
 import (
 	"bytes"
@@ -18,7 +18,11 @@ import (
 	"time"
 
 	"github.com/torchfit/torchfit/atomicfile"
+	"github.com/torchfit/torchfit/audio"
 )
+
+// SampleRate is the corpus's rate: 16 kHz mono 16-bit PCM files.
+const SampleRate = 16000
 
 // GenerateConfig configures Generate. Zero fields take the defaults of
 // DefaultGenerateConfig; the field comments double as CLI flag help.
@@ -270,8 +274,8 @@ feed:
 // validUtterance reports whether path is a finished 16 kHz mono 16-bit WAV
 // with audio, and its duration.
 func validUtterance(path string) (float64, bool) {
-	info, err := ReadWAVInfo(path)
-	if err != nil || !info.is16kMono16() || info.Frames < SampleRate/10 {
+	info, err := audio.ReadWAVInfo(path)
+	if err != nil || !info.IsPCM16Mono(SampleRate) || info.Frames < SampleRate/10 {
 		return 0, false
 	}
 	return info.Duration(), true
@@ -291,16 +295,16 @@ func makeUtterance(ctx context.Context, cfg GenerateConfig, tmpDir string, u *Ut
 		return false, fmt.Errorf("%s: %w", u.ID, err)
 	}
 	// -D: no dither (deterministic output); -V1: errors only.
-	if err := run(ctx, cfg.Sox, "-V1", "-D", raw, "-r", "16000", "-c", "1", "-b", "16", "-e", "signed-integer", res); err != nil {
+	if err := run(ctx, cfg.Sox, "-V1", "-D", raw, "-r", fmt.Sprint(SampleRate), "-c", "1", "-b", "16", "-e", "signed-integer", res); err != nil {
 		return false, fmt.Errorf("%s: %w", u.ID, err)
 	}
 	if u.SNR > 0 {
-		s, err := ReadWAVInt16(res)
+		s, err := audio.ReadWAVInt16(res, SampleRate)
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", u.ID, err)
 		}
 		addNoise(s, u.SNR, u.noiseSeed)
-		if err := WriteWAV(res, s, SampleRate); err != nil {
+		if err := audio.WriteWAV(res, s, SampleRate); err != nil {
 			return false, fmt.Errorf("%s: %w", u.ID, err)
 		}
 	}

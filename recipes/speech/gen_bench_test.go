@@ -1,4 +1,4 @@
-package asr
+package speech
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 )
 
 // TestGenerateSpeed measures full-size generation when ASR_GEN_N is set:
-// ASR_GEN_N=2000 ASR_GEN_DIR=/tmp/asr go test ./recipes/asr -run GenerateSpeed -v
+// ASR_GEN_N=2000 ASR_GEN_DIR=/tmp/asr go test ./recipes/speech -run GenerateSpeed -v
 func TestGenerateSpeed(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("ASR_GEN_N"))
 	if n == 0 {

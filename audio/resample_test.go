@@ -1,4 +1,4 @@
-package asr
+package audio
 
 import (
 	"fmt"
@@ -64,7 +64,7 @@ func TestResampleMatchesPython(t *testing.T) {
 	pyref.Run(t, pyResample, map[string]any{"paths": paths}, &want)
 	require.Len(t, want, len(cases))
 	for k, tc := range cases {
-		got, err := ReadWAV(paths[k])
+		got, err := ReadWAV(paths[k], speechRate)
 		require.NoError(t, err)
 		require.Len(t, got, len(want[k]))
 		var worst float64
@@ -88,9 +88,9 @@ func TestResampleMatchesSox(t *testing.T) {
 		writeRaw(t, raw, testTone(rate, rate))
 		sox(t, "-t", "f64", "-r", fmt.Sprint(rate), "-c", "1", raw, "-b", "24", in)
 		sox(t, in, "-r", "16000", "-b", "32", "-e", "floating-point", out)
-		got, err := ReadWAV(in)
+		got, err := ReadWAV(in, speechRate)
 		require.NoError(t, err)
-		ref, err := ReadWAV(out) // 16 kHz float: decoded as is
+		ref, err := ReadWAV(out, speechRate) // 16 kHz float: decoded as is
 		require.NoError(t, err)
 		require.Len(t, got, len(ref))
 		var worst float64
@@ -135,7 +135,7 @@ func TestResampleNoAliasing(t *testing.T) {
 		{44100, 1000, -0.01, 0.01},
 		{8000, 3000, -0.1, 0.1},
 	} {
-		out, err := Resample(sine(tc.rate, tc.f, tc.rate), tc.rate, SampleRate)
+		out, err := Resample(sine(tc.rate, tc.f, tc.rate), tc.rate, speechRate)
 		require.NoError(t, err)
 		db := level(out, 0.5)
 		t.Logf("%g Hz tone at %d Hz → 16 kHz: %.1f dB", tc.f, tc.rate, db)
@@ -152,9 +152,9 @@ func TestResamplerStreams(t *testing.T) {
 		x[i] = float32(r.NormFloat64() * 0.3)
 	}
 	for _, rate := range []int{44100, 8000, 22050, 11025} {
-		whole, err := Resample(x, rate, SampleRate)
+		whole, err := Resample(x, rate, speechRate)
 		require.NoError(t, err)
-		rs, err := NewResampler(rate, SampleRate)
+		rs, err := NewResampler(rate, speechRate)
 		require.NoError(t, err)
 		var got []float32
 		buf := make([]float32, 97)
