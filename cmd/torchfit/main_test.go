@@ -48,7 +48,7 @@ func TestUserErrorsExitTwoWithOneLine(t *testing.T) {
 		{"missing data dir", []string{"asr", "train", "--data", filepath.Join(dir, "nope"), "--device", "cpu"}, "torchfit asr data"},
 		{"bad config JSON", []string{"asr", "train", "--config", badJSON}, "not valid JSON"},
 		{"unknown config key", []string{"asr", "train", "--config", unknownKey}, `unknown setting "batch_sise"`},
-		{"unknown vram", []string{"asr", "train", "--vram", "10gb"}, "unknown --vram"},
+		{"unknown vram", []string{"asr", "train", "--vram", "10gb"}, "not a row of the guide's table"},
 		{"unknown preset", []string{"asr", "train", "--preset", "huge"}, "unknown model preset"},
 		{"bad memory limit", []string{"asr", "train", "--memory-limit", "lots"}, "bad memory size"},
 		{"bad device", []string{"asr", "train", "--device", "tpu"}, "unknown device"},

@@ -127,6 +127,11 @@ func planFor(run *recipes.Run, cfg TrainConfig) (memplan.Result, error) {
 	if preset == "" {
 		return memplan.Result{}, recipes.Usagef("--plan needs --preset (not --resume)")
 	}
+	session, err := recipes.Begin(cfg.Common, nil) // the candidates run under the run's memory cap
+	if err != nil {
+		return memplan.Result{}, err
+	}
+	defer session.End()
 	run.Logf("planning for %s: effective batch %d, preset %s (each candidate is a measured dry run)", torch.FormatBytes(b), cfg.MicroBatch*cfg.Accum, preset)
 	return PlanMemory(PlanConfig{Data: cfg.Data, Preset: preset, Device: cfg.Device, Budget: b, EffectiveBatch: cfg.MicroBatch * cfg.Accum,
 		Report: func(r memplan.Row) { run.Logf("  %v: need %s, %s", r.Candidate, torch.FormatBytes(r.Need()), fits(r)) }})

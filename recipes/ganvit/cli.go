@@ -232,15 +232,13 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	if c.Int("gan-epochs") < 1 {
 		return TrainConfig{}, &recipes.ConfigError{Field: "gan-epochs", Value: c.Int("gan-epochs"), Reason: "must be at least 1"}
 	}
+	cm.MicroBatch = p.MicroBatch // the table's, or --micro-batch
 	cfg := TrainConfig{
-		Data: cm.Data, Preset: p, ShapeSet: c.IsSet("n-mels") || c.IsSet("frames") || c.IsSet("preset") || cm.VRAM != "",
+		Common: cm, Preset: p, ShapeSet: c.IsSet("n-mels") || c.IsSet("frames") || c.IsSet("preset") || cm.VRAM != "",
 		Stage: c.String("stage"), GANCheckpoint: c.String("gan"), NumSynthetic: p.NumSynthetic,
-		Device: cm.Device, Precision: cm.Precision, GANAccum: ga, DAccum: da, GAccum: gg, Accum: cm.Accum,
-		GANEpochs: c.Int("gan-epochs"), Epochs: cm.Epochs, MaxSteps: cm.MaxSteps, LR: cm.LR, GANLR: c.Float64("gan-lr"),
-		Warmup: cm.Warmup, ClipNorm: cm.ClipNorm, Unfreeze: sched, GradCheckpointing: cm.GradCheckpointing,
-		Pretrained: c.String("vit-weights"), DataOnDevice: c.Bool("data-on-device"), EmptyCacheEvery: cm.EmptyCacheEvery,
-		MemoryEvery: cm.MemoryEvery, CheckpointDir: cm.CheckpointDir, Resume: cm.Resume, Overwrite: cm.Overwrite,
-		Workers: cm.Workers, Seed: cm.Seed, NoOOMAdapt: false, Events: run.Events, TrainClips: c.Int("train-clips"), KeepLast: c.Int("keep-last"),
+		GANAccum: ga, DAccum: da, GAccum: gg, GANEpochs: c.Int("gan-epochs"), GANLR: c.Float64("gan-lr"),
+		TrainClips: c.Int("train-clips"), Unfreeze: sched, Pretrained: c.String("vit-weights"),
+		DataOnDevice: c.Bool("data-on-device"), KeepLast: c.Int("keep-last"), Events: run.Events,
 	}
 	if cfg.GANCheckpoint != "" {
 		if _, err := os.Stat(cfg.GANCheckpoint); err != nil {
@@ -301,10 +299,12 @@ func accStr(a float64) string {
 }
 
 func runTestMemory(cfg TrainConfig, logf func(string, ...any)) error {
-	prec, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
+	session, err := recipes.Begin(cfg.Common, cfg.Events) // the memory cap
 	if err != nil {
-		return recipes.Usage(err)
+		return err
 	}
+	defer session.End()
+	prec := session.Precision
 	if cfg.Unfreeze != nil {
 		vc, err := cfg.Preset.ViTConfig(len(Genres))
 		if err != nil {
@@ -315,6 +315,7 @@ func runTestMemory(cfg TrainConfig, logf func(string, ...any)) error {
 		}
 	}
 	p := cfg.Preset
+	p.MicroBatch = cfg.MicroBatch
 	logf("test-memory on %s: GAN_BATCH_SIZE=%d, BATCH_SIZE=%d, N_MELS=%d, frames %d, LATENT_DIM=%d, ViT %s; precision %s",
 		cfg.Device, p.GANBatch, p.MicroBatch, p.Mels, p.Frames, p.Latent, p.ViT, prec)
 	_, err = TestMemory(MemoryTestConfig{Preset: p, Device: cfg.Device, Precision: prec.Precision, GANAccum: cfg.GANAccum,

@@ -89,7 +89,7 @@ func TestSeedSettings(t *testing.T) {
 	cfg, err = parseTrain(t, "cuda", "--config "+path)
 	require.NoError(t, err)
 	require.Equal(t, 16, cfg.Preset.GANBatch)
-	require.Equal(t, 8, cfg.Preset.MicroBatch)
+	require.Equal(t, 8, cfg.MicroBatch)
 	require.Equal(t, 2000, cfg.NumSynthetic)
 	require.Equal(t, int64(96), cfg.Preset.Mels)
 	require.Equal(t, int64(64), cfg.Preset.Latent)

@@ -26,9 +26,14 @@ const (
 	StageClassifier = "classifier"
 )
 
-// TrainConfig configures Train. The CLI fills it from flags and presets.
+// TrainConfig configures Train: the harness's shared settings (the
+// classifier's MicroBatch, Accum, LR, Warmup, Epochs; MaxSteps per stage)
+// and the recipe's own. The CLI fills it from flags and presets.
 type TrainConfig struct {
-	Data   string
+	recipes.Common
+	// Preset sizes the spectrograms, the GAN's batch, NUM_SYNTHETIC and
+	// the networks; its MicroBatch is the table's, the run's is
+	// Common.MicroBatch.
 	Preset Preset
 	// ShapeSet says the spectrogram shape was given explicitly (flags),
 	// so a checkpoint of another shape is refused rather than followed.
@@ -39,37 +44,23 @@ type TrainConfig struct {
 	// normalisation is used). Empty with NumSynthetic 0: real data only.
 	GANCheckpoint string
 	NumSynthetic  int
-	Device        torch.Device
-	Precision     string // --mixed-precision
 	// GANAccum is both networks' accumulation steps; DAccum and GAccum
 	// override it per network. The GAN's effective batch is
 	// Preset.GANBatch × GANAccum, each network's micro-batch the effective
 	// batch divided by its accumulation.
 	GANAccum, DAccum, GAccum int
-	Accum                    int // the classifier's (micro-batch Preset.Batch)
-	GANEpochs, Epochs        int
-	MaxSteps                 int // per stage (0: no limit)
+	GANEpochs                int
+	GANLR                    float64
 	// TrainClips, when > 0, trains on the first TrainClips clips of the
 	// training split only (the genres alternate, so they stay balanced):
 	// the low-data regime, where synthetic data may help.
-	TrainClips        int
-	LR, GANLR         float64
-	Warmup            int
-	ClipNorm          float64
-	Unfreeze          Schedule
-	GradCheckpointing bool
-	Pretrained        string // a torchvision ViT state dict to start from
-	DataOnDevice      bool
-	EmptyCacheEvery   int
-	MemoryEvery       int
-	CheckpointDir     string
+	TrainClips   int
+	Unfreeze     Schedule
+	Pretrained   string // a torchvision ViT state dict to start from
+	DataOnDevice bool
 	// KeepLast is how many of this run's newest checkpoints of each kind
 	// (GAN epochs, classifier epochs) stay (0: 3; negative: all).
 	KeepLast   int
-	Resume     string
-	Overwrite  bool
-	Workers    int
-	Seed       uint64
 	NoOOMAdapt bool
 	Events     train.Sink
 }
@@ -115,8 +106,8 @@ func (c *TrainConfig) check() error {
 		c.Accum = 1
 	}
 	p := c.Preset
-	if p.GANBatch < 1 || p.MicroBatch < 1 || p.NumSynthetic < 0 {
-		return fmt.Errorf("batch sizes %d (GAN) and %d (classifier) must be >= 1", p.GANBatch, p.MicroBatch)
+	if p.GANBatch < 1 || c.MicroBatch < 1 || p.NumSynthetic < 0 {
+		return fmt.Errorf("batch sizes %d (GAN) and %d (classifier) must be >= 1", p.GANBatch, c.MicroBatch)
 	}
 	eff := p.GANBatch * c.GANAccum
 	for _, a := range []struct {
@@ -177,10 +168,12 @@ func trainOnThread(ctx context.Context, cfg *TrainConfig) (TrainResult, error) {
 	if err := cfg.check(); err != nil {
 		return res, &recipes.UsageError{Err: err}
 	}
-	prec, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
+	session, err := recipes.Begin(cfg.Common, cfg.Events)
 	if err != nil {
-		return res, &recipes.UsageError{Err: err}
+		return res, err
 	}
+	defer session.End()
+	prec := session.Precision
 	res.Precision = prec
 	r := &run{cfg: cfg, prec: prec, monitor: &Monitor{Device: cfg.Device}}
 	defer r.free()
@@ -740,13 +733,13 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 			r.dd = nil
 		}
 	}
-	eff := cfg.Preset.MicroBatch * cfg.Accum
+	eff := cfg.MicroBatch * cfg.Accum
 	perEpoch := (trainSet.Len() + eff - 1) / eff
 	total := perEpoch * cfg.Epochs
 	if cfg.MaxSteps > 0 {
 		total = min(total, cfg.MaxSteps)
 	}
-	cls, err := NewClassifier(r.vit, ClassifierOptions{Device: cfg.Device, Precision: r.prec.Precision, MicroBatch: cfg.Preset.MicroBatch,
+	cls, err := NewClassifier(r.vit, ClassifierOptions{Device: cfg.Device, Precision: r.prec.Precision, MicroBatch: cfg.MicroBatch,
 		LR: cfg.LR, ClipNorm: cfg.ClipNorm, Warmup: cfg.Warmup, TotalSteps: total, NoOOMAdapt: cfg.NoOOMAdapt, Events: cfg.Events})
 	if err != nil {
 		return err
@@ -771,7 +764,7 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 		cfg.logf("progressive unfreezing %s: training %s", cfg.Unfreeze, r.vit.Trainable())
 	}
 	cfg.logf("classifier training: effective batch %d = micro-batch %d × %d; precision %s; checkpointing %v; %d epochs of %d steps",
-		eff, cfg.Preset.MicroBatch, cfg.Accum, r.prec, cfg.GradCheckpointing, cfg.Epochs, perEpoch)
+		eff, cfg.MicroBatch, cfg.Accum, r.prec, cfg.GradCheckpointing, cfg.Epochs, perEpoch)
 	steps, skip := 0, r.meta.Batch
 	for epoch := r.meta.Epochs + 1; epoch <= cfg.Epochs; epoch++ {
 		if ls, ok := cfg.Unfreeze[epoch-1]; ok {
@@ -822,7 +815,7 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 		ld.Close()
 		res.Steps = cls.Steps
 		if !interrupted {
-			acc, err := Predict(ctx, r.vit, r.valid, cfg.Device, r.prec.Precision, cfg.Preset.MicroBatch)
+			acc, err := Predict(ctx, r.vit, r.valid, cfg.Device, r.prec.Precision, cfg.MicroBatch)
 			if err != nil {
 				return err
 			}
@@ -850,7 +843,7 @@ func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
 			break
 		}
 	}
-	acc, err := Predict(ctx, r.vit, r.test, cfg.Device, r.prec.Precision, cfg.Preset.MicroBatch)
+	acc, err := Predict(ctx, r.vit, r.test, cfg.Device, r.prec.Precision, cfg.MicroBatch)
 	if err != nil {
 		return err
 	}

@@ -21,10 +21,11 @@ import (
 
 func testConfig(t *testing.T, lines *[]string) TrainConfig {
 	return TrainConfig{
-		Data: testData(t), Preset: testPreset, Stage: StageAll, NumSynthetic: 8, Device: torch.CPU, Precision: "fp32",
-		GANAccum: 2, DAccum: 1, GAccum: 4, Accum: 2, GANEpochs: 2, Epochs: 2, LR: 1e-3, GANLR: 2e-4, Warmup: 2, ClipNorm: 1,
-		Unfreeze: Schedule{1: {1}}, EmptyCacheEvery: 10, MemoryEvery: 2, CheckpointDir: filepath.Join(t.TempDir(), "ck"),
-		Workers: 2, Seed: 7, Events: report.Lines(lines),
+		Common: recipes.Common{Data: testData(t), Device: torch.CPU, Precision: "fp32", MicroBatch: testPreset.MicroBatch, Accum: 2,
+			Epochs: 2, LR: 1e-3, Warmup: 2, ClipNorm: 1, EmptyCacheEvery: 10, MemoryEvery: 2,
+			CheckpointDir: filepath.Join(t.TempDir(), "ck"), Workers: 2, Seed: 7},
+		Preset: testPreset, Stage: StageAll, NumSynthetic: 8, GANAccum: 2, DAccum: 1, GAccum: 4, GANEpochs: 2, GANLR: 2e-4,
+		Unfreeze: Schedule{1: {1}}, Events: report.Lines(lines),
 	}
 }
 

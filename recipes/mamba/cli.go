@@ -442,6 +442,11 @@ func estimateCommand() *cli.Command {
 				}
 				presets = []EstimatePreset{presetOf(name, cfg)}
 			}
+			session, err := recipes.Begin(run.Common, nil) // --dry-run measures under the run's memory cap
+			if err != nil {
+				return err
+			}
+			defer session.End()
 			rows, err := Estimate(EstimateConfig{Presets: presets, Measure: run.DryRun, Device: run.Device,
 				Scan: c.String("scan"), ScanChunk: c.Int("scan-chunk")})
 			if err != nil {

@@ -84,10 +84,16 @@ func RunMemoryTest(ctx context.Context, cfg TrainConfig, sizes []int, d time.Dur
 }
 
 func runMemoryTest(ctx context.Context, cfg TrainConfig, sizes []int, d time.Duration) (MemoryTest, error) {
-	res := MemoryTest{Duration: d, Accum: cfg.Accum, Device: cfg.Device, Limit: torch.MustMemoryStats(cfg.Device).Limit}
+	res := MemoryTest{Duration: d, Accum: cfg.Accum, Device: cfg.Device}
 	if err := cfg.check(); err != nil {
 		return res, err
 	}
+	session, err := recipes.Begin(cfg.Common, cfg.Events) // --memory-limit caps every size tried
+	if err != nil {
+		return res, err
+	}
+	defer session.End()
+	res.Limit = torch.MustMemoryStats(cfg.Device).Limit
 	if err := needFile("codec", cfg.Codec); err != nil {
 		return res, err
 	}

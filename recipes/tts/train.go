@@ -140,6 +140,13 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	if err := cfg.check(); err != nil {
 		return res, err
 	}
+	session, err := recipes.Begin(cfg.Common, cfg.Events)
+	if err != nil {
+		return res, err
+	}
+	defer session.End()
+	precision := session.Precision
+	res.Precision = precision
 	if cfg.CropFrames < 2*Down || cfg.CropFrames%Down != 0 {
 		return res, &recipes.ConfigError{Field: "crop-frames", Value: cfg.CropFrames, Reason: fmt.Sprintf("must be a multiple of %d, at least %d", Down, 2*Down)}
 	}
@@ -168,11 +175,6 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	}
 	res.Params = nn.NumParams(c)
 	cfg.logf("codec: %d channels, %d codes of %d dimensions, %d frames per code, %s parameters", ccfg.Channels, ccfg.Codes, ccfg.CodeDim, Down, recipes.Commas(res.Params))
-	precision, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
-	if err != nil {
-		return res, err
-	}
-	res.Precision = precision
 	opt, sched, total := schedule(&cfg, nn.Parameters(c), tr.Len())
 	defer opt.Free()
 	defer sched.Free()
@@ -374,6 +376,13 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	if err := cfg.check(); err != nil {
 		return res, err
 	}
+	session, err := recipes.Begin(cfg.Common, cfg.Events)
+	if err != nil {
+		return res, err
+	}
+	defer session.End()
+	precision := session.Precision
+	res.Precision = precision
 	gcfg := cfg.GPT
 	var vocab *Vocab
 	var ccfg CodecConfig
@@ -451,11 +460,6 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	cfg.logf("GPT: %d wide (text embeddings %d), %d layers, %d heads, %d speaker latents, %d phonemes, %d codes; %s parameters (codec %s, frozen)",
 		gcfg.DecoderDim, gcfg.TextEncoderDim, gcfg.Layers, gcfg.Heads, gcfg.CondLatents, gcfg.Vocab, gcfg.Codes,
 		recipes.Commas(res.Params), recipes.Commas(nn.NumParams(m.Codec)))
-	precision, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
-	if err != nil {
-		return res, err
-	}
-	res.Precision = precision
 	opt, sched, total := schedule(&cfg, gptParams, tr.Len())
 	defer opt.Free()
 	defer sched.Free()
