@@ -76,7 +76,7 @@ func demoCommand() *cli.Command {
 			}
 			cfg.Events = events
 			ctx, stop := report.SignalContext(c.Context)
-			res, err := asr.TrainConformer(ctx, cfg)
+			res, err := asr.Train(ctx, cfg)
 			stop()
 			done()
 			if err != nil {

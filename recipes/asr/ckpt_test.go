@@ -35,7 +35,7 @@ func TestTrainReportsAndPrunesOnlyItsOwnCheckpoints(t *testing.T) {
 		}
 	}
 
-	res, err := asr.TrainConformer(context.Background(), cfg)
+	res, err := asr.Train(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Equal(t, ckpt.StepPath(cfg.CheckpointDir, 2), res.Checkpoint, "the summary names this run's checkpoint")
 	require.FileExists(t, ckpt.StepPath(cfg.CheckpointDir, 1))
@@ -47,7 +47,7 @@ func TestTrainReportsAndPrunesOnlyItsOwnCheckpoints(t *testing.T) {
 	require.NoError(t, err)
 	var log []string
 	cfg.Events = report.Tee(cfg.Events, report.Lines(&log))
-	_, err = asr.TrainConformer(context.Background(), cfg)
+	_, err = asr.Train(context.Background(), cfg)
 	var conflict *train.ConflictError
 	require.ErrorAs(t, err, &conflict)
 	require.Equal(t, []string{"checkpoint_step_000001.pt", "checkpoint_step_000002.pt"}, conflict.Files)
@@ -59,7 +59,7 @@ func TestTrainReportsAndPrunesOnlyItsOwnCheckpoints(t *testing.T) {
 
 	// Overwrite replaces them; the other run's files stay.
 	cfg.Overwrite = true
-	res, err = asr.TrainConformer(context.Background(), cfg)
+	res, err = asr.Train(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Equal(t, ckpt.StepPath(cfg.CheckpointDir, 2), res.Checkpoint)
 	unchanged()

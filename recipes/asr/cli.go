@@ -241,7 +241,7 @@ func trainCommand() *cli.Command {
 				cfg.MicroBatch, cfg.Accum, cfg.Precision, cfg.GradCheckpointing = p.MicroBatch, p.Accum, string(p.Precision), p.Checkpointing
 				run.Logf("plan: %s", plan.Why)
 			}
-			res, err := TrainConformer(run.Ctx, cfg)
+			res, err := Train(run.Ctx, cfg)
 			if cerr := run.Close(); err == nil {
 				err = cerr
 			}

@@ -49,6 +49,6 @@
 //
 // # Threads
 //
-// TrainConformer, MeasureStep, Evaluate and TranscribeFiles compute on
+// Train, MeasureStep, Evaluate and TranscribeFiles compute on
 // libtorch's thread (torch.Main), whichever goroutine calls them.
 package asr

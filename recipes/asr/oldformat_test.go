@@ -47,7 +47,7 @@ func TestOldCheckpointsLoad(t *testing.T) {
 	data := smallCorpus(t)
 	cfg := baseConfig(t, data, t.TempDir())
 	cfg.Preset, cfg.Resume, cfg.MaxSteps, cfg.MicroBatch, cfg.Accum = "", path, 3, 2, 2
-	res, err := asr.TrainConformer(context.Background(), cfg)
+	res, err := asr.Train(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Steps)
 }

@@ -54,13 +54,13 @@ func TestPlanTrainsUnderTheCap(t *testing.T) {
 
 	// Train on the worst case the plan was made for: the longest utterances.
 	longest := longestCorpus(t, data, 8) // every batch of 8 is the worst case
-	run := func(c memplan.Candidate) asr.TrainResult {
+	run := func(c memplan.Candidate) asr.Result {
 		cfg := baseConfig(t, longest, t.TempDir())
 		cfg.DModel, cfg.EncoderLayers = 0, 0 // the tiny preset, as planned
 		cfg.MicroBatch, cfg.Accum, cfg.Precision, cfg.GradCheckpointing = c.MicroBatch, c.Accum, string(c.Precision), c.Checkpointing
 		cfg.MaxSteps, cfg.CheckpointDir, cfg.ValidLimit, cfg.Workers = 3, "", 2, 0
 		cfg.MemoryLimit = fmt.Sprint(budget)
-		res, err := asr.TrainConformer(context.Background(), cfg)
+		res, err := asr.Train(context.Background(), cfg)
 		require.NoError(t, err)
 		return res
 	}

@@ -69,8 +69,8 @@ var VRAMPresets = map[string]recipes.Preset{
 // VRAMPreset looks a --vram value up in VRAMPresets.
 func VRAMPreset(name string) (recipes.Preset, error) { return recipes.LookupVRAM(name, VRAMPresets) }
 
-// TrainResult is what Train reports.
-type TrainResult struct {
+// Result is what Train reports.
+type Result struct {
 	Params       int64
 	Steps        int
 	MicroBatch   int
@@ -175,14 +175,14 @@ func metaDict(preset string, cfg ModelConfig, v *Vocab) *ptfile.Dict {
 	return ptfile.NewDict("recipe", "asr", "model", string(b))
 }
 
-// TrainConformer trains (or resumes) a conformer on the corpus in cfg.Data.
-func TrainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+// Train trains (or resumes) a conformer on the corpus in cfg.Data.
+func Train(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	torch.Main().Do(func() { res, err = trainConformer(ctx, cfg) })
 	return res, err
 }
 
-// trainConformer is TrainConformer on libtorch's thread.
-func trainConformer(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+// trainConformer is Train on libtorch's thread.
+func trainConformer(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}

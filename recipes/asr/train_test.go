@@ -98,7 +98,7 @@ func TestTrainLossFallsAndResumes(t *testing.T) {
 	data := smallCorpus(t)
 	dir := t.TempDir()
 	cfg := baseConfig(t, data, dir)
-	res, err := asr.TrainConformer(context.Background(), cfg)
+	res, err := asr.Train(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Equal(t, 24, res.Steps)
 	steps := readMetrics(t, filepath.Join(dir, "metrics.jsonl"))
@@ -111,7 +111,7 @@ func TestTrainLossFallsAndResumes(t *testing.T) {
 	rdir := t.TempDir()
 	rcfg := baseConfig(t, data, rdir)
 	rcfg.Resume = filepath.Join(cfg.CheckpointDir, "checkpoint_step_000012.pt")
-	rres, err := asr.TrainConformer(context.Background(), rcfg)
+	rres, err := asr.Train(context.Background(), rcfg)
 	require.NoError(t, err)
 	require.Equal(t, 24, rres.Steps)
 	resumed := readMetrics(t, filepath.Join(rdir, "metrics.jsonl"))
@@ -133,7 +133,7 @@ func TestTrainUnderMemoryCapAdaptsMicroBatch(t *testing.T) {
 	peak := func(batch, accum int) int64 {
 		cfg := baseConfig(t, data, t.TempDir())
 		cfg.MicroBatch, cfg.Accum, cfg.MaxSteps, cfg.CheckpointDir = batch, accum, 3, ""
-		res, err := asr.TrainConformer(context.Background(), cfg)
+		res, err := asr.Train(context.Background(), cfg)
 		require.NoError(t, err)
 		return res.PeakMemory
 	}
@@ -146,7 +146,7 @@ func TestTrainUnderMemoryCapAdaptsMicroBatch(t *testing.T) {
 	cfg.MemoryLimit = fmt.Sprint(p1 + (p4-p1)/3)
 	var log []string
 	cfg.Events = report.Tee(cfg.Events, report.Lines(&log))
-	res, err := asr.TrainConformer(context.Background(), cfg)
+	res, err := asr.Train(context.Background(), cfg)
 	require.NoError(t, err, strings.Join(log, "\n"))
 	require.Positive(t, res.OOMEvents, "the cap forced out-of-memory adaptation")
 	require.Less(t, res.MicroBatch, 4)
@@ -158,7 +158,7 @@ func TestTrainUnderMemoryCapAdaptsMicroBatch(t *testing.T) {
 
 func TestTrainErrors(t *testing.T) {
 	cfg := baseConfig(t, t.TempDir(), t.TempDir())
-	_, err := asr.TrainConformer(context.Background(), cfg)
+	_, err := asr.Train(context.Background(), cfg)
 	require.ErrorContains(t, err, "torchfit asr data")
 	_, err = asr.VRAMPreset("10gb")
 	var ce *recipes.ConfigError

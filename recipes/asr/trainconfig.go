@@ -25,7 +25,7 @@ type ConfigError = recipes.ConfigError
 // Validate checks every hyperparameter before anything is loaded or
 // built: counts in range, learning rate and clipping norm finite, a known
 // preset and precision, a memory limit torch.ParseMemory reads. It returns
-// a *ConfigError naming the first bad setting. TrainConformer calls it.
+// a *ConfigError naming the first bad setting. Train calls it.
 func (c TrainConfig) Validate() error {
 	if err := c.Common.Validate(); err != nil {
 		return err

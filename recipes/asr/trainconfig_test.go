@@ -82,12 +82,12 @@ func TestTrainConfigValidate(t *testing.T) {
 	}
 }
 
-func TestTrainConformerValidatesFirst(t *testing.T) {
+func TestTrainValidatesFirst(t *testing.T) {
 	dir := t.TempDir()
 	for _, lr := range []float64{-1, math.NaN(), math.Inf(1)} {
 		cfg := baseConfig(t, smallCorpus(t), dir)
 		cfg.LR = lr
-		_, err := asr.TrainConformer(context.Background(), cfg)
+		_, err := asr.Train(context.Background(), cfg)
 		var ce *asr.ConfigError
 		require.ErrorAs(t, err, &ce, "lr %v", lr)
 		require.Equal(t, "lr", ce.Field)

@@ -84,7 +84,7 @@ func TestTinyTrajectory(t *testing.T) {
 	dir := t.TempDir()
 	cfg := baseConfig(t, data, dir)
 	cfg.MaxSteps, cfg.CheckpointEvery, cfg.ValidLimit, cfg.Workers = 30, 30, 4, 0
-	_, err := asr.TrainConformer(t.Context(), cfg)
+	_, err := asr.Train(t.Context(), cfg)
 	require.NoError(t, err)
 	var got trajectory
 	got.Command = "go test ./recipes/asr -run TestTinyTrajectory -record"

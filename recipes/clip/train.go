@@ -86,8 +86,8 @@ func (c TrainConfig) Validate() error {
 	return nil
 }
 
-// TrainResult is what Train did.
-type TrainResult struct {
+// Result is what Train did.
+type Result struct {
 	Params      int64
 	Preset      string
 	Steps       int
@@ -266,12 +266,12 @@ func MemoryLine(dev torch.Device) string {
 
 // Train trains (pretrains, fine-tunes or resumes) a CLIP on a data
 // directory, on libtorch's thread.
-func Train(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+func Train(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	torch.Main().Do(func() { res, err = trainCLIP(ctx, cfg) })
 	return res, err
 }
 
-func trainCLIP(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+func trainCLIP(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}

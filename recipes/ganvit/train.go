@@ -65,8 +65,8 @@ type TrainConfig struct {
 	Events     train.Sink
 }
 
-// TrainResult is what Train did.
-type TrainResult struct {
+// Result is what Train did.
+type Result struct {
 	GANSteps, Steps   int
 	DLoss, GLoss      float64
 	Real, Synthetic   int
@@ -155,7 +155,7 @@ type run struct {
 // spectrograms, NumSynthetic generated spectrograms, the ViT on real +
 // synthetic, with checkpoints per epoch. It computes on libtorch's main
 // thread.
-func Train(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+func Train(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	err = torch.Main().DoErr(func() error {
 		res, err = trainOnThread(ctx, &cfg)
 		return err
@@ -163,8 +163,8 @@ func Train(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
 	return res, err
 }
 
-func trainOnThread(ctx context.Context, cfg *TrainConfig) (TrainResult, error) {
-	res := TrainResult{ValidAcc: math.NaN(), TestAcc: math.NaN()}
+func trainOnThread(ctx context.Context, cfg *TrainConfig) (Result, error) {
+	res := Result{ValidAcc: math.NaN(), TestAcc: math.NaN()}
 	if err := cfg.check(); err != nil {
 		return res, &recipes.UsageError{Err: err}
 	}
@@ -504,7 +504,7 @@ func (r *run) memoryLines(point, at string) {
 	}
 }
 
-func (r *run) trainGAN(ctx context.Context, res *TrainResult) error {
+func (r *run) trainGAN(ctx context.Context, res *Result) error {
 	cfg := r.cfg
 	eff := cfg.Preset.GANBatch * cfg.GANAccum
 	gan, err := NewGAN(r.gen, r.disc, GANOptions{Device: cfg.Device, Precision: r.prec.Precision, MicroD: eff / cfg.DAccum,
@@ -687,7 +687,7 @@ func Synthesize(g *Generator, real *Specs, n int, seed uint64, dev torch.Device,
 	return s, err
 }
 
-func (r *run) trainClassifier(ctx context.Context, res *TrainResult) error {
+func (r *run) trainClassifier(ctx context.Context, res *Result) error {
 	cfg := r.cfg
 	trainSet := &Specs{Shape: r.train.Shape}
 	trainSet.Append(r.train)

@@ -205,7 +205,7 @@ func TestTrainBadInput(t *testing.T) {
 // time does — the same batches, the same losses — and holds the whole
 // training set in the device's allocator: the counter sees it.
 func TestDataOnDeviceSameTrainingMoreMemory(t *testing.T) {
-	run := func(onDevice bool) (TrainResult, []string) {
+	run := func(onDevice bool) (Result, []string) {
 		var lines []string
 		cfg := testConfig(t, &lines)
 		cfg.Stage, cfg.GANEpochs, cfg.Unfreeze, cfg.DataOnDevice = StageGAN, 1, nil, onDevice

@@ -92,8 +92,8 @@ func (c TrainConfig) Validate() error {
 	return nil
 }
 
-// TrainResult is what Train reports.
-type TrainResult struct {
+// Result is what Train reports.
+type Result struct {
 	Params      int64
 	Steps       int
 	MicroBatch  int
@@ -226,14 +226,14 @@ func cpuTime() time.Duration {
 }
 
 // Train trains (or resumes) a Mamba LM on the token files in cfg.Data.
-func Train(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+func Train(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	// In a tensor scope: what set-up leaves behind (initialisers'
 	// intermediates, the offload's copies) is freed when it ends.
 	torch.Main().Do(func() { err = torch.TidyErr(func() error { res, err = trainLM(ctx, cfg); return err }) })
 	return res, err
 }
 
-func trainLM(ctx context.Context, cfg TrainConfig) (res TrainResult, err error) {
+func trainLM(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}

@@ -185,7 +185,7 @@ func trainCommand() *cli.Command {
 			if err := g.Validate(); err != nil {
 				return recipes.Usage(err)
 			}
-			res, err := TrainGPT(run.Ctx, cfg)
+			res, err := Train(run.Ctx, cfg)
 			if cerr := run.Close(); err == nil {
 				err = cerr
 			}

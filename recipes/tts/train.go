@@ -366,8 +366,8 @@ func span(a, b int) []int {
 	return out
 }
 
-// TrainGPT trains (or resumes) the GPT over the frozen codec's codes.
-func TrainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
+// Train trains (or resumes) the GPT over the frozen codec's codes.
+func Train(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	torch.Main().Do(func() { res, err = trainGPT(ctx, cfg) })
 	return res, err
 }

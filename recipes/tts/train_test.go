@@ -52,13 +52,13 @@ func readSteps(t *testing.T, path string) []stepLine {
 	return out
 }
 
-// TestTrainGPTLearnsAndSpeaks: a few steps lower the validation code
+// TestTrainLearnsAndSpeaks: a few steps lower the validation code
 // cross-entropy; the checkpoint speaks a sentence in a training voice,
 // writing a 16 kHz WAV.
-func TestTrainGPTLearnsAndSpeaks(t *testing.T) {
+func TestTrainLearnsAndSpeaks(t *testing.T) {
 	out := t.TempDir()
 	cfg := gptConfig(t, out)
-	res, err := TrainGPT(context.Background(), cfg)
+	res, err := Train(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Logf("code CE %.3f → %.3f, text CE %.3f → %.3f after %d steps", res.Start.CodeCE, res.Valid.CodeCE, res.Start.TextCE, res.Valid.TextCE, res.Steps)
 	require.Equal(t, 12, res.Steps)
@@ -118,7 +118,7 @@ func TestTrainUnderMemoryCapHalvesMicroBatch(t *testing.T) {
 	peak := func(batch, accum int) int64 {
 		cfg := gptConfig(t, t.TempDir())
 		cfg.MicroBatch, cfg.Accum, cfg.MaxSteps, cfg.CheckpointDir = batch, accum, 2, ""
-		res, err := TrainGPT(context.Background(), cfg)
+		res, err := Train(context.Background(), cfg)
 		require.NoError(t, err)
 		return res.PeakMemory
 	}
@@ -132,7 +132,7 @@ func TestTrainUnderMemoryCapHalvesMicroBatch(t *testing.T) {
 	defer torch.SetMemoryLimit(torch.CPU, 0)
 	var log []string
 	cfg.Events = report.Tee(cfg.Events, report.Lines(&log))
-	res, err := TrainGPT(context.Background(), cfg)
+	res, err := Train(context.Background(), cfg)
 	require.NoError(t, err, strings.Join(log, "\n"))
 	require.Positive(t, res.OOMEvents, "the cap forced out-of-memory adaptation")
 	require.Less(t, res.MicroBatch, 4)
@@ -150,7 +150,7 @@ func TestTrainUnderMemoryCapHalvesMicroBatch(t *testing.T) {
 	cfg.MaxSteps, cfg.CheckpointDir, cfg.AutoBatch = 4, "", true
 	log = nil
 	cfg.Events = report.Tee(cfg.Events, report.Lines(&log))
-	res, err = TrainGPT(context.Background(), cfg)
+	res, err = Train(context.Background(), cfg)
 	require.NoError(t, err, strings.Join(log, "\n"))
 	require.NotNil(t, res.Planned)
 	t.Logf("auto batch under %s: micro-batch %d × %d, checkpointing %v", torch.FormatBytes(p4-(p4-p1)/4),
