@@ -68,13 +68,6 @@ func dataCommand() *cli.Command {
 	}
 }
 
-// Defaults are the KonkaniVani guide's: micro-batch 2 × accumulation 4,
-// clipping at 5, the CUDA cache emptied every 50 steps.
-var Defaults = recipes.Defaults{
-	Data: "data/asr", MicroBatch: 2, Accum: 4, Precision: "no", Epochs: 20, LR: 1e-3, Warmup: 100, ClipNorm: 5,
-	EmptyCacheEvery: 50, CheckpointDir: "checkpoints", CheckpointEvery: 100, Workers: 2, Prefetch: 2, MemoryEvery: 25,
-}
-
 func trainFlags() []cli.Flag {
 	return append(recipes.Flags(Defaults),
 		&cli.StringFlag{Name: "preset", Aliases: []string{"model_size", "model-size"}, Value: "optimized", Usage: "model size: original, optimized, minimal, tiny"},

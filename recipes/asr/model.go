@@ -3,7 +3,6 @@ package asr
 import (
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
@@ -37,44 +36,6 @@ type ModelConfig struct {
 	// MaxLen bounds the sinusoidal tables: subsampled frames for the
 	// encoder, tokens + 1 for the decoder (0: 5000).
 	MaxLen int64
-}
-
-// Preset names, largest first. original, optimized and minimal are the
-// KonkaniVani guide's three sizes (d_model, encoder layers, decoder layers)
-// = (256, 12, 6), (192, 8, 4), (128, 6, 3); tiny is for tests and CPU demos.
-var Presets = []string{"original", "optimized", "minimal", "tiny"}
-
-// Preset returns a named configuration for a vocabulary of vocab tokens.
-//
-// The guide fixes only d_model and the layer counts, and quotes parameter
-// counts: original ≈ 24.7M, optimized ≈ 10–12M, minimal ≈ 4–6M. The
-// feed-forward sizes and kernels below are chosen so that, with a ~60-token
-// character vocabulary, the counts land there: original 24.90M (FF 1024 =
-// 4·d in the encoder, 512 in the decoder, kernel 31), optimized 10.32M (FF
-// 768 = 4·d, kernel 31), minimal 4.56M (FF 768 = 6·d, kernel 15). tiny
-// (d 96, 3 + 1 layers, ~1M) trains in minutes on a CPU.
-func Preset(name string, vocab int) (ModelConfig, error) {
-	if vocab <= int(UNKID) {
-		return ModelConfig{}, fmt.Errorf("asr: preset %q: vocabulary of %d tokens is smaller than the specials", name, vocab)
-	}
-	c := ModelConfig{Vocab: int64(vocab), NumMels: 80, CTCWeight: 0.3, LabelSmoothing: 0.1, Dropout: 0.1, MaxLen: 5000}
-	switch strings.ToLower(name) {
-	case "original":
-		c.DModel, c.Heads, c.EncoderLayers, c.DecoderLayers = 256, 4, 12, 6
-		c.FFDim, c.DecoderFFDim, c.ConvKernel = 1024, 512, 31
-	case "optimized":
-		c.DModel, c.Heads, c.EncoderLayers, c.DecoderLayers = 192, 4, 8, 4
-		c.FFDim, c.DecoderFFDim, c.ConvKernel = 768, 768, 31
-	case "minimal":
-		c.DModel, c.Heads, c.EncoderLayers, c.DecoderLayers = 128, 4, 6, 3
-		c.FFDim, c.DecoderFFDim, c.ConvKernel = 768, 768, 15
-	case "tiny":
-		c.DModel, c.Heads, c.EncoderLayers, c.DecoderLayers = 96, 4, 3, 1
-		c.FFDim, c.DecoderFFDim, c.ConvKernel = 384, 384, 15
-	default:
-		return ModelConfig{}, &ConfigError{Field: "preset", Value: name, Err: fmt.Errorf("unknown model preset %q (want one of %s)", name, strings.Join(Presets, ", "))}
-	}
-	return c, nil
 }
 
 // Validate checks the configuration.

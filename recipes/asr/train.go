@@ -14,12 +14,10 @@ import (
 	"time"
 
 	"github.com/torchfit/torchfit/amp"
-	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/distributed"
 	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
-	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/torch/ptfile"
@@ -56,19 +54,6 @@ type TrainConfig struct {
 	Group *distributed.Group
 }
 
-// VRAMPresets are the guide's tables for a GPU of each size: the model
-// preset, micro-batch, accumulation, mixed precision and checkpointing,
-// at an effective batch of 8.
-var VRAMPresets = map[string]recipes.Preset{
-	"8gb":  {Name: "8gb", Model: "minimal", MicroBatch: 2, Accum: 4, Mixed: true, Checkpointing: true},
-	"12gb": {Name: "12gb", Model: "optimized", MicroBatch: 2, Accum: 4, Mixed: true, Checkpointing: true},
-	"16gb": {Name: "16gb", Model: "optimized", MicroBatch: 4, Accum: 2, Mixed: true},
-	"24gb": {Name: "24gb", Model: "original", MicroBatch: 8, Accum: 1, Mixed: true},
-}
-
-// VRAMPreset looks a --vram value up in VRAMPresets.
-func VRAMPreset(name string) (recipes.Preset, error) { return recipes.LookupVRAM(name, VRAMPresets) }
-
 // Result is what Train reports.
 type Result struct {
 	Params       int64
@@ -86,73 +71,6 @@ type Result struct {
 	FoundBatches *memplan.FindResult
 	Precision    amp.Choice // the precision trained in, and why
 }
-
-// sample is one utterance for the loader.
-func dataset(c *Corpus) data.Dataset[data.Sample] {
-	return data.DatasetFunc[data.Sample]{N: c.Len(), F: func(i int) (data.Sample, error) {
-		feats, ids, _, err := c.Get(i)
-		if err != nil {
-			return nil, err
-		}
-		if len(ids) == 0 {
-			ids = []int64{UNKID}
-		}
-		return data.Sample{"feats": feats, "tokens": torch.FromSlice(ids, nil)}, nil
-	}}
-}
-
-// collateItems collates the utterances at idx (the samples are freed; the
-// batch is the caller's).
-func collateItems(ds data.Dataset[data.Sample], idx []int) (*data.Batch, error) {
-	samples := make([]data.Sample, 0, len(idx))
-	defer func() {
-		for _, s := range samples {
-			for _, t := range s {
-				t.Free()
-			}
-		}
-	}()
-	for _, i := range idx {
-		s, err := ds.Get(i)
-		if err != nil {
-			return nil, err
-		}
-		samples = append(samples, s)
-	}
-	return Collate(samples)
-}
-
-func span(start, end int) []int {
-	out := make([]int, 0, end-start)
-	for i := start; i < end; i++ {
-		out = append(out, i)
-	}
-	return out
-}
-
-// FrameMultiple is the default TrainConfig.PadMultiple: a batch's frames
-// are padded to a multiple of 32 (and its token ids to a multiple of 8), so
-// the CPU backend sees a few dozen shapes instead of one per utterance
-// length. Every shape costs oneDNN a compiled kernel (and a slot in its
-// primitive cache) per operation; the padding is masked out of the loss.
-const FrameMultiple = 32
-
-// CollatePadded pads features to a multiple of frames (1: none) and token
-// ids to a multiple of 8 (1 when frames is 1).
-func CollatePadded(frames int) func([]data.Sample) (*data.Batch, error) {
-	tokens := 8
-	if frames <= 1 {
-		frames, tokens = 1, 1
-	}
-	return data.PadCollate(map[string]data.Pad{
-		"feats":  {Dim: 0, Multiple: frames},
-		"tokens": {Dim: 0, Value: float64(PadID), Multiple: tokens},
-	})
-}
-
-// Collate pads features and token ids of a list of utterances (to
-// multiples of FrameMultiple frames and 8 tokens).
-var Collate = CollatePadded(FrameMultiple)
 
 // lossFn is the trainer's loss on a micro-batch.
 func lossFn(m *Conformer) func(b *data.Batch) *torch.Tensor {
@@ -433,55 +351,6 @@ func autoBatch(tr *train.Trainer, c *Corpus, effective int, logf func(string, ..
 	return res, err
 }
 
-// scoreCorpus transcribes a corpus (greedy CTC) under NoGrad in eval mode
-// and returns its error rates and, with withLoss, the mean loss. An
-// out-of-memory error halves the evaluation batch and retries (validation
-// can run out of memory too, the guide notes).
-func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int, withLoss bool) (er speech.ErrorRate, loss float64, err error) {
-	training := m.Training()
-	nn.SetTraining(m, false)
-	defer nn.SetTraining(m, training)
-	var lossSum float64
-	ds := dataset(c)
-	for start := 0; start < c.Len(); {
-		end := min(start+batch, c.Len())
-		var hyps []string
-		var chunkLoss float64
-		err = torch.TidyErr(func() error {
-			b, err := collateItems(ds, span(start, end))
-			if err != nil {
-				return err
-			}
-			mb := b.Slice(0, b.Size(), dev)
-			torch.NoGrad(func() {
-				if withLoss {
-					total, _, _ := m.Loss(mb.Fields["feats"], mb.Lengths["feats"], mb.Fields["tokens"], mb.Lengths["tokens"])
-					chunkLoss = total.Item() * float64(end-start)
-				}
-				hyps = m.Transcribe(mb.Fields["feats"], mb.Lengths["feats"])
-			})
-			return nil
-		})
-		if errors.Is(err, torch.ErrOutOfMemory) && batch > 1 {
-			torch.EmptyCache()
-			batch /= 2
-			continue
-		}
-		if err != nil {
-			return er, 0, err
-		}
-		for k, h := range hyps {
-			er.Add(c.Utts[start+k].Text, h)
-		}
-		lossSum += chunkLoss
-		start = end
-	}
-	if c.Len() == 0 {
-		return er, 0, fmt.Errorf("asr: empty split")
-	}
-	return er, lossSum / float64(c.Len()), nil
-}
-
 // checkpointError is a asr checkpoint that cannot be used (the shared
 // recipes.CheckpointError: a command line exits 2).
 func checkpointError(path string, err error) error {
@@ -671,89 +540,6 @@ func NonFiniteWeights(m nn.Module) []string {
 	return bad
 }
 
-// EvalResult is a checkpoint's score on a split.
-type EvalResult struct {
-	CER, WER float64
-	N        int // utterances
-	// NonFinite names the weights holding NaN or ±Inf: the scores of such
-	// a checkpoint mean nothing (the CLI warns).
-	NonFinite []string
-}
-
-// Evaluate scores a checkpoint on a split of a corpus: CER and WER, and
-// the weights that are not finite.
-func Evaluate(checkpoint, dir, split string, dev torch.Device) (res EvalResult, err error) {
-	torch.Main().Do(func() { res, err = evaluate(checkpoint, dir, split, dev) })
-	return res, err
-}
-
-func evaluate(checkpoint, dir, split string, dev torch.Device) (EvalResult, error) {
-	m, err := LoadModel(checkpoint, dev)
-	if err != nil {
-		return EvalResult{}, err
-	}
-	defer nn.Free(m)
-	res := EvalResult{NonFinite: NonFiniteWeights(m)}
-	feat, err := NewFeaturizer(16000, 400, 160, int(m.Cfg.NumMels))
-	if err != nil {
-		return res, err
-	}
-	defer feat.Close()
-	c, err := LoadCorpus(filepath.Join(dir, split+".jsonl"), m.Vocab, feat)
-	if err != nil {
-		return res, err
-	}
-	er, _, err := scoreCorpus(m, c, dev, 16, false)
-	if err != nil {
-		return res, err
-	}
-	res.CER, res.WER, res.N = er.CER(), er.WER(), c.Len()
-	return res, nil
-}
-
-// EvaluateSplit scores a checkpoint on a split of a corpus: CER and WER
-// (Evaluate also names non-finite weights).
-func EvaluateSplit(checkpoint, dir, split string, dev torch.Device) (cer, wer float64, n int, err error) {
-	r, err := Evaluate(checkpoint, dir, split, dev)
-	return r.CER, r.WER, r.N, err
-}
-
-// TranscribeFiles transcribes WAV files with a checkpoint (greedy CTC; see
-// TranscribeWAV for the formats, long files and memory). Every file's
-// header is checked before the model is loaded; an error about a file is an
-// *audio.Error.
-func TranscribeFiles(checkpoint string, files []string, dev torch.Device) (texts []string, err error) {
-	torch.Main().Do(func() { texts, err = transcribeFiles(checkpoint, files, dev) })
-	return texts, err
-}
-
-func transcribeFiles(checkpoint string, files []string, dev torch.Device) ([]string, error) {
-	for _, f := range files {
-		r, err := audio.OpenWAV(f, SampleRate)
-		if err != nil {
-			return nil, err
-		}
-		r.Close()
-	}
-	m, err := LoadModel(checkpoint, dev)
-	if err != nil {
-		return nil, err
-	}
-	defer nn.Free(m)
-	feat, err := NewFeaturizer(16000, 400, 160, int(m.Cfg.NumMels))
-	if err != nil {
-		return nil, err
-	}
-	defer feat.Close()
-	out := make([]string, len(files))
-	for k, f := range files {
-		if out[k], err = TranscribeWAV(m, feat, f, dev); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
 // countedOptimizer measures the CPU allocator's growth over the wrapped
 // optimizer's first Step: the state it creates (its temporaries are freed
 // by the end of the step). Under ZeRO it is the inner optimizer, which
@@ -791,5 +577,59 @@ func logParallel(dp *distributed.DataParallel, counted *countedOptimizer, logf f
 	logf("all-reduce: %d bucket(s), %s a step, %d of %d started during backward; waited %.1f ms a step after backward; optimizer state by rank: %s",
 		st.Buckets, torch.FormatBytes(st.Bytes), st.InBackward, st.Steps*st.Buckets,
 		float64(st.Wait.Microseconds())/1e3/float64(st.Steps), strings.Join(per, ", "))
+	return nil
+}
+
+// Bounds Validate puts on a TrainConfig: past them a value is a typo or a
+// unit mistake, not a training run (a micro-batch of 16M utterances, a
+// d_model of 10M).
+const (
+	MaxBatch   = recipes.MaxBatch // micro-batch, accumulation steps and their product
+	MaxDModel  = 1 << 16
+	MaxLayers  = 1024
+	MaxEpochs  = 1 << 20
+	MaxWorkers = 1024
+)
+
+// ConfigError is an invalid TrainConfig setting. Field is named as the
+// `torchfit asr train` flag that sets it (lr, micro-batch, ...).
+type ConfigError = recipes.ConfigError
+
+// Validate checks every hyperparameter before anything is loaded or
+// built: counts in range, learning rate and clipping norm finite, a known
+// preset and precision, a memory limit torch.ParseMemory reads. It returns
+// a *ConfigError naming the first bad setting. Train calls it.
+func (c TrainConfig) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if err := recipes.CheckRanges(
+		recipes.Between("epochs", int64(c.Epochs), 1, MaxEpochs),
+		recipes.Between("d-model", c.DModel, 0, MaxDModel),
+		recipes.Between("encoder-layers", int64(c.EncoderLayers), 0, MaxLayers),
+		recipes.Between("decoder-layers", int64(c.DecoderLayers), 0, MaxLayers),
+		recipes.Between("valid-limit", int64(c.ValidLimit), 0, math.MaxInt64),
+		recipes.Between("workers", int64(c.Workers), 0, MaxWorkers),
+		recipes.Between("pad-multiple", int64(c.PadMultiple), 0, 4096),
+	); err != nil {
+		return err
+	}
+	if c.Dropout != nil && !(*c.Dropout >= 0 && *c.Dropout < 1) {
+		return &ConfigError{Field: "dropout", Value: *c.Dropout, Reason: "must be in [0, 1)"}
+	}
+	switch {
+	case c.Preset != "":
+		if _, err := Preset(c.Preset, int(UNKID)+1); err != nil {
+			return &ConfigError{Field: "preset", Value: c.Preset, Err: err}
+		}
+	case c.Resume == "":
+		return &ConfigError{Field: "preset", Value: c.Preset, Reason: "required unless resuming"}
+	}
+	if _, err := amp.ParsePrecision(c.Precision, c.Device); err != nil {
+		return &ConfigError{Field: "mixed-precision", Value: c.Precision, Err: err}
+	}
+	if c.DryRun && !c.AutoBatch {
+		return &ConfigError{Field: "dry-run", Value: true, Reason: "goes with auto-batch"}
+	}
 	return nil
 }

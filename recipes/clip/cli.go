@@ -61,37 +61,6 @@ func dataCommand() *cli.Command {
 	}
 }
 
-// Defaults are the seed's: micro-batch 16 × accumulation 8 = 128, 20
-// epochs at lr 2e-5, clipping at 1.0, the CUDA cache emptied every 10
-// steps, mixed precision on, 95 % of the device's memory, prefetch 2.
-var Defaults = recipes.Defaults{
-	Data: "data/clip-cars", MicroBatch: 16, Accum: 8, Precision: "auto", Epochs: 20, LR: 2e-5, Warmup: 50, ClipNorm: 1.0,
-	EmptyCacheEvery: 10, MemoryFraction: 0.95, CheckpointDir: "checkpoints/clip", CheckpointEvery: 0, Workers: 2, Prefetch: 2,
-	MemoryEvery: 10,
-}
-
-// PretrainDefaults are the pretraining stage's: the shapes set from
-// random weights at a higher learning rate, the same effective batch.
-var PretrainDefaults = recipes.Defaults{
-	Data: "data/clip-shapes", MicroBatch: 16, Accum: 8, Precision: "auto", Epochs: 10, LR: 5e-4, Warmup: 100, ClipNorm: 1.0,
-	EmptyCacheEvery: 10, MemoryFraction: 0.95, CheckpointDir: "checkpoints/clip-pretrain", CheckpointEvery: 0, Workers: 2, Prefetch: 2,
-	MemoryEvery: 10,
-}
-
-// VRAMPresets are the settings for a GPU of each size: ViT-B/32 at the
-// seed's micro-batches — 16 × 8 on 8 GB, 32 × 4 from 12 GB ("For Larger
-// GPUs (12GB+)"), 64 × 2 on 24 GB — always effective batch 128 with mixed
-// precision.
-var VRAMPresets = map[string]recipes.Preset{
-	"8gb":  {Name: "8gb", Model: "vit-b32", MicroBatch: 16, Accum: 8, Mixed: true},
-	"12gb": {Name: "12gb", Model: "vit-b32", MicroBatch: 32, Accum: 4, Mixed: true},
-	"16gb": {Name: "16gb", Model: "vit-b32", MicroBatch: 32, Accum: 4, Mixed: true},
-	"24gb": {Name: "24gb", Model: "vit-b32", MicroBatch: 64, Accum: 2, Mixed: true},
-}
-
-// VRAMPreset looks a --vram value up in VRAMPresets.
-func VRAMPreset(name string) (recipes.Preset, error) { return recipes.LookupVRAM(name, VRAMPresets) }
-
 func trainFlags(d recipes.Defaults) []cli.Flag {
 	return append(recipes.Flags(d),
 		&cli.StringFlag{Name: "preset", Aliases: []string{"model_size", "model-size"}, Usage: "model: cpu (1.7M parameters, the default) or vit-b32 (OpenAI ViT-B/32 shapes); with --init or --resume: the file's"},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -207,4 +208,61 @@ func embedAll(m *Model, n int, o *EvalOptions, get func(int) (*torch.Tensor, err
 	var out *torch.Tensor
 	err := torch.Try(func() { out = torch.Cat(parts, 0).Keep() })
 	return out, err
+}
+
+// EvalResult is `torchfit clip eval`.
+type EvalResult struct {
+	Scores
+	Preset string
+	Split  string
+}
+
+// Evaluate scores a checkpoint (or a CLIP state dict) on a split of a data
+// directory: zero-shot accuracy and text→image R@1 with the held-out
+// templates.
+func Evaluate(path, dir, split string, dev torch.Device, precision string, micro int) (res EvalResult, err error) {
+	torch.Main().Do(func() { res, err = evaluate(path, dir, split, dev, precision, micro) })
+	return res, err
+}
+
+func evaluate(path, dir, split string, dev torch.Device, precision string, micro int) (EvalResult, error) {
+	res := EvalResult{Split: split}
+	if split != SplitTrain && split != SplitValid && split != SplitTest {
+		return res, recipes.Usagef("--split %q: want train, valid or test", split)
+	}
+	set, err := ReadSet(dir)
+	if err != nil {
+		return res, err
+	}
+	items := set.Split(split)
+	if len(items) == 0 {
+		return res, &DataError{dir, fmt.Errorf("no %s images", split)}
+	}
+	w, err := ReadWeights(path)
+	if err != nil {
+		return res, err
+	}
+	defer w.Free()
+	m, err := w.Load(path)
+	if err != nil {
+		return res, err
+	}
+	defer nn.Free(m)
+	if dev != torch.CPU {
+		nn.To(m, dev, torch.Float32)
+	}
+	tok, err := tokenizerFor(w.Meta)
+	if err != nil {
+		return res, checkpointError(path, err)
+	}
+	p, err := amp.ParsePrecision(precision, dev)
+	if err != nil {
+		return res, recipes.Usagef("--mixed-precision %s: %v", precision, err)
+	}
+	res.Preset = w.Meta.Preset
+	if res.Preset == "" {
+		res.Preset = presetOf(w.Meta.Config)
+	}
+	res.Scores, err = Score(m, tok, set, items, EvalOptions{Device: dev, Precision: p.Precision, MicroBatch: micro, LossBatch: 128})
+	return res, err
 }

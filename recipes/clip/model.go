@@ -3,7 +3,6 @@ package clip
 import (
 	"fmt"
 	"math"
-	"sort"
 	"strings"
 
 	"github.com/torchfit/torchfit/nn"
@@ -28,34 +27,6 @@ type Config struct {
 	// GradCheckpointing recomputes each residual block in backward
 	// (not stored: a training setting).
 	GradCheckpointing bool `json:"-"`
-}
-
-// Presets: "cpu" (1.7M parameters, 64×64 images) for the CPU demo and
-// tests, and ViT-B/32's shapes (OpenAI's, 151M parameters) for GPUs.
-var presets = map[string]Config{
-	"cpu": {EmbedDim: 128, ImageResolution: 64, VisionLayers: 4, VisionWidth: 128, VisionHeads: 2, VisionPatchSize: 16,
-		ContextLength: 16, VocabSize: 128, TransformerWidth: 128, TransformerHeads: 2, TransformerLayers: 4},
-	"vit-b32": {EmbedDim: 512, ImageResolution: 224, VisionLayers: 12, VisionWidth: 768, VisionHeads: 12, VisionPatchSize: 32,
-		ContextLength: 77, VocabSize: 49408, TransformerWidth: 512, TransformerHeads: 8, TransformerLayers: 12},
-}
-
-// PresetNames lists the presets.
-func PresetNames() []string {
-	var out []string
-	for k := range presets {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// Preset returns a preset's configuration.
-func Preset(name string) (Config, error) {
-	c, ok := presets[strings.ToLower(name)]
-	if !ok {
-		return Config{}, fmt.Errorf("unknown preset %q (want %s)", name, strings.Join(PresetNames(), ", "))
-	}
-	return c, nil
 }
 
 // Limits on a configuration (far above the presets), checked before any

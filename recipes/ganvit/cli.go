@@ -62,13 +62,6 @@ func dataCommand() *cli.Command {
 	}
 }
 
-// Defaults are the seed's where it has them: BATCH_SIZE 12, mixed
-// precision on, the cache emptied every 10 iterations.
-var Defaults = recipes.Defaults{
-	Data: "data/ganvit", MicroBatch: 12, Accum: 1, Precision: "auto", Epochs: 10, LR: 3e-4, Warmup: 20, ClipNorm: 1,
-	EmptyCacheEvery: 10, CheckpointDir: "checkpoints", Workers: 2, Prefetch: 2, MemoryEvery: 10,
-}
-
 // ConfigKeys maps the seed's Python names, as config-file keys, to flags.
 var ConfigKeys = map[string]string{
 	"GAN_BATCH_SIZE": "gan-batch-size", "BATCH_SIZE": "micro-batch", "NUM_SYNTHETIC": "num-synthetic", "N_MELS": "n-mels",

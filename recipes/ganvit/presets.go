@@ -75,3 +75,10 @@ func (p Preset) ViTConfig(classes int) (ViTConfig, error) {
 	c.Classes = int64(classes)
 	return c, nil
 }
+
+// Defaults are the seed's where it has them: BATCH_SIZE 12, mixed
+// precision on, the cache emptied every 10 iterations.
+var Defaults = recipes.Defaults{
+	Data: "data/ganvit", MicroBatch: 12, Accum: 1, Precision: "auto", Epochs: 10, LR: 3e-4, Warmup: 20, ClipNorm: 1,
+	EmptyCacheEvery: 10, CheckpointDir: "checkpoints", Workers: 2, Prefetch: 2, MemoryEvery: 10,
+}

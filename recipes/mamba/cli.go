@@ -71,14 +71,6 @@ func dataCommand() *cli.Command {
 	}
 }
 
-// Defaults are the seed's (its config_16gb_safe.json): micro-batch 1 ×
-// accumulation 16, learning rate 3e-4 with 2000 warmup steps, clipping at
-// 1.0, a checkpoint every 5000 steps.
-var Defaults = recipes.Defaults{
-	Data: "data/kjv", MicroBatch: 1, Accum: 16, Precision: "no", Epochs: 1000, LR: 3e-4, Warmup: 2000, ClipNorm: 1.0,
-	CheckpointDir: "checkpoints/mamba", CheckpointEvery: 5000, Workers: 1, Prefetch: 2,
-}
-
 // Keys maps the seed's config-file keys to flags where the key's last part
 // alone would be ambiguous or differently named.
 var Keys = map[string]string{

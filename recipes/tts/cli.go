@@ -41,19 +41,6 @@ func (r Recipe) Commands() []*cli.Command {
 	return []*cli.Command{dataCommand(), trainCodecCommand(), trainCommand(), sayCommand(), evalCommand(r.Transcribe), memoryTestCommand()}
 }
 
-// Defaults are the seed's (config.yaml): micro-batch 4 × accumulation 8
-// (an effective batch of 32), prefetch 2.
-var Defaults = recipes.Defaults{
-	Data: "data/tts", MicroBatch: 4, Accum: 8, Precision: "no", Epochs: 40, LR: 5e-4, Warmup: 200, ClipNorm: 1,
-	CheckpointDir: "checkpoints/tts", CheckpointEvery: 200, Workers: 1, Prefetch: 2, MemoryEvery: 100,
-}
-
-// CodecDefaults train the codec on crops: batch 16, 20 epochs.
-var CodecDefaults = recipes.Defaults{
-	Data: "data/tts", MicroBatch: 16, Accum: 1, Precision: "no", Epochs: 20, LR: 1e-3, Warmup: 100, ClipNorm: 1,
-	CheckpointDir: "checkpoints/codec", CheckpointEvery: 500, Workers: 1, Prefetch: 2, MemoryEvery: 200,
-}
-
 // ConfigKeys maps the seed's config.yaml keys to flags. Other keys whose
 // last part is a flag's name (training.learning_rate, training.epochs)
 // are read too; any other key is an error naming it.

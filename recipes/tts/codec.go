@@ -20,11 +20,6 @@ type CodecConfig struct {
 // second).
 const Down = 2
 
-// DefaultCodecConfig is 512 codes of 32 dimensions, 160 channels.
-func DefaultCodecConfig() CodecConfig {
-	return CodecConfig{Channels: 160, CodeDim: 32, Codes: 512, Beta: 0.25, ResDepth: 2}
-}
-
 // Validate checks the sizes.
 func (c CodecConfig) Validate() error {
 	switch {

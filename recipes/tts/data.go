@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +16,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/torchfit/torchfit/atomicfile"
 	"github.com/torchfit/torchfit/recipes/speech"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
 )
 
 // DataConfig configures Generate: the speech corpus synthesis the ASR
@@ -277,4 +282,297 @@ func (v *Vocab) Encode(phonemes string) (ids []int64, unknown int) {
 		ids = append(ids, id)
 	}
 	return ids, unknown
+}
+
+// Corpus is one split of a TTS corpus: its utterances, their phoneme ids,
+// where their frames lie in the feature cache, and the utterances of each
+// speaker (for reference clips).
+type Corpus struct {
+	Split     string
+	Utts      []speech.Utterance
+	Items     []FeatureItem
+	Phonemes  []string
+	Text      [][]int64
+	Store     *FeatureStore
+	BySpeaker map[string][]int
+	// RefSplit is the corpus reference clips come from (itself when nil).
+	Ref *Corpus
+
+	seed  uint64
+	epoch atomic.Uint64
+}
+
+// LoadCorpus reads a split of the corpus in dir (manifest, phonemes,
+// feature cache items) and encodes its phonemes with vocab.
+func LoadCorpus(dir, split string, store *FeatureStore, vocab *Vocab, seed uint64) (*Corpus, error) {
+	utts, err := speech.ReadManifest(filepath.Join(dir, split+".jsonl"))
+	if err != nil {
+		return nil, fmt.Errorf("tts: %w (run `torchfit tts data --out %s`)", err, dir)
+	}
+	ph, err := readPhonemes(dir)
+	if err != nil {
+		return nil, err
+	}
+	items := store.Index.Items[split]
+	if len(items) != len(utts) {
+		return nil, fmt.Errorf("tts: %s has %d %s utterances, the feature cache %d: run `torchfit tts data --out %s` again", dir, len(utts), split, len(items), dir)
+	}
+	c := &Corpus{Split: split, Utts: utts, Items: items, Store: store, BySpeaker: map[string][]int{}, seed: seed}
+	for i, u := range utts {
+		if items[i].ID != u.ID {
+			return nil, fmt.Errorf("tts: the feature cache of %s does not match %s.jsonl (item %d: %s, not %s): run `torchfit tts data --out %s` again", dir, split, i, items[i].ID, u.ID, dir)
+		}
+		p, ok := ph[u.Text]
+		if !ok {
+			return nil, fmt.Errorf("tts: %s has no phonemes for %q: run `torchfit tts data --out %s` again", PhonemesFile, u.Text, dir)
+		}
+		c.Phonemes = append(c.Phonemes, p)
+		if vocab != nil {
+			ids, _ := vocab.Encode(p)
+			c.Text = append(c.Text, ids)
+		}
+		c.BySpeaker[u.Speaker] = append(c.BySpeaker[u.Speaker], i)
+	}
+	return c, nil
+}
+
+// Len is the number of utterances.
+func (c *Corpus) Len() int { return len(c.Utts) }
+
+// SetEpoch changes the reference clips drawn for each item.
+func (c *Corpus) SetEpoch(e int) { c.epoch.Store(uint64(e)) }
+
+// Mel returns item i's normalised log-mel frames (T × NMels).
+func (c *Corpus) Mel(i int) ([]float32, error) {
+	v, err := c.Store.Frames(c.Items[i])
+	if err != nil {
+		return nil, err
+	}
+	c.Store.Index.Normalize(v)
+	return v, nil
+}
+
+// RefIndex returns the item of c.Ref (or c) whose clip conditions item i:
+// another utterance of the same speaker, drawn from (seed, epoch, i).
+func (c *Corpus) RefIndex(i int) int {
+	ref := c.Ref
+	if ref == nil {
+		ref = c
+	}
+	same := ref.BySpeaker[c.Utts[i].Speaker]
+	if len(same) == 0 {
+		return -1
+	}
+	r := rand.New(rand.NewPCG(c.seed^c.epoch.Load()*0x9e3779b97f4a7c15, uint64(i)))
+	for range 4 {
+		k := same[r.IntN(len(same))]
+		if ref != c || k != i || len(same) == 1 {
+			return k
+		}
+	}
+	return same[0]
+}
+
+// refMel returns the conditioning clip of item i, cut to CondFrames.
+func (c *Corpus) refMel(i int) ([]float32, error) {
+	ref := c.Ref
+	if ref == nil {
+		ref = c
+	}
+	k := c.RefIndex(i)
+	if k < 0 {
+		return nil, fmt.Errorf("tts: no reference clip for speaker %s", c.Utts[i].Speaker)
+	}
+	v, err := ref.Mel(k)
+	if err != nil {
+		return nil, err
+	}
+	return v[:min(len(v), CondFrames*NMels)], nil
+}
+
+// Dataset returns the GPT's training samples: "mel" (T, NMels), "cond"
+// (Tc, NMels) and "text" (phoneme ids).
+func (c *Corpus) Dataset() data.Dataset[data.Sample] {
+	return data.DatasetFunc[data.Sample]{N: c.Len(), F: func(i int) (data.Sample, error) {
+		mel, err := c.Mel(i)
+		if err != nil {
+			return nil, err
+		}
+		ref, err := c.refMel(i)
+		if err != nil {
+			return nil, err
+		}
+		return data.Sample{
+			"mel":  torch.FromSlice(mel, []int64{int64(len(mel) / NMels), NMels}),
+			"cond": torch.FromSlice(ref, []int64{int64(len(ref) / NMels), NMels}),
+			"text": torch.FromSlice(c.Text[i], nil),
+		}, nil
+	}}
+}
+
+// CropDataset returns the codec's training samples: "mel", a crop of
+// frames frames (a multiple of Down) of each utterance at an offset drawn
+// from (seed, epoch, i); shorter utterances are padded with silence.
+func (c *Corpus) CropDataset(frames int) data.Dataset[data.Sample] {
+	silence := make([]float32, NMels)
+	copy(silence, c.silence())
+	return data.DatasetFunc[data.Sample]{N: c.Len(), F: func(i int) (data.Sample, error) {
+		mel, err := c.Mel(i)
+		if err != nil {
+			return nil, err
+		}
+		t := len(mel) / NMels
+		out := make([]float32, frames*NMels)
+		if t <= frames {
+			copy(out, mel)
+			for j := t; j < frames; j++ {
+				copy(out[j*NMels:], silence)
+			}
+		} else {
+			h := fnv.New64a()
+			fmt.Fprintf(h, "%d/%d/%d", c.seed, c.epoch.Load(), i)
+			off := int(h.Sum64() % uint64(t-frames+1))
+			copy(out, mel[off*NMels:(off+frames)*NMels])
+		}
+		return data.Sample{"mel": torch.FromSlice(out, []int64{int64(frames), NMels})}, nil
+	}}
+}
+
+// silence is the normalised log-mel of digital silence.
+func (c *Corpus) silence() []float32 {
+	v := make([]float32, NMels)
+	for k := range v {
+		v[k] = float32(logFloor())
+	}
+	c.Store.Index.Normalize(v)
+	return v
+}
+
+// Pad multiples: mel frames to 8 (4 codes), token sequences to 8.
+const (
+	framePad = 8
+	seqPad   = 8
+)
+
+// Collate builds the GPT's batch: "mel" and "cond" padded (with their
+// Lengths), and the token sequences [text start, phonemes, text stop,
+// audio start, codes, audio stop] per sample: "ids" (the codes' places
+// hold 0 until the codec fills them in the loss), "kind" (kindText,
+// kindAudio, kindPad), "pos" (the position within its stream),
+// "code_idx" (which code a place holds, −1 elsewhere) and "tk" (what the
+// token is a target of: kindText for phonemes and the text stop,
+// kindAudio for codes and the audio stop, 0 for the start tokens and
+// padding).
+func Collate(cfg GPTConfig) func([]data.Sample) (*data.Batch, error) {
+	pad := data.PadCollate(map[string]data.Pad{
+		"mel":  {Dim: 0, Multiple: framePad},
+		"cond": {Dim: 0, Multiple: framePad},
+		"text": {Dim: 0},
+	})
+	return func(samples []data.Sample) (*data.Batch, error) {
+		b, err := pad(samples)
+		if err != nil {
+			return nil, err
+		}
+		ok := false
+		defer func() {
+			if !ok {
+				b.Free()
+			}
+		}()
+		melLens := b.Lengths["mel"].Int64s()
+		textLens := b.Lengths["text"].Int64s()
+		text := b.Fields["text"]
+		nmax := text.Size(1)
+		tv := text.Int64s()
+		n := len(melLens)
+		seqLens := make([]int64, n)
+		var longest int64
+		for k := range n {
+			m := CodeLen(melLens[k])
+			if textLens[k] > cfg.MaxText || m > cfg.MaxCodes {
+				return nil, fmt.Errorf("tts: an utterance of %d phonemes and %d codes exceeds the model's %d and %d", textLens[k], m, cfg.MaxText, cfg.MaxCodes)
+			}
+			seqLens[k] = textLens[k] + 2 + m + 2
+			longest = max(longest, seqLens[k])
+		}
+		l := (longest + seqPad - 1) / seqPad * seqPad
+		ids := make([]int64, int64(n)*l)
+		kind := make([]int64, len(ids))
+		pos := make([]int64, len(ids))
+		cidx := make([]int64, len(ids))
+		tk := make([]int64, len(ids))
+		for i := range cidx {
+			cidx[i] = -1
+		}
+		for k := range n {
+			row := int64(k) * l
+			p := row
+			put := func(id, kd, ps, ci, target int64) {
+				ids[p], kind[p], pos[p], cidx[p], tk[p] = id, kd, ps, ci, target
+				p++
+			}
+			nt := textLens[k]
+			put(cfg.textStart(), kindText, 0, -1, 0)
+			for j := range nt {
+				put(tv[int64(k)*nmax+j], kindText, j+1, -1, kindText)
+			}
+			put(cfg.textStop(), kindText, nt+1, -1, kindText)
+			m := CodeLen(melLens[k])
+			put(cfg.audioStart(), kindAudio, 0, -1, 0)
+			for j := range m {
+				put(0, kindAudio, j+1, j, kindAudio)
+			}
+			put(cfg.audioStop(), kindAudio, m+1, -1, kindAudio)
+		}
+		text.Free()
+		b.Lengths["text"].Free()
+		delete(b.Fields, "text")
+		delete(b.Lengths, "text")
+		delete(b.PadDims, "text")
+		if b.Multiples == nil {
+			b.Multiples = map[string]int{}
+		}
+		shape := []int64{int64(n), l}
+		for name, v := range map[string][]int64{"ids": ids, "kind": kind, "pos": pos, "code_idx": cidx, "tk": tk} {
+			b.Fields[name] = torch.FromSlice(v, shape)
+			b.Lengths[name] = torch.FromSlice(seqLens, nil)
+			b.PadDims[name] = 1
+			b.Multiples[name] = seqPad
+		}
+		ok = true
+		return b, nil
+	}
+}
+
+// collateItems collates the items idx of ds (the samples are freed).
+func collateItems(ds data.Dataset[data.Sample], collate func([]data.Sample) (*data.Batch, error), idx []int) (*data.Batch, error) {
+	samples := make([]data.Sample, 0, len(idx))
+	defer func() {
+		for _, s := range samples {
+			for _, t := range s {
+				t.Free()
+			}
+		}
+	}()
+	for _, i := range idx {
+		s, err := ds.Get(i)
+		if err != nil {
+			return nil, err
+		}
+		samples = append(samples, s)
+	}
+	return collate(samples)
+}
+
+// longest returns the corpus's item indices, longest first.
+func (c *Corpus) longest() []int {
+	order := make([]int, c.Len())
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		return c.Items[order[a]].Frames+len(c.Text[order[a]])*2 > c.Items[order[b]].Frames+len(c.Text[order[b]])*2
+	})
+	return order
 }

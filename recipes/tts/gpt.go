@@ -33,13 +33,6 @@ type GPTConfig struct {
 	GradCheckpointing bool `json:"-"`
 }
 
-// DefaultGPTConfig is the CPU-size GPT: 256 wide, 4 layers, the seed's
-// reduced model (text_encoder_dim 128, decoder_dim 256).
-func DefaultGPTConfig() GPTConfig {
-	return GPTConfig{DecoderDim: 256, TextEncoderDim: 128, Layers: 4, Heads: 4, FF: 1024, Dropout: 0.1, CondLatents: 8,
-		MaxText: 400, MaxCodes: 940, TextWeight: 0.01, CodeWeight: 1, TextRatio: 1}
-}
-
 // Validate checks the sizes.
 func (c GPTConfig) Validate() error {
 	switch {

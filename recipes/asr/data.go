@@ -8,6 +8,7 @@ import (
 
 	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
 )
 
 // Corpus is a manifest whose items are computed on the fly: Get reads the
@@ -106,3 +107,70 @@ func BuildVocabFromManifest(manifest string) (*Vocab, error) {
 	}
 	return BuildVocab(texts), nil
 }
+
+// sample is one utterance for the loader.
+func dataset(c *Corpus) data.Dataset[data.Sample] {
+	return data.DatasetFunc[data.Sample]{N: c.Len(), F: func(i int) (data.Sample, error) {
+		feats, ids, _, err := c.Get(i)
+		if err != nil {
+			return nil, err
+		}
+		if len(ids) == 0 {
+			ids = []int64{UNKID}
+		}
+		return data.Sample{"feats": feats, "tokens": torch.FromSlice(ids, nil)}, nil
+	}}
+}
+
+// collateItems collates the utterances at idx (the samples are freed; the
+// batch is the caller's).
+func collateItems(ds data.Dataset[data.Sample], idx []int) (*data.Batch, error) {
+	samples := make([]data.Sample, 0, len(idx))
+	defer func() {
+		for _, s := range samples {
+			for _, t := range s {
+				t.Free()
+			}
+		}
+	}()
+	for _, i := range idx {
+		s, err := ds.Get(i)
+		if err != nil {
+			return nil, err
+		}
+		samples = append(samples, s)
+	}
+	return Collate(samples)
+}
+
+func span(start, end int) []int {
+	out := make([]int, 0, end-start)
+	for i := start; i < end; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// FrameMultiple is the default TrainConfig.PadMultiple: a batch's frames
+// are padded to a multiple of 32 (and its token ids to a multiple of 8), so
+// the CPU backend sees a few dozen shapes instead of one per utterance
+// length. Every shape costs oneDNN a compiled kernel (and a slot in its
+// primitive cache) per operation; the padding is masked out of the loss.
+const FrameMultiple = 32
+
+// CollatePadded pads features to a multiple of frames (1: none) and token
+// ids to a multiple of 8 (1 when frames is 1).
+func CollatePadded(frames int) func([]data.Sample) (*data.Batch, error) {
+	tokens := 8
+	if frames <= 1 {
+		frames, tokens = 1, 1
+	}
+	return data.PadCollate(map[string]data.Pad{
+		"feats":  {Dim: 0, Multiple: frames},
+		"tokens": {Dim: 0, Value: float64(PadID), Multiple: tokens},
+	})
+}
+
+// Collate pads features and token ids of a list of utterances (to
+// multiples of FrameMultiple frames and 8 tokens).
+var Collate = CollatePadded(FrameMultiple)
