@@ -77,7 +77,7 @@ func trainFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "dropout", Usage: "override the preset's dropout (0: none, as runs compared with data parallel ones need)"},
 		&cli.BoolFlag{Name: "spec-augment", Usage: "SpecAugment masks on training features"},
 		&cli.IntFlag{Name: "valid-limit", Usage: "validation utterances scored per epoch (0: all)"},
-		&cli.IntFlag{Name: "pad-multiple", Value: FrameMultiple, Usage: "pad each batch's frames to a multiple of this (1: to the longest utterance only)"},
+		&cli.IntFlag{Name: "pad-multiple", Value: frameMultiple, Usage: "pad each batch's frames to a multiple of this (1: to the longest utterance only)"},
 		&cli.BoolFlag{Name: "plan", Usage: "choose micro-batch, accumulation, precision and checkpointing for --memory-limit (or --vram) from measured dry runs, then train"},
 	)
 }
@@ -171,7 +171,7 @@ func prepareTrain(c *cli.Context) (*recipes.Run, TrainConfig, error) {
 	if err != nil {
 		return nil, TrainConfig{}, err
 	}
-	cfg, err := TrainConfigFrom(c, run)
+	cfg, err := trainConfigFrom(c, run)
 	if err != nil {
 		run.Close()
 		return nil, TrainConfig{}, err
@@ -179,10 +179,10 @@ func prepareTrain(c *cli.Context) (*recipes.Run, TrainConfig, error) {
 	return run, cfg, nil
 }
 
-// TrainConfigFrom builds the training configuration of a run from the
+// trainConfigFrom builds the training configuration of a run from the
 // shared settings and the recipe's own flags (its --vram table applied to
 // what the command line left unset).
-func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
+func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	cm := run.Common
 	preset := c.String("preset")
 	if cm.Resume != "" && !c.IsSet("preset") {
@@ -362,7 +362,7 @@ func memoryTableCommand() *cli.Command {
 			if err != nil {
 				return recipes.Usagef("%v", err)
 			}
-			table, err := MemoryTable(c.String("data"), dev, c.StringSlice("preset"), report.NewLogger(os.Stderr).Printf)
+			table, err := memoryTable(c.String("data"), dev, c.StringSlice("preset"), report.NewLogger(os.Stderr).Printf)
 			if err != nil {
 				return err
 			}

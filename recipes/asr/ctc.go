@@ -6,9 +6,9 @@ import (
 	"github.com/torchfit/torchfit/torch"
 )
 
-// CTCCollapse applies the CTC rule to a frame-wise best path: merge runs of
+// cTCCollapse applies the CTC rule to a frame-wise best path: merge runs of
 // the same id, then drop blanks.
-func CTCCollapse(frames []int64, blank int64) []int64 {
+func cTCCollapse(frames []int64, blank int64) []int64 {
 	out := make([]int64, 0, len(frames))
 	prev := int64(-1)
 	for _, id := range frames {
@@ -50,12 +50,12 @@ func GreedyCTC(logProbs *torch.Tensor, lengths []int64, blank int64) ([][]int64,
 		if lengths != nil {
 			n = min(t, max(0, lengths[i]))
 		}
-		out[i] = CTCCollapse(best[i*t:i*t+n], blank)
+		out[i] = cTCCollapse(best[i*t:i*t+n], blank)
 	}
 	return out, nil
 }
 
 // DecodeCTC collapses a frame-wise best path and decodes it to text.
 func (v *Vocab) DecodeCTC(frames []int64) string {
-	return v.Decode(CTCCollapse(frames, BlankID))
+	return v.Decode(cTCCollapse(frames, BlankID))
 }

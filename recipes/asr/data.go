@@ -151,12 +151,12 @@ func span(start, end int) []int {
 	return out
 }
 
-// FrameMultiple is the default TrainConfig.PadMultiple: a batch's frames
+// frameMultiple is the default TrainConfig.PadMultiple: a batch's frames
 // are padded to a multiple of 32 (and its token ids to a multiple of 8), so
 // the CPU backend sees a few dozen shapes instead of one per utterance
 // length. Every shape costs oneDNN a compiled kernel (and a slot in its
 // primitive cache) per operation; the padding is masked out of the loss.
-const FrameMultiple = 32
+const frameMultiple = 32
 
 // CollatePadded pads features to a multiple of frames (1: none) and token
 // ids to a multiple of 8 (1 when frames is 1).
@@ -173,4 +173,4 @@ func CollatePadded(frames int) func([]data.Sample) (*data.Batch, error) {
 
 // Collate pads features and token ids of a list of utterances (to
 // multiples of FrameMultiple frames and 8 tokens).
-var Collate = CollatePadded(FrameMultiple)
+var Collate = CollatePadded(frameMultiple)

@@ -12,13 +12,13 @@ import (
 // SampleRate is the rate the recipe's models hear: the corpus's.
 const SampleRate = speech.SampleRate
 
-// LogFloor is added to mel energies before the natural log:
-// logmel = ln(mel + LogFloor). (Not Whisper's clamp-and-log10; the
+// logFloor is added to mel energies before the natural log:
+// logmel = ln(mel + logFloor). (Not Whisper's clamp-and-log10; the
 // per-utterance normalisation that follows makes the base irrelevant.)
-const LogFloor = 1e-6
+const logFloor = 1e-6
 
-// NormEps is added to the per-utterance standard deviation.
-const NormEps = 1e-5
+// normEps is added to the per-utterance standard deviation.
+const normEps = 1e-5
 
 // Featurizer turns 16 kHz samples into log-mel features with torch ops: a
 // mel spectrogram (package audio: a periodic Hann window, the power
@@ -74,10 +74,10 @@ func (f *Featurizer) compute(samples []float32, norm bool) (*torch.Tensor, error
 	var out *torch.Tensor
 	err := torch.Try(func() {
 		out = torch.TidyTensor(func() *torch.Tensor {
-			lm := audio.LogOffset(f.mel.Power(samples, 0), LogFloor) // (T, M)
+			lm := audio.LogOffset(f.mel.Power(samples, 0), logFloor) // (T, M)
 			if norm {
 				mean := lm.MeanDim([]int64{0}, true)
-				std := lm.Std([]int64{0}, 0, true).AddScalar(NormEps)
+				std := lm.Std([]int64{0}, 0, true).AddScalar(normEps)
 				lm = lm.Sub(mean).Div(std)
 			}
 			return lm.Contiguous()

@@ -115,9 +115,9 @@ func measureStep(c MeasureConfig) (Measurement, error) {
 	return out, nil
 }
 
-// MemoryTable measures the guide's "Model Size Comparison" on this device:
+// memoryTable measures the guide's "Model Size Comparison" on this device:
 // parameters and peak step memory per preset, with the levers off and on.
-func MemoryTable(dataDir string, dev torch.Device, presets []string, logf func(string, ...any)) (string, error) {
+func memoryTable(dataDir string, dev torch.Device, presets []string, logf func(string, ...any)) (string, error) {
 	low := "bf16"
 	if dev.IsCUDA() {
 		low = "fp16"

@@ -587,8 +587,8 @@ const (
 	MaxBatch   = recipes.MaxBatch // micro-batch, accumulation steps and their product
 	MaxDModel  = 1 << 16
 	MaxLayers  = 1024
-	MaxEpochs  = 1 << 20
-	MaxWorkers = 1024
+	maxEpochs  = 1 << 20
+	maxWorkers = 1024
 )
 
 // ConfigError is an invalid TrainConfig setting. Field is named as the
@@ -604,12 +604,12 @@ func (c TrainConfig) Validate() error {
 		return err
 	}
 	if err := recipes.CheckRanges(
-		recipes.Between("epochs", int64(c.Epochs), 1, MaxEpochs),
+		recipes.Between("epochs", int64(c.Epochs), 1, maxEpochs),
 		recipes.Between("d-model", c.DModel, 0, MaxDModel),
 		recipes.Between("encoder-layers", int64(c.EncoderLayers), 0, MaxLayers),
 		recipes.Between("decoder-layers", int64(c.DecoderLayers), 0, MaxLayers),
 		recipes.Between("valid-limit", int64(c.ValidLimit), 0, math.MaxInt64),
-		recipes.Between("workers", int64(c.Workers), 0, MaxWorkers),
+		recipes.Between("workers", int64(c.Workers), 0, maxWorkers),
 		recipes.Between("pad-multiple", int64(c.PadMultiple), 0, 4096),
 	); err != nil {
 		return err

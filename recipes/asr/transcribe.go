@@ -12,11 +12,11 @@ import (
 	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
-// Long audio is transcribed in windows of TranscribeWindow samples (30 s)
-// that overlap by TranscribeOverlap (2 s); see TranscribeWAV.
+// Long audio is transcribed in windows of transcribeWindow samples (30 s)
+// that overlap by transcribeOverlap (2 s); see TranscribeWAV.
 const (
-	TranscribeWindow  = 30 * SampleRate
-	TranscribeOverlap = 2 * SampleRate
+	transcribeWindow  = 30 * SampleRate
+	transcribeOverlap = 2 * SampleRate
 )
 
 // windows returns the window and overlap, in samples, for a model whose
@@ -29,12 +29,12 @@ const (
 // overlap (then only audio of at most one window can be transcribed).
 func windows(maxLen int64, hop int) (win, ov int, ok bool) {
 	grid := 4 * hop
-	win = TranscribeWindow / grid * grid
+	win = transcribeWindow / grid * grid
 	limit := maxLen * 9 / 10
 	for win > grid && SubsampledLength(int64(1+win/hop)) > limit {
 		win -= grid
 	}
-	ov = min(TranscribeOverlap/grid*grid, win/4/grid*grid)
+	ov = min(transcribeOverlap/grid*grid, win/4/grid*grid)
 	return win, ov, ov >= 2*grid
 }
 

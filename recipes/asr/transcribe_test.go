@@ -52,16 +52,16 @@ func TestTranscribeWindowsJoin(t *testing.T) {
 		token func(g int) int64
 	}{
 		// A different token every frame: a duplicated or lost frame changes the result.
-		{"every frame differs", 4*TranscribeWindow + 12345, func(g int) int64 { return 5 + int64(g%7) }},
+		{"every frame differs", 4*transcribeWindow + 12345, func(g int) int64 { return 5 + int64(g%7) }},
 		// Runs of 100 frames (4 s), blanks between some: runs cross the seams.
-		{"runs across seams", 3*TranscribeWindow + 7, func(g int) int64 {
+		{"runs across seams", 3*transcribeWindow + 7, func(g int) int64 {
 			if g/100%4 == 3 {
 				return BlankID
 			}
 			return 5 + int64(g/100%3)
 		}},
-		{"one window", TranscribeWindow, func(g int) int64 { return 5 + int64(g%3) }},
-		{"just over one window", TranscribeWindow + 1, func(g int) int64 { return 5 + int64(g%3) }},
+		{"one window", transcribeWindow, func(g int) int64 { return 5 + int64(g%3) }},
+		{"just over one window", transcribeWindow + 1, func(g int) int64 { return 5 + int64(g%3) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			next := 0
@@ -75,7 +75,7 @@ func TestTranscribeWindowsJoin(t *testing.T) {
 			best := fakeBest(hop, tc.token)
 			calls := 0
 			counted := func(x []float32) ([]int64, error) { calls++; return best(x) }
-			got, err := transcribeWindows(read, tc.total, TranscribeWindow, TranscribeOverlap, hop, counted)
+			got, err := transcribeWindows(read, tc.total, transcribeWindow, transcribeOverlap, hop, counted)
 			require.NoError(t, err)
 			require.Equal(t, tc.total, next, "every sample read once")
 			whole := make([]float32, tc.total)
@@ -83,11 +83,11 @@ func TestTranscribeWindowsJoin(t *testing.T) {
 				whole[i] = float32(i)
 			}
 			path, _ := best(whole)
-			require.Equal(t, CTCCollapse(path, BlankID), got)
+			require.Equal(t, cTCCollapse(path, BlankID), got)
 			wantCalls := 1
-			if tc.total > TranscribeWindow {
-				step := TranscribeWindow - TranscribeOverlap
-				wantCalls = (tc.total - TranscribeOverlap + step - 1) / step
+			if tc.total > transcribeWindow {
+				step := transcribeWindow - transcribeOverlap
+				wantCalls = (tc.total - transcribeOverlap + step - 1) / step
 			}
 			require.Equal(t, wantCalls, calls, "windows")
 		})
@@ -97,8 +97,8 @@ func TestTranscribeWindowsJoin(t *testing.T) {
 func TestTranscribeWindowSizes(t *testing.T) {
 	win, ov, ok := windows(5000, 160)
 	require.True(t, ok)
-	require.Equal(t, TranscribeWindow, win)
-	require.Equal(t, TranscribeOverlap, ov)
+	require.Equal(t, transcribeWindow, win)
+	require.Equal(t, transcribeOverlap, ov)
 	require.EqualValues(t, 749, SubsampledLength(int64(1+win/160)), "30 s is 749 encoder frames, far below MaxLen 5000")
 	win, ov, ok = windows(200, 160) // a model with short positional tables
 	require.True(t, ok)

@@ -57,7 +57,7 @@ func TestCTCCollapse(t *testing.T) {
 		{[]int64{0, 7, 7, 7, 0, 0, 8, 0, 8}, []int64{7, 8, 8}},
 		{[]int64{1, 2, 3}, []int64{1, 2, 3}},
 	} {
-		require.Equal(t, tc.want, CTCCollapse(tc.in, 0), "%v", tc.in)
+		require.Equal(t, tc.want, cTCCollapse(tc.in, 0), "%v", tc.in)
 	}
 }
 

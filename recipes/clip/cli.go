@@ -73,10 +73,10 @@ func trainFlags(d recipes.Defaults) []cli.Flag {
 	)
 }
 
-// TrainConfigFrom builds a run's configuration from the shared settings
+// trainConfigFrom builds a run's configuration from the shared settings
 // and the recipe's flags (its --vram table applied to what the command
 // line left unset).
-func TrainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfig, error) {
+func trainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfig, error) {
 	cm := run.Common
 	preset := c.String("preset")
 	if cm.VRAM != "" {
@@ -101,7 +101,7 @@ func TrainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfi
 func trainCommand(stage string) *cli.Command {
 	d, usage := Defaults, "fine-tune (or train, or resume) a CLIP on a data directory at an effective batch of 128"
 	if stage == "pretrain" {
-		d, usage = PretrainDefaults, "pretrain a CLIP from random weights on the shapes set (for `clip train --init`)"
+		d, usage = pretrainDefaults, "pretrain a CLIP from random weights on the shapes set (for `clip train --init`)"
 	}
 	return &cli.Command{
 		Name:  stage,
@@ -113,7 +113,7 @@ func trainCommand(stage string) *cli.Command {
 				return err
 			}
 			defer run.Close()
-			cfg, err := TrainConfigFrom(c, run, stage)
+			cfg, err := trainConfigFrom(c, run, stage)
 			if err != nil {
 				return err
 			}

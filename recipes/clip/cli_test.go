@@ -31,7 +31,7 @@ func parseTrain(t *testing.T, line string) (TrainConfig, recipes.Common, error) 
 			cfgErr = err
 			return nil
 		}
-		got, cfgErr = TrainConfigFrom(c, &recipes.Run{Common: cm, FromFile: fromFile}, "train")
+		got, cfgErr = trainConfigFrom(c, &recipes.Run{Common: cm, FromFile: fromFile}, "train")
 		return nil
 	}
 	recipes.Underscores([]*cli.Command{cmd})

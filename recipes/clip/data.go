@@ -46,8 +46,8 @@ var (
 	Shapes = Kind{Name: "shapes", Train: shapeTrain, HeldOut: shapeHeldOut, ClassKeys: []string{"color", "phrase"}, draw: drawShape}
 )
 
-// KindByName returns the kind called name.
-func KindByName(name string) (Kind, error) {
+// kindByName returns the kind called name.
+func kindByName(name string) (Kind, error) {
 	switch name {
 	case "cars":
 		return Cars, nil
@@ -187,7 +187,7 @@ func (*DataError) UserError() {}
 func Generate(ctx context.Context, cfg GenerateConfig) (GenerateStats, error) {
 	start := time.Now()
 	st := GenerateStats{Counts: map[string]int{}}
-	kind, err := KindByName(cfg.Kind)
+	kind, err := kindByName(cfg.Kind)
 	if err != nil {
 		return st, &recipes.ConfigError{Field: "kind", Value: cfg.Kind, Err: err}
 	}
@@ -344,7 +344,7 @@ func ReadSet(dir string) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	kind, err := KindByName(meta.Kind)
+	kind, err := kindByName(meta.Kind)
 	if err != nil {
 		return nil, &DataError{dir, fmt.Errorf("meta.json: %v", err)}
 	}

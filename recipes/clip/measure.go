@@ -186,8 +186,8 @@ func measureLayout(mc Config, tok *Tokenizer, l Layout, p amp.Precision, cfg Mea
 	return res, nil
 }
 
-// WriteTable prints measurements as recipes/clip/README.md's table.
-func WriteTable(w io.Writer, ms []Measurement) {
+// writeTable prints measurements as recipes/clip/README.md's table.
+func writeTable(w io.Writer, ms []Measurement) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "layout\tnegatives per sample\tpeak memory\tpeak − held\tCPU time per step\twall time per step\tsamples per CPU second\t")
 	for _, m := range ms {
@@ -198,8 +198,8 @@ func WriteTable(w io.Writer, ms []Measurement) {
 	tw.Flush()
 }
 
-// ParseLayouts reads layouts such as "exact:16x8,naive:16x8,plain:128".
-func ParseLayouts(s string) ([]Layout, error) {
+// parseLayouts reads layouts such as "exact:16x8,naive:16x8,plain:128".
+func parseLayouts(s string) ([]Layout, error) {
 	var out []Layout
 	for _, f := range strings.Split(s, ",") {
 		mode, size, ok := strings.Cut(strings.TrimSpace(f), ":")
@@ -246,7 +246,7 @@ func measureCommand() *cli.Command {
 			if err != nil {
 				return recipes.Usagef("--device: %v", err)
 			}
-			layouts, err := ParseLayouts(c.String("layouts"))
+			layouts, err := parseLayouts(c.String("layouts"))
 			if err != nil {
 				return recipes.Usagef("--layouts: %v", err)
 			}
@@ -263,7 +263,7 @@ func measureCommand() *cli.Command {
 			}
 			fmt.Printf("preset %s on %v, precision %s, %d threads; memory from %s\n", c.String("preset"), dev, choice, torch.NumThreads(),
 				map[bool]string{true: "the CUDA caching allocator", false: "torchfit's counting allocator"}[dev.IsCUDA()])
-			WriteTable(os.Stdout, ms)
+			writeTable(os.Stdout, ms)
 			return nil
 		},
 	}

@@ -212,10 +212,10 @@ type Model struct {
 	LnFinal                                         *nn.LayerNorm
 }
 
-// MaxLogitScale is the clamp on the learned temperature: exp(logit_scale)
+// maxLogitScale is the clamp on the learned temperature: exp(logit_scale)
 // at most 100 (OpenAI, open_clip clamp the parameter to ln 100 after each
 // optimizer step; see ClampLogitScale).
-var MaxLogitScale = math.Log(100)
+var maxLogitScale = math.Log(100)
 
 // NewModel builds a CLIP initialised as OpenAI's initialize_parameters
 // does (the vision tower keeps PyTorch's default initialisation there).
@@ -314,7 +314,7 @@ func (m *Model) Loss(img, txt *torch.Tensor) *torch.Tensor {
 // ClampLogitScale clamps logit_scale to [0, ln 100] in place, as
 // open_clip does after every optimizer step.
 func (m *Model) ClampLogitScale() {
-	torch.NoGrad(func() { m.LogitScale.ClampIn(0, MaxLogitScale) })
+	torch.NoGrad(func() { m.LogitScale.ClampIn(0, maxLogitScale) })
 }
 
 // Infer returns the configuration of a CLIP state dict from its shapes, as

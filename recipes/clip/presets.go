@@ -17,9 +17,9 @@ var Defaults = recipes.Defaults{
 	MemoryEvery: 10,
 }
 
-// PretrainDefaults are the pretraining stage's: the shapes set from
+// pretrainDefaults are the pretraining stage's: the shapes set from
 // random weights at a higher learning rate, the same effective batch.
-var PretrainDefaults = recipes.Defaults{
+var pretrainDefaults = recipes.Defaults{
 	Data: "data/clip-shapes", MicroBatch: 16, Accum: 8, Precision: "auto", Epochs: 10, LR: 5e-4, Warmup: 100, ClipNorm: 1.0,
 	EmptyCacheEvery: 10, MemoryFraction: 0.95, CheckpointDir: "checkpoints/clip-pretrain", CheckpointEvery: 0, Workers: 2, Prefetch: 2,
 	MemoryEvery: 10,

@@ -248,11 +248,11 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// MemoryLine is the seed's log line, "GPU Memory - Allocated: X GB, Peak:
+// memoryLine is the seed's log line, "GPU Memory - Allocated: X GB, Peak:
 // Y GB" (GiB, as torch.cuda.memory_allocated()/1024**3); on the CPU the
 // same figures come from torchfit's counting allocator and the line says
 // so.
-func MemoryLine(dev torch.Device) string {
+func memoryLine(dev torch.Device) string {
 	s, err := torch.MemoryStats(dev)
 	if err != nil {
 		return fmt.Sprintf("GPU Memory - unavailable on %v: %v", dev, err)
@@ -421,7 +421,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	tr.OnStep = func(info train.StepInfo) {
 		m.ClampLogitScale()
 		if cfg.MemoryEvery > 0 && info.Step%cfg.MemoryEvery == 0 {
-			logf("%s", MemoryLine(cfg.Device))
+			logf("%s", memoryLine(cfg.Device))
 		}
 		if cfg.EvalEvery > 0 && info.Step%cfg.EvalEvery == 0 && info.Step%max(1, stepsPerEpoch) != 0 {
 			s, err := validate()
@@ -489,7 +489,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	res.Steps, res.MicroBatch = tr.Steps(), tr.MicroBatch()
 	res.Accum = (effective + res.MicroBatch - 1) / res.MicroBatch
 	res.PeakMemory = torch.MustMemoryStats(cfg.Device).PeakAllocated
-	logf("%s", MemoryLine(cfg.Device))
+	logf("%s", memoryLine(cfg.Device))
 	if last == nil || res.Budget || res.Interrupted {
 		s, err := validate()
 		if err != nil {

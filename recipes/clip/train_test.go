@@ -160,7 +160,7 @@ func TestExactFitsInTheMemoryOf16(t *testing.T) {
 		Layouts: []Layout{{16, 8, Exact}, {16, 8, Naive}, {128, 1, Exact}, {16, 1, Exact}}})
 	require.NoError(t, err)
 	var b strings.Builder
-	WriteTable(&b, ms)
+	writeTable(&b, ms)
 	t.Logf("\n%s", b.String())
 	exact, naive, plain128, plain16 := ms[0], ms[1], ms[2], ms[3]
 	require.Equal(t, 127, exact.Negatives())

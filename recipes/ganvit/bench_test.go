@@ -161,7 +161,7 @@ func TestBenchViT(t *testing.T) {
 				}
 			}
 			rows = append(rows, fmt.Sprintf("| %s (%s, %d × 3 × %d²) | %s | %s | %s | %s | %s |", vc.Name, count(nn.NumParams(m)), c.p.MicroBatch, vc.Image, v.name,
-				torch.FormatBytes(peak), torch.FormatBytes(grads), torch.FormatBytes(StateBytes(cls.Opt)), median(times).Round(time.Millisecond)))
+				torch.FormatBytes(peak), torch.FormatBytes(grads), torch.FormatBytes(stateBytes(cls.Opt)), median(times).Round(time.Millisecond)))
 			b.Free()
 			cls.Free()
 			nn.Free(m)

@@ -117,9 +117,9 @@ func (c *Classifier) Step(b *data.Batch) (train.StepInfo, error) {
 	return info, nil
 }
 
-// StateBytes is the optimizer state's size: its per-parameter buffers
+// stateBytes is the optimizer state's size: its per-parameter buffers
 // (Adam's moments), without the 4-byte step counters.
-func StateBytes(o nn.Optimizer) int64 {
+func stateBytes(o nn.Optimizer) int64 {
 	var n int64
 	for _, s := range o.State() {
 		if strings.HasPrefix(s.Name, "state.") && !strings.HasSuffix(s.Name, ".step") {

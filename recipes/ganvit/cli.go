@@ -20,7 +20,7 @@ import (
 // data|train|eval|test-memory|memory-table.
 // spec declares the recipe's train commands: its config-file keys, and
 // why it trains in one process.
-var spec = recipes.Spec{Name: "ganvit", Keys: ConfigKeys, OneProcess: "its GAN and ViT steps do not all-reduce gradients"}
+var spec = recipes.Spec{Name: "ganvit", Keys: configKeys, OneProcess: "its GAN and ViT steps do not all-reduce gradients"}
 
 type Recipe struct{}
 
@@ -62,8 +62,8 @@ func dataCommand() *cli.Command {
 	}
 }
 
-// ConfigKeys maps the seed's Python names, as config-file keys, to flags.
-var ConfigKeys = map[string]string{
+// configKeys maps the seed's Python names, as config-file keys, to flags.
+var configKeys = map[string]string{
 	"GAN_BATCH_SIZE": "gan-batch-size", "BATCH_SIZE": "micro-batch", "NUM_SYNTHETIC": "num-synthetic", "N_MELS": "n-mels",
 	"LATENT_DIM": "latent-dim", "VIT_MODEL_NAME": "vit", "unfreezing_schedule": "unfreeze", "ACCUMULATION_STEPS": "grad-accum",
 	"DEVICE": "device",
@@ -114,9 +114,9 @@ func vitName(s string) string {
 	return s
 }
 
-// PresetFrom resolves --preset and --vram for the device, then applies
+// presetFrom resolves --preset and --vram for the device, then applies
 // the size flags the command line (or config file) set.
-func PresetFrom(c *cli.Context, dev torch.Device, vram string) (Preset, error) {
+func presetFrom(c *cli.Context, dev torch.Device, vram string) (Preset, error) {
 	name := strings.ToLower(c.String("preset"))
 	var p Preset
 	switch {
@@ -200,11 +200,11 @@ func accumFlags(c *cli.Context) (gan, d, g int, err error) {
 	return gan, d, g, nil
 }
 
-// TrainConfigFrom builds a run's configuration from the shared settings
+// trainConfigFrom builds a run's configuration from the shared settings
 // and the recipe's flags.
-func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
+func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	cm := run.Common
-	p, err := PresetFrom(c, cm.Device, cm.VRAM)
+	p, err := presetFrom(c, cm.Device, cm.VRAM)
 	if err != nil {
 		return TrainConfig{}, recipes.Reword(err, run.FromFile)
 	}
@@ -252,7 +252,7 @@ func trainCommand() *cli.Command {
 				return err
 			}
 			defer run.Close()
-			cfg, err := TrainConfigFrom(c, run)
+			cfg, err := trainConfigFrom(c, run)
 			if err != nil {
 				return err
 			}
@@ -326,7 +326,7 @@ func testMemoryCommand() *cli.Command {
 			return err
 		}
 		defer run.Close()
-		cfg, err := TrainConfigFrom(c, run)
+		cfg, err := trainConfigFrom(c, run)
 		if err != nil {
 			return err
 		}
@@ -398,7 +398,7 @@ func memoryTableCommand() *cli.Command {
 			if err != nil {
 				return recipes.Usagef("--device: %v", err)
 			}
-			p, err := PresetFrom(c, dev, c.String("vram"))
+			p, err := presetFrom(c, dev, c.String("vram"))
 			if err != nil {
 				return err
 			}
@@ -417,8 +417,8 @@ func memoryTableCommand() *cli.Command {
 	}
 }
 
-// IsOOM reports whether err is an out-of-memory verdict of test-memory.
-func IsOOM(err error) bool {
+// isOOM reports whether err is an out-of-memory verdict of test-memory.
+func isOOM(err error) bool {
 	var o *OOMError
 	return errors.As(err, &o)
 }

@@ -22,7 +22,7 @@ func parseTrain(t *testing.T, device, line string) (TrainConfig, error) {
 	var got TrainConfig
 	var perr error
 	cmd.Action = func(c *cli.Context) error {
-		from, err := recipes.ApplyConfig(c, ConfigKeys)
+		from, err := recipes.ApplyConfig(c, configKeys)
 		if err != nil {
 			perr = err
 			return nil
@@ -36,7 +36,7 @@ func parseTrain(t *testing.T, device, line string) (TrainConfig, error) {
 		dev, err := torch.ParseDevice(device)
 		require.NoError(t, err)
 		cm.Device = dev
-		got, perr = TrainConfigFrom(c, &recipes.Run{Common: cm, FromFile: from})
+		got, perr = trainConfigFrom(c, &recipes.Run{Common: cm, FromFile: from})
 		return nil
 	}
 	recipes.Underscores([]*cli.Command{cmd})

@@ -117,7 +117,7 @@ func LoadSpecs(ctx context.Context, dir, split string, shape Shape, workers int)
 		}
 	}
 	if len(clips) == 0 {
-		return nil, &DataError{filepath.Join(dir, ManifestName), fmt.Errorf("no clips in split %q", split)}
+		return nil, &DataError{filepath.Join(dir, manifestName), fmt.Errorf("no clips in split %q", split)}
 	}
 	mel, err := NewMel(shape.Mels)
 	if err != nil {

@@ -187,7 +187,7 @@ func TestGenerateDeterministicAndResumable(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(before, after), "the same bytes")
 	// Another seed names other files.
-	other := PlanClips(GenerateConfig{Clips: 40, Seconds: 1, Seed: 4})
+	other := planClips(GenerateConfig{Clips: 40, Seconds: 1, Seed: 4})
 	require.NotEqual(t, clips[5].Path, other[5].Path)
 
 	_, err = Generate(context.Background(), GenerateConfig{OutDir: t.TempDir(), Clips: 2, Seconds: 1})

@@ -16,15 +16,15 @@ const SampleRate = 22050
 const (
 	NFFT = 2048
 	Hop  = 512
-	// TopDB is the dynamic range kept below each clip's loudest bin.
-	TopDB = 80
+	// topDB is the dynamic range kept below each clip's loudest bin.
+	topDB = 80
 )
 
-// FramesFor is the number of frames of a clip of seconds (center=True).
-func FramesFor(seconds float64) int64 { return 1 + int64(clipSamples(seconds))/Hop }
+// framesFor is the number of frames of a clip of seconds (center=True).
+func framesFor(seconds float64) int64 { return 1 + int64(clipSamples(seconds))/Hop }
 
-// SecondsFor is the shortest clip length giving frames.
-func SecondsFor(frames int64) float64 { return float64((frames-1)*Hop) / SampleRate }
+// secondsFor is the shortest clip length giving frames.
+func secondsFor(frames int64) float64 { return float64((frames-1)*Hop) / SampleRate }
 
 // Shape is a spectrogram's size: (1, Mels, Frames).
 type Shape struct{ Mels, Frames int64 }
@@ -65,7 +65,7 @@ func (m *Mel) Close() { m.spec.Close() }
 // clip must give at least frames frames.
 func (m *Mel) Compute(samples []float32, frames int64) (spec []float32, brightness float64, err error) {
 	if have := 1 + int64(len(samples))/Hop; have < frames {
-		return nil, 0, fmt.Errorf("%d samples give %d frames, fewer than %d (%.2f s at %d Hz)", len(samples), have, frames, SecondsFor(frames), SampleRate)
+		return nil, 0, fmt.Errorf("%d samples give %d frames, fewer than %d (%.2f s at %d Hz)", len(samples), have, frames, secondsFor(frames), SampleRate)
 	}
 	// Only the samples the frames need (plus the window's reach).
 	n := min(int64(len(samples)), (frames-1)*Hop+NFFT/2+1)
@@ -73,7 +73,7 @@ func (m *Mel) Compute(samples []float32, frames int64) (spec []float32, brightne
 		torch.NoGrad(func() {
 			torch.Tidy(func() {
 				mel := m.spec.Power(samples[:n], int(frames)) // (M, frames)
-				spec = audio.PowerToDB(mel, 1e-10, TopDB).DivScalar(TopDB / 2).AddScalar(1).Float32s()
+				spec = audio.PowerToDB(mel, 1e-10, topDB).DivScalar(topDB / 2).AddScalar(1).Float32s()
 			})
 		})
 	})

@@ -376,8 +376,8 @@ func trainable(m nn.Module) bool {
 	return false
 }
 
-// LayerPrefix is the state-dict prefix of encoder block i.
-func LayerPrefix(i int) string { return fmt.Sprintf("encoder.layers.encoder_layer_%d.", i) }
+// layerPrefix is the state-dict prefix of encoder block i.
+func layerPrefix(i int) string { return fmt.Sprintf("encoder.layers.encoder_layer_%d.", i) }
 
 // FreezeBackbone freezes everything but the final norm and the head
 // (encoder.ln, heads): where progressive unfreezing starts.
@@ -391,7 +391,7 @@ func (v *ViT) UnfreezeLayers(idx []int) error {
 		if i < 0 || i >= v.Cfg.Layers {
 			return fmt.Errorf("vit: no encoder layer %d (the model has %d: 0 to %d)", i, v.Cfg.Layers, v.Cfg.Layers-1)
 		}
-		nn.Unfreeze(v, LayerPrefix(i))
+		nn.Unfreeze(v, layerPrefix(i))
 	}
 	return nil
 }

@@ -61,8 +61,8 @@ const (
 	SplitTest  = "test"
 )
 
-// ManifestName is the manifest's file name in a data directory.
-const ManifestName = "clips.jsonl"
+// manifestName is the manifest's file name in a data directory.
+const manifestName = "clips.jsonl"
 
 // GenerateConfig configures Generate.
 type GenerateConfig struct {
@@ -82,16 +82,16 @@ type GenerateStats struct {
 	Elapsed              time.Duration
 }
 
-// MaxClips and MaxSeconds bound a data set's size.
+// MaxClips and maxSeconds bound a data set's size.
 const (
 	MaxClips   = 1 << 20
-	MaxSeconds = 600
+	maxSeconds = 600
 )
 
-// PlanClips returns the clips Generate makes: genre i mod 4, tempo, key
+// planClips returns the clips Generate makes: genre i mod 4, tempo, key
 // and mode drawn from PCG(seed, i), and the split by position: of every 40
 // clips (10 per genre), 4 are test, 4 valid, 32 train.
-func PlanClips(cfg GenerateConfig) []Clip {
+func planClips(cfg GenerateConfig) []Clip {
 	clips := make([]Clip, cfg.Clips)
 	for i := range clips {
 		g := Genres[i%len(Genres)]
@@ -133,8 +133,8 @@ func Generate(ctx context.Context, cfg GenerateConfig) (GenerateStats, error) {
 		return st, errors.New("data: --out is empty")
 	case cfg.Clips < len(Genres) || cfg.Clips > MaxClips:
 		return st, fmt.Errorf("data: --clips %d: want %d to %d (at least one per genre)", cfg.Clips, len(Genres), MaxClips)
-	case !(cfg.Seconds >= 1 && cfg.Seconds <= MaxSeconds):
-		return st, fmt.Errorf("data: --seconds %v: want 1 to %d", cfg.Seconds, MaxSeconds)
+	case !(cfg.Seconds >= 1 && cfg.Seconds <= maxSeconds):
+		return st, fmt.Errorf("data: --seconds %v: want 1 to %d", cfg.Seconds, maxSeconds)
 	}
 	if cfg.Sox == "" {
 		cfg.Sox = "sox"
@@ -145,7 +145,7 @@ func Generate(ctx context.Context, cfg GenerateConfig) (GenerateStats, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = runtime.NumCPU()
 	}
-	clips := PlanClips(cfg)
+	clips := planClips(cfg)
 	if err := os.MkdirAll(filepath.Join(cfg.OutDir, "clips"), 0o755); err != nil {
 		return st, fmt.Errorf("data: %w", err)
 	}
@@ -205,7 +205,7 @@ feed:
 	for _, c := range clips {
 		st.Counts[c.Split]++
 	}
-	if err := WriteManifest(filepath.Join(cfg.OutDir, ManifestName), clips); err != nil {
+	if err := WriteManifest(filepath.Join(cfg.OutDir, manifestName), clips); err != nil {
 		return st, err
 	}
 	st.Elapsed = time.Since(start)
@@ -495,7 +495,7 @@ func (*DataError) UserError() {}
 
 // ReadManifest reads a data directory's manifest.
 func ReadManifest(dir string) ([]Clip, error) {
-	path := filepath.Join(dir, ManifestName)
+	path := filepath.Join(dir, manifestName)
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, &DataError{path, fmt.Errorf("%w (make one with: torchfit ganvit data --out %s)", err, dir)}

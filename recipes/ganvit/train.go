@@ -768,7 +768,7 @@ func (r *run) trainClassifier(ctx context.Context, res *Result) error {
 	steps, skip := 0, r.meta.Batch
 	for epoch := r.meta.Epochs + 1; epoch <= cfg.Epochs; epoch++ {
 		if ls, ok := cfg.Unfreeze[epoch-1]; ok {
-			before := StateBytes(cls.Opt)
+			before := stateBytes(cls.Opt)
 			if err := r.vit.UnfreezeLayers(ls); err != nil {
 				return &recipes.UsageError{Err: err}
 			}

@@ -88,7 +88,7 @@ func TestFrozenLayersHoldNoGradsNorState(t *testing.T) {
 		for _, p := range nn.Parameters(v) {
 			require.Nil(t, p.T.Grad(), "gradients set to none after the step")
 		}
-		return st.Allocated - base, StateBytes(c.Opt), st.PeakAllocated - base, c
+		return st.Allocated - base, stateBytes(c.Opt), st.PeakAllocated - base, c
 	}
 	heldAll, stateAll, peakAll, call := measure(nil)
 	defer func() { call.Free(); nn.Free(call.V) }()
@@ -126,5 +126,5 @@ func TestFrozenLayersHoldNoGradsNorState(t *testing.T) {
 	defer b.Free()
 	_, err := cf.Step(b)
 	require.NoError(t, err)
-	require.Equal(t, stateF+2*layer, StateBytes(cf.Opt))
+	require.Equal(t, stateF+2*layer, stateBytes(cf.Opt))
 }

@@ -137,7 +137,7 @@ func TestViTGradientsMatchTorchvision(t *testing.T) {
 			for _, p := range nn.Parameters(v) {
 				g := p.T.Grad()
 				frozen := tc.freeze && !(p.Name == "encoder.ln.weight" || p.Name == "encoder.ln.bias" ||
-					p.Name == "heads.head.weight" || p.Name == "heads.head.bias" || hasPrefix(p.Name, LayerPrefix(1)))
+					p.Name == "heads.head.weight" || p.Name == "heads.head.bias" || hasPrefix(p.Name, layerPrefix(1)))
 				if frozen {
 					require.Nil(t, g, "%s is frozen: no gradient", p.Name)
 					continue

@@ -20,7 +20,7 @@ import (
 // data|train|eval|generate|estimate.
 // spec declares the recipe's train commands: its config-file keys, and
 // why it trains in one process.
-var spec = recipes.Spec{Name: "mamba", Keys: Keys, OneProcess: "its training step does not all-reduce gradients"}
+var spec = recipes.Spec{Name: "mamba", Keys: keys, OneProcess: "its training step does not all-reduce gradients"}
 
 type Recipe struct{}
 
@@ -71,9 +71,9 @@ func dataCommand() *cli.Command {
 	}
 }
 
-// Keys maps the seed's config-file keys to flags where the key's last part
+// keys maps the seed's config-file keys to flags where the key's last part
 // alone would be ambiguous or differently named.
-var Keys = map[string]string{
+var keys = map[string]string{
 	"model.max_seq_len":               "model-max-seq-len",
 	"vram.max_seq_len":                "max-seq-len",
 	"vram.use_fp16":                   "use-fp16",
@@ -112,10 +112,10 @@ func trainFlags() []cli.Flag {
 	)
 }
 
-// TrainConfigFrom resolves a train (or estimate) command's settings: the
+// trainConfigFrom resolves a train (or estimate) command's settings: the
 // defaults, then --model_size, --vram and --training_preset, then the
 // --config file and the command line (which override the presets).
-func TrainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
+func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	cm := run.Common
 	vramName := cm.VRAM
 	if vramName == "" && cm.Config == "" {
@@ -262,7 +262,7 @@ func trainCommand() *cli.Command {
 				return err
 			}
 			defer run.Close()
-			cfg, err := TrainConfigFrom(c, run)
+			cfg, err := trainConfigFrom(c, run)
 			if err != nil {
 				return err
 			}
@@ -271,7 +271,7 @@ func trainCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				PrintEstimate(os.Stdout, rows, true)
+				printEstimate(os.Stdout, rows, true)
 				return nil
 			}
 			res, err := Train(run.Ctx, cfg)
@@ -419,9 +419,9 @@ func estimateCommand() *cli.Command {
 			defer run.Close()
 			var presets []EstimatePreset
 			if c.Bool("all") || (run.Config == "" && run.VRAM == "" && !c.IsSet("model-size")) {
-				presets = GuidePresets()
+				presets = guidePresets()
 			} else {
-				cfg, err := TrainConfigFrom(c, run)
+				cfg, err := trainConfigFrom(c, run)
 				if err != nil {
 					return err
 				}
@@ -444,7 +444,7 @@ func estimateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			PrintEstimate(os.Stdout, rows, run.DryRun)
+			printEstimate(os.Stdout, rows, run.DryRun)
 			return nil
 		},
 	}

@@ -24,7 +24,7 @@ func resolve(t *testing.T, line string) TrainConfig {
 			return err
 		}
 		defer run.Close()
-		got, err = TrainConfigFrom(c, run)
+		got, err = trainConfigFrom(c, run)
 		return err
 	}
 	recipes.Underscores([]*cli.Command{cmd})

@@ -72,9 +72,9 @@ type Meta struct {
 
 // The files of a data directory: uint16 little-endian token ids.
 const (
-	TrainFile = "train.bin"
-	ValidFile = "valid.bin"
-	MetaFile  = "meta.json"
+	trainFile = "train.bin"
+	validFile = "valid.bin"
+	metaFile  = "meta.json"
 )
 
 // DataConfig is `torchfit mamba data`.
@@ -172,8 +172,8 @@ func BuildData(ctx context.Context, cfg DataConfig) (DataStats, error) {
 	if cfg.ValidFraction <= 0 || cfg.ValidFraction >= 1 || math.IsNaN(cfg.ValidFraction) {
 		return st, dataErrorf("mamba: --valid-fraction %v: must be in (0, 1)", cfg.ValidFraction)
 	}
-	if _, err := os.Stat(filepath.Join(cfg.Out, MetaFile)); err == nil && !cfg.Overwrite {
-		return st, dataErrorf("mamba: %s already holds a corpus (%s): pass --overwrite to rebuild it", cfg.Out, MetaFile)
+	if _, err := os.Stat(filepath.Join(cfg.Out, metaFile)); err == nil && !cfg.Overwrite {
+		return st, dataErrorf("mamba: %s already holds a corpus (%s): pass --overwrite to rebuild it", cfg.Out, metaFile)
 	}
 	var lines []string
 	var err error
@@ -220,14 +220,14 @@ func BuildData(ctx context.Context, cfg DataConfig) (DataStats, error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return st, &DataError{fmt.Errorf("mamba: --out: %w", err)}
 	}
-	if err := writeTokens(filepath.Join(cfg.Out, TrainFile), train); err != nil {
+	if err := writeTokens(filepath.Join(cfg.Out, trainFile), train); err != nil {
 		return st, err
 	}
-	if err := writeTokens(filepath.Join(cfg.Out, ValidFile), valid); err != nil {
+	if err := writeTokens(filepath.Join(cfg.Out, validFile), valid); err != nil {
 		return st, err
 	}
 	js, _ := json.MarshalIndent(m, "", "  ")
-	if err := writeOut(filepath.Join(cfg.Out, MetaFile), append(js, '\n')); err != nil {
+	if err := writeOut(filepath.Join(cfg.Out, metaFile), append(js, '\n')); err != nil {
 		return st, err
 	}
 	st.Meta, st.Elapsed = m, time.Since(start)
@@ -392,15 +392,15 @@ func (t *Tokens) Close() error {
 // ReadMeta reads dir/meta.json.
 func ReadMeta(dir string) (Meta, error) {
 	var m Meta
-	raw, err := os.ReadFile(filepath.Join(dir, MetaFile))
+	raw, err := os.ReadFile(filepath.Join(dir, metaFile))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return m, dataErrorf("mamba: no corpus in %s (%s missing): create one with `torchfit mamba data --out %s`", dir, MetaFile, dir)
+			return m, dataErrorf("mamba: no corpus in %s (%s missing): create one with `torchfit mamba data --out %s`", dir, metaFile, dir)
 		}
 		return m, &DataError{fmt.Errorf("mamba: %w", err)}
 	}
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return m, dataErrorf("mamba: %s: %v", filepath.Join(dir, MetaFile), err)
+		return m, dataErrorf("mamba: %s: %v", filepath.Join(dir, metaFile), err)
 	}
 	if m.Tokenizer != TokenizerName || m.VocabSize != VocabSize {
 		return m, dataErrorf("mamba: %s was tokenised with %s (%d tokens), not %s (%d)", dir, m.Tokenizer, m.VocabSize, TokenizerName, VocabSize)

@@ -16,7 +16,7 @@
 //     memory-mapped by training (OpenTokens), with a held-out tail and a
 //     unigram baseline.
 //   - Settings (presets.go, cli.go): ModelSizes, VRAMPresets (the guide's
-//     "Recommended Settings by GPU"), TrainingPresets; TrainConfigFrom
+//     "Recommended Settings by GPU"), TrainingPresets; the train command
 //     resolves presets, the --config file's model/vram/training sections and
 //     flags; bad values are *recipes.ConfigError (exit status 2).
 //   - Train (train.go) on the training core (train.New, train.Fit): AdamW

@@ -41,10 +41,10 @@ func presetOf(name string, c TrainConfig) EstimatePreset {
 		Checkpointing: c.GradCheckpointing, Offload: c.CPUOffload}
 }
 
-// GuidePresets are the guide's "Recommended Settings by GPU" rows (its
+// guidePresets are the guide's "Recommended Settings by GPU" rows (its
 // custom 16 GB medium row is config_16gb_safe.json: the small model at
 // 1 × 256) and the CPU preset.
-func GuidePresets() []EstimatePreset {
+func guidePresets() []EstimatePreset {
 	var out []EstimatePreset
 	for _, name := range []string{"cpu", "8gb", "12gb", "16gb", "24gb"} {
 		v := VRAMPresets[name]
@@ -230,8 +230,8 @@ func availableBytes() int64 {
 	return 8 << 30
 }
 
-// PrintEstimate writes the table.
-func PrintEstimate(w io.Writer, rows []EstimateRow, measured bool) {
+// printEstimate writes the table.
+func printEstimate(w io.Writer, rows []EstimateRow, measured bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "preset\tmodel\tparams\tbatch × seq\tprecision\tckpt\tweights\tgradients\toptimizer\tactivations\tformula total\t"
 	if measured {
@@ -329,7 +329,7 @@ func Formula(c ModelConfig, batch, seq int, p amp.Precision, checkpointing bool,
 	// it to the accumulated one. (Three is what the counting allocator
 	// shows: 3.2 × v·d·4 bytes of the step's peak at widths 128 and 256,
 	// TestFormulaMatchesMeasured.)
-	head := T*d*f32*3 + T*f32 + T*d*f32 + HeadChunkElems*f32 + 3*v*d*f32
+	head := T*d*f32*3 + T*f32 + T*d*f32 + headChunkElems*f32 + 3*v*d*f32
 	if p != amp.FP32 {
 		// The autocast cache: low-precision copies of every weight used by
 		// a matmul (the whole model, the tied embedding through the head).

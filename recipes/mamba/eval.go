@@ -148,7 +148,7 @@ func evaluate(cfg EvalConfig) (EvalResult, error) {
 		}
 		m.Scan = s
 	}
-	toks, err := OpenTokens(filepath.Join(cfg.Data, ValidFile), VocabSize)
+	toks, err := OpenTokens(filepath.Join(cfg.Data, validFile), VocabSize)
 	if err != nil {
 		return r, err
 	}

@@ -366,10 +366,10 @@ func (m *LM) Loss(ids, targets *torch.Tensor, ls float64) *torch.Tensor {
 	return loss
 }
 
-// HeadChunkElems bounds one chunk's logits in HeadLoss (4 Mi values: 16
+// headChunkElems bounds one chunk's logits in HeadLoss (4 Mi values: 16
 // MiB in float32, under glibc's largest mmap threshold, so chunks reuse
 // heap memory instead of faulting in fresh pages each step).
-const HeadChunkElems = 4 << 20
+const headChunkElems = 4 << 20
 
 // HeadLoss is the mean cross-entropy, with label smoothing ls, of logits
 // h·Wᵀ (h: tokens × d, W: classes × d) against targets (tokens), computed
@@ -383,7 +383,7 @@ const HeadChunkElems = 4 << 20
 func HeadLoss(h, W, targets *torch.Tensor, ls float64, chunk int64) *torch.Tensor {
 	tokens, classes := h.Size(0), W.Size(0)
 	if chunk <= 0 {
-		chunk = max(1, HeadChunkElems/classes)
+		chunk = max(1, headChunkElems/classes)
 	}
 	grad := torch.GradEnabled() && (h.RequiresGrad() || W.RequiresGrad())
 	var gh, gW *torch.Tensor

@@ -249,12 +249,12 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	trainToks, err := OpenTokens(filepath.Join(cfg.Data, TrainFile), VocabSize)
+	trainToks, err := OpenTokens(filepath.Join(cfg.Data, trainFile), VocabSize)
 	if err != nil {
 		return res, err
 	}
 	defer trainToks.Close()
-	validToks, err := OpenTokens(filepath.Join(cfg.Data, ValidFile), VocabSize)
+	validToks, err := OpenTokens(filepath.Join(cfg.Data, validFile), VocabSize)
 	if err != nil {
 		return res, err
 	}

@@ -12,13 +12,13 @@ import (
 
 // The audio front end: 16 kHz, 1024-point FFT (64 ms Hann window), a frame
 // every 256 samples (16 ms, 62.5 frames a second), 80 HTK mel bins from 0
-// Hz to 8 kHz, natural log of the mel power floored at MelFloor.
+// Hz to 8 kHz, natural log of the mel power floored at melFloor.
 const (
 	SampleRate = speech.SampleRate
 	NFFT       = 1024
 	Hop        = 256
 	NMels      = 80
-	MelFloor   = 1e-5
+	melFloor   = 1e-5
 )
 
 // melConfig is the front end's mel spectrogram: an HTK filterbank from 0
@@ -66,7 +66,7 @@ func (m *Mel) LogMel(samples []float32) (*torch.Tensor, error) {
 	}
 	var out *torch.Tensor
 	err := torch.Try(func() {
-		out = torch.TidyTensor(func() *torch.Tensor { return audio.LogClamped(m.spec.Power(samples, 0), MelFloor) })
+		out = torch.TidyTensor(func() *torch.Tensor { return audio.LogClamped(m.spec.Power(samples, 0), melFloor) })
 	})
 	return out, err
 }
@@ -91,8 +91,8 @@ func (m *Mel) istft(spec *torch.Tensor, length int64) *torch.Tensor {
 	})
 }
 
-// NNLSIters is the number of multiplicative updates Magnitude makes.
-const NNLSIters = 32
+// nNLSIters is the number of multiplicative updates Magnitude makes.
+const nNLSIters = 32
 
 // Magnitude turns a log-mel spectrogram (T, NMels) into a linear magnitude
 // spectrogram (NFFT/2+1, T): the non-negative power spectrum P whose mel
@@ -110,7 +110,7 @@ func (m *Mel) Magnitude(logmel *torch.Tensor) *torch.Tensor {
 		num := mel.Matmul(fbank.T())
 		gram := fbank.Matmul(fbank.T()) // (F, F)
 		p := mel.Matmul(m.pinv).ClampMin(1e-8)
-		for range NNLSIters {
+		for range nNLSIters {
 			p = p.Mul(num).Div(p.Matmul(gram).AddScalar(1e-12))
 		}
 		return p.Sqrt().T().Contiguous()
@@ -126,7 +126,7 @@ func (m *Mel) GriffinLim(mag *torch.Tensor, iters int, length int64, init *torch
 	const momentum = 0.99
 	return torch.TidyTensor(func() *torch.Tensor {
 		if init == nil {
-			init = RandomPhases(mag.Size(0), mag.Size(1), seed)
+			init = randomPhases(mag.Size(0), mag.Size(1), seed)
 		}
 		mag3 := mag.Unsqueeze(-1)
 		angles := init
@@ -146,9 +146,9 @@ func (m *Mel) GriffinLim(mag *torch.Tensor, iters int, length int64, init *torch
 	})
 }
 
-// RandomPhases returns (F, T, 2) unit complex numbers with phases uniform
+// randomPhases returns (F, T, 2) unit complex numbers with phases uniform
 // in [0, 2π), drawn from seed (Go's PCG, so Python can be given the same).
-func RandomPhases(f, t int64, seed uint64) *torch.Tensor {
+func randomPhases(f, t int64, seed uint64) *torch.Tensor {
 	r := rand.New(rand.NewPCG(seed, 0x9a5e))
 	v := make([]float32, f*t*2)
 	for i := 0; i < len(v); i += 2 {
@@ -188,4 +188,4 @@ func (m *Mel) vocode(logmel *torch.Tensor, iters int, seed uint64) []float32 {
 }
 
 // logFloor is the log-mel of silence.
-func logFloor() float64 { return math.Log(MelFloor) }
+func logFloor() float64 { return math.Log(melFloor) }

@@ -50,7 +50,7 @@ func TestAudioMatchesPython(t *testing.T) {
 		lm = l.Float32s()
 		mg := m.Magnitude(l)
 		mag = mg.Float32s()
-		init := RandomPhases(NFFT/2+1, frames, 5)
+		init := randomPhases(NFFT/2+1, frames, 5)
 		initPh = init.Float32s()
 		wav = m.GriffinLim(mg, iters, int64(len(x)), init, 0).Float32s()
 	})

@@ -20,7 +20,7 @@ import (
 // data|train-codec|train|say|memory-test|eval.
 // spec declares the recipe's train commands: its config-file keys, and
 // why it trains in one process.
-var spec = recipes.Spec{Name: "tts", Keys: ConfigKeys, OneProcess: "its codec and GPT steps do not all-reduce gradients"}
+var spec = recipes.Spec{Name: "tts", Keys: configKeys, OneProcess: "its codec and GPT steps do not all-reduce gradients"}
 
 type Recipe struct {
 	// Transcribe scores `tts eval`'s speech with its --asr checkpoint
@@ -41,10 +41,10 @@ func (r Recipe) Commands() []*cli.Command {
 	return []*cli.Command{dataCommand(), trainCodecCommand(), trainCommand(), sayCommand(), evalCommand(r.Transcribe), memoryTestCommand()}
 }
 
-// ConfigKeys maps the seed's config.yaml keys to flags. Other keys whose
+// configKeys maps the seed's config.yaml keys to flags. Other keys whose
 // last part is a flag's name (training.learning_rate, training.epochs)
 // are read too; any other key is an error naming it.
-var ConfigKeys = map[string]string{
+var configKeys = map[string]string{
 	"training.batch_size":                  "micro-batch",
 	"training.gradient_accumulation_steps": "grad-accum",
 	"training.enable_memory_cleanup":       "memory-cleanup",
@@ -86,7 +86,7 @@ func trainCodecCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "train-codec",
 		Usage: "train (or resume) the VQ-VAE codec over log-mel frames",
-		Flags: append(append(recipes.Flags(CodecDefaults), dataFlags()...),
+		Flags: append(append(recipes.Flags(codecDefaults), dataFlags()...),
 			&cli.Int64Flag{Name: "channels", Value: def.Channels, Usage: "convolution width"},
 			&cli.Int64Flag{Name: "codes", Value: def.Codes, Usage: "codebook entries"},
 			&cli.Int64Flag{Name: "code-dim", Value: def.CodeDim, Usage: "codebook vector size"},

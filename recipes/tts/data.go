@@ -38,12 +38,12 @@ type DataConfig struct {
 	Espeak       string // espeak-ng binary
 }
 
-// DefaultHeldOutVoice is the voice no training utterance uses.
-const DefaultHeldOutVoice = "mr+f4"
+// defaultHeldOutVoice is the voice no training utterance uses.
+const defaultHeldOutVoice = "mr+f4"
 
 // DefaultDataConfig returns 4,000 utterances in data/tts, mr+f4 held out.
 func DefaultDataConfig() DataConfig {
-	return DataConfig{OutDir: "data/tts", Utterances: 4000, Seed: 1, HeldOutVoice: DefaultHeldOutVoice, Espeak: "espeak-ng"}
+	return DataConfig{OutDir: "data/tts", Utterances: 4000, Seed: 1, HeldOutVoice: defaultHeldOutVoice, Espeak: "espeak-ng"}
 }
 
 // DataStats is what Generate did.
@@ -65,7 +65,7 @@ func Generate(ctx context.Context, cfg DataConfig) (DataStats, error) {
 		return st, fmt.Errorf("tts data: need an output directory and a positive number of utterances")
 	}
 	if cfg.HeldOutVoice == "" {
-		cfg.HeldOutVoice = DefaultHeldOutVoice
+		cfg.HeldOutVoice = defaultHeldOutVoice
 	}
 	if cfg.Espeak == "" {
 		cfg.Espeak = "espeak-ng"
@@ -110,7 +110,7 @@ func Generate(ctx context.Context, cfg DataConfig) (DataStats, error) {
 	if err != nil {
 		return st, err
 	}
-	if err := atomicfile.WriteFile(filepath.Join(cfg.OutDir, PhonemesFile), b); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(cfg.OutDir, phonemesFile), b); err != nil {
 		return st, err
 	}
 	if st.Frames, err = BuildFeatureCache(cfg.OutDir); err != nil {
@@ -120,15 +120,15 @@ func Generate(ctx context.Context, cfg DataConfig) (DataStats, error) {
 	return st, nil
 }
 
-// PhonemesFile maps each sentence of the corpus to its phonemes.
-const PhonemesFile = "phonemes.json"
+// phonemesFile maps each sentence of the corpus to its phonemes.
+const phonemesFile = "phonemes.json"
 
 // PhonemeVoice is the espeak-ng voice whose phonemes the texts get: the
 // corpus's voices are all Marathi variants (see package speech).
 const PhonemeVoice = "mr"
 
-// WordSep is the token between words (and clauses).
-const WordSep = "_"
+// wordSep is the token between words (and clauses).
+const wordSep = "_"
 
 // Phonemise returns espeak-ng's phonemes for each distinct text, as
 // space-separated tokens with WordSep between words (see Phonemes).
@@ -193,7 +193,7 @@ func Phonemes(ctx context.Context, espeak, text string) (string, error) {
 				continue
 			}
 			if len(toks) > 0 {
-				toks = append(toks, WordSep)
+				toks = append(toks, wordSep)
 			}
 			toks = append(toks, f...)
 		}
@@ -209,13 +209,13 @@ var ErrEmptyText = errors.New("tts: empty text")
 
 // readPhonemes reads a corpus's phonemes.json.
 func readPhonemes(dir string) (map[string]string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, PhonemesFile))
+	b, err := os.ReadFile(filepath.Join(dir, phonemesFile))
 	if err != nil {
 		return nil, fmt.Errorf("tts: no phonemes in %s (run `torchfit tts data --out %s`): %w", dir, dir, err)
 	}
 	var m map[string]string
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("tts: %s: %w", filepath.Join(dir, PhonemesFile), err)
+		return nil, fmt.Errorf("tts: %s: %w", filepath.Join(dir, phonemesFile), err)
 	}
 	return m, nil
 }
@@ -324,7 +324,7 @@ func LoadCorpus(dir, split string, store *FeatureStore, vocab *Vocab, seed uint6
 		}
 		p, ok := ph[u.Text]
 		if !ok {
-			return nil, fmt.Errorf("tts: %s has no phonemes for %q: run `torchfit tts data --out %s` again", PhonemesFile, u.Text, dir)
+			return nil, fmt.Errorf("tts: %s has no phonemes for %q: run `torchfit tts data --out %s` again", phonemesFile, u.Text, dir)
 		}
 		c.Phonemes = append(c.Phonemes, p)
 		if vocab != nil {
@@ -387,7 +387,7 @@ func (c *Corpus) refMel(i int) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v[:min(len(v), CondFrames*NMels)], nil
+	return v[:min(len(v), condFrames*NMels)], nil
 }
 
 // Dataset returns the GPT's training samples: "mel" (T, NMels), "cond"

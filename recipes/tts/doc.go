@@ -1,7 +1,7 @@
 // Package tts is torchfit's XTTS-style text-to-speech recipe, at a size
 // that trains on a CPU: `torchfit tts data|train-codec|train|say|eval|
 // memory-test`, with the seed's (MyXTTS's) controls — config.yaml's
-// training/data/model keys (ConfigKeys), micro-batch 4 × accumulation 8,
+// training/data/model keys, micro-batch 4 × accumulation 8,
 // --auto-batch (the seed's find_optimal_batch_size), gradient
 // checkpointing, a memory cap, and the memory test of
 // test_memory_optimization.py.

@@ -19,12 +19,12 @@ import (
 )
 
 // The feature cache of a corpus: every utterance's log-mel frames, float32
-// little-endian, one after another in MelsFile, described by FeaturesFile
+// little-endian, one after another in melsFile, described by featuresFile
 // (where each utterance starts, its frames, and the training split's
 // per-bin mean and standard deviation, which every model normalises with).
 const (
-	MelsFile     = "mels.f32"
-	FeaturesFile = "features.json"
+	melsFile     = "mels.f32"
+	featuresFile = "features.json"
 )
 
 // FeatureIndex is FeaturesFile.
@@ -63,13 +63,13 @@ func buildFeatureCache(dir string) (int, error) {
 		return 0, err
 	}
 	defer mel.Close()
-	tmp, err := atomicfile.Create(filepath.Join(dir, MelsFile))
+	tmp, err := atomicfile.Create(filepath.Join(dir, melsFile))
 	if err != nil {
 		return 0, err
 	}
 	defer tmp.Close()
 	w := bufio.NewWriterSize(tmp, 1<<20)
-	idx := FeatureIndex{SampleRate: SampleRate, NFFT: NFFT, Hop: Hop, NMels: NMels, Floor: MelFloor, Items: map[string][]FeatureItem{}}
+	idx := FeatureIndex{SampleRate: SampleRate, NFFT: NFFT, Hop: Hop, NMels: NMels, Floor: melFloor, Items: map[string][]FeatureItem{}}
 	var off int64
 	sum := make([]float64, NMels)
 	sq := make([]float64, NMels)
@@ -129,7 +129,7 @@ func buildFeatureCache(dir string) (int, error) {
 	if err := tmp.Commit(); err != nil {
 		return 0, err
 	}
-	return int(off), atomicfile.WriteFile(filepath.Join(dir, FeaturesFile), b)
+	return int(off), atomicfile.WriteFile(filepath.Join(dir, featuresFile), b)
 }
 
 // FeatureStore reads utterances' frames from the cache: through a read-only
@@ -148,20 +148,20 @@ var ErrNoFeatures = errors.New("tts: no feature cache")
 
 // OpenFeatures opens a corpus's feature cache.
 func OpenFeatures(dir string, mmap bool) (*FeatureStore, error) {
-	b, err := os.ReadFile(filepath.Join(dir, FeaturesFile))
+	b, err := os.ReadFile(filepath.Join(dir, featuresFile))
 	if err != nil {
 		return nil, fmt.Errorf("%w in %s (run `torchfit tts data --out %s`): %v", ErrNoFeatures, dir, dir, err)
 	}
 	s := &FeatureStore{}
 	if err := json.Unmarshal(b, &s.Index); err != nil {
-		return nil, fmt.Errorf("tts: %s: %w", filepath.Join(dir, FeaturesFile), err)
+		return nil, fmt.Errorf("tts: %s: %w", filepath.Join(dir, featuresFile), err)
 	}
 	ix := s.Index
 	if ix.SampleRate != SampleRate || ix.NFFT != NFFT || ix.Hop != Hop || ix.NMels != NMels || len(ix.Mean) != NMels || len(ix.Std) != NMels {
 		return nil, fmt.Errorf("tts: %s was written with other settings (rate %d, n_fft %d, hop %d, %d mels): run `torchfit tts data --out %s` again",
-			filepath.Join(dir, FeaturesFile), ix.SampleRate, ix.NFFT, ix.Hop, ix.NMels, dir)
+			filepath.Join(dir, featuresFile), ix.SampleRate, ix.NFFT, ix.Hop, ix.NMels, dir)
 	}
-	if s.f, err = os.Open(filepath.Join(dir, MelsFile)); err != nil {
+	if s.f, err = os.Open(filepath.Join(dir, melsFile)); err != nil {
 		return nil, fmt.Errorf("%w in %s: %v", ErrNoFeatures, dir, err)
 	}
 	st, err := s.f.Stat()
@@ -175,14 +175,14 @@ func OpenFeatures(dir string, mmap bool) (*FeatureStore, error) {
 			if it.Frames <= 0 || it.Offset < 0 || (it.Offset+int64(it.Frames))*NMels*4 > s.size {
 				s.f.Close()
 				return nil, fmt.Errorf("tts: %s: %s item %s lies outside %s (%d bytes): run `torchfit tts data --out %s` again",
-					FeaturesFile, sp, it.ID, MelsFile, s.size, dir)
+					featuresFile, sp, it.ID, melsFile, s.size, dir)
 			}
 		}
 	}
 	if mmap && s.size > 0 {
 		if s.mm, err = syscall.Mmap(int(s.f.Fd()), 0, int(s.size), syscall.PROT_READ, syscall.MAP_SHARED); err != nil {
 			s.f.Close()
-			return nil, fmt.Errorf("tts: mmap %s: %w", MelsFile, err)
+			return nil, fmt.Errorf("tts: mmap %s: %w", melsFile, err)
 		}
 	}
 	return s, nil
@@ -210,7 +210,7 @@ func (s *FeatureStore) Frames(it FeatureItem) ([]float32, error) {
 	if s.mm != nil {
 		copy(dst, s.mm[off:off+int64(n*4)])
 	} else if _, err := s.f.ReadAt(dst, off); err != nil {
-		return nil, fmt.Errorf("tts: read %s: %w", MelsFile, err)
+		return nil, fmt.Errorf("tts: read %s: %w", melsFile, err)
 	}
 	if !littleEndian {
 		for i := range out {

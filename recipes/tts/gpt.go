@@ -170,8 +170,8 @@ func newCondEncoder(c GPTConfig) *CondEncoder {
 	return e
 }
 
-// CondFrames is the longest reference clip used (6 s); longer clips are cut.
-const CondFrames = 375
+// condFrames is the longest reference clip used (6 s); longer clips are cut.
+const condFrames = 375
 
 // Forward returns latents (B, CondLatents, D) of mels (B, T, NMels) with
 // lengths lens (nil: all T).

@@ -9,8 +9,8 @@ var Defaults = recipes.Defaults{
 	CheckpointDir: "checkpoints/tts", CheckpointEvery: 200, Workers: 1, Prefetch: 2, MemoryEvery: 100,
 }
 
-// CodecDefaults train the codec on crops: batch 16, 20 epochs.
-var CodecDefaults = recipes.Defaults{
+// codecDefaults train the codec on crops: batch 16, 20 epochs.
+var codecDefaults = recipes.Defaults{
 	Data: "data/tts", MicroBatch: 16, Accum: 1, Precision: "no", Epochs: 20, LR: 1e-3, Warmup: 100, ClipNorm: 1,
 	CheckpointDir: "checkpoints/codec", CheckpointEvery: 500, Workers: 1, Prefetch: 2, MemoryEvery: 200,
 }

@@ -52,7 +52,7 @@ func (o SampleOptions) Validate() error {
 // cut.
 func (m *Model) Latents(ref *torch.Tensor) *torch.Tensor {
 	return torch.TidyTensor(func() *torch.Tensor {
-		r := ref.Narrow(0, 0, min(ref.Size(0), CondFrames)).Unsqueeze(0)
+		r := ref.Narrow(0, 0, min(ref.Size(0), condFrames)).Unsqueeze(0)
 		return m.GPT.Cond.Forward(r, nil)
 	})
 }
@@ -180,8 +180,8 @@ type SayConfig struct {
 	Espeak     string // espeak-ng binary
 }
 
-// MinReference is the shortest reference clip accepted, in seconds.
-const MinReference = 0.5
+// minReference is the shortest reference clip accepted, in seconds.
+const minReference = 0.5
 
 // ReferenceError is a reference clip that cannot condition a voice: not
 // audio, or too short.
@@ -228,8 +228,8 @@ func ReadReference(path string) ([]float32, error) {
 		}
 		return nil, &ReferenceError{path, err}
 	}
-	if s := float64(len(x)) / SampleRate; s < MinReference {
-		return nil, &ReferenceError{path, fmt.Errorf("%.2f s long; a speaker needs at least %.1f s", s, MinReference)}
+	if s := float64(len(x)) / SampleRate; s < minReference {
+		return nil, &ReferenceError{path, fmt.Errorf("%.2f s long; a speaker needs at least %.1f s", s, minReference)}
 	}
 	return x, nil
 }

@@ -76,7 +76,7 @@ func TestTrainLearnsAndSpeaks(t *testing.T) {
 	require.NotEmpty(t, sr.Phonemes)
 	require.Positive(t, sr.Codes+btoi(sr.Stopped))
 	x, err := ReadReference(wav)
-	if sr.Seconds >= MinReference {
+	if sr.Seconds >= minReference {
 		require.NoError(t, err)
 		require.InDelta(t, sr.Seconds, float64(len(x))/SampleRate, 1e-9)
 	}
