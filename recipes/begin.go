@@ -14,6 +14,7 @@ type Session struct {
 	// Precision is the resolved --mixed-precision and why (auto: what the
 	// device computes natively).
 	Precision amp.Choice
+	cm        Common
 	events    train.Sink
 	undo      []func()
 }
@@ -37,7 +38,7 @@ func Begin(cm Common, events train.Sink) (*Session, error) {
 	if err != nil {
 		return nil, &ConfigError{Field: "mixed-precision", Value: cm.Precision, Err: err}
 	}
-	s := &Session{Precision: prec, events: events}
+	s := &Session{Precision: prec, cm: cm, events: events}
 	if err := s.capMemory(cm); err != nil {
 		return nil, err
 	}

@@ -185,6 +185,18 @@ func (t *Trainer) Engine() *Engine { return t.engine }
 // out-of-memory adaptation).
 func (t *Trainer) MicroBatch() int { return t.engine.MicroBatch() }
 
+// EffectiveBatch is the samples per optimizer step (Config.EffectiveBatch):
+// what the loader's batches hold. It never changes.
+func (t *Trainer) EffectiveBatch() int { return t.cfg.EffectiveBatch() }
+
+// Accum returns the micro-batches per optimizer step now: Config.Accum,
+// or more once an out-of-memory error halved the micro-batch (the
+// effective batch divided by the micro-batch, rounded up).
+func (t *Trainer) Accum() int {
+	e, m := t.cfg.EffectiveBatch(), t.MicroBatch()
+	return (e + m - 1) / m
+}
+
 // SetMicroBatch sets the micro-batch (resuming a run that had adapted).
 func (t *Trainer) SetMicroBatch(n int) { t.engine.SetMicroBatch(n) }
 

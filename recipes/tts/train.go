@@ -2,7 +2,6 @@ package tts
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -16,7 +15,6 @@ import (
 	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
-	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/train"
 )
 
@@ -180,74 +178,66 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	defer sched.Free()
 	usage := newCodeUsage(ccfg.Codes)
 	defer usage.free()
-	tr2, err := train.New(c, opt, func(b *data.Batch) *torch.Tensor {
-		l := c.Loss(b.Fields["mel"])
-		usage.observe(l.Codes, l.Z)
-		return l.Total
-	}, train.Config{MicroBatch: cfg.MicroBatch, Accum: cfg.Accum, Device: cfg.Device, Precision: precision.Precision,
-		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery, Events: cfg.Events, MaxNonFinite: cfg.MaxNonFinite})
-	if err != nil {
-		return res, err
-	}
-	tr2.Sched = sched
-	tr2.OnStep = func(si train.StepInfo) {
-		if si.Step%restartEvery == 0 {
-			if n := usage.restart(c); n > 0 {
-				cfg.logf("step %d: %d unused codes restarted from encoder outputs", si.Step, n)
-			}
-		}
-	}
 	cfg.logf("precision %s; %d optimizer steps of %d crops of %d frames", precision, total, cfg.EffectiveBatch(), cfg.CropFrames)
 	validSet := va.CropDataset(cfg.CropFrames)
 	evaluate := func() (Scores, error) { return scoreCodec(c, validSet, cfg.Device) }
-	start := func() error {
-		if cfg.Resume == "" {
-			s, err := evaluate()
-			if err != nil {
-				return err
+	return fitRun(ctx, session, tr, recipes.Job{
+		Model: c, Opt: opt, Sched: sched,
+		Loss: func(b *data.Batch) *torch.Tensor {
+			l := c.Loss(b.Fields["mel"])
+			usage.observe(l.Codes, l.Z)
+			return l.Total
+		},
+		Ready: func(t *train.Trainer) {
+			t.OnStep = func(si train.StepInfo) {
+				if si.Step%restartEvery == 0 {
+					if n := usage.restart(c); n > 0 {
+						cfg.logf("step %d: %d unused codes restarted from encoder outputs", si.Step, n)
+					}
+				}
 			}
-			res.Start = s
-			cfg.logf("validation before training: reconstruction MSE %.4f, %d codes in use", s.Recon, s.CodesUse)
-		}
-		torch.ResetPeakMemory(cfg.Device)
-		return nil
-	}
-	meta := metaDict(modelMeta{Kind: "codec", Codec: ccfg, Mean: store.Index.Mean, Std: store.Index.Std, Data: cfg.Data})
-	return fitRun(ctx, &cfg, tr2, tr, tr.CropDataset(cfg.CropFrames), data.PadCollate(map[string]data.Pad{}), meta, start, evaluate, &res)
+		},
+		Start: func(*train.Trainer) error {
+			if cfg.Resume == "" {
+				s, err := evaluate()
+				if err != nil {
+					return err
+				}
+				res.Start = s
+				cfg.logf("validation before training: reconstruction MSE %.4f, %d codes in use", s.Recon, s.CodesUse)
+			}
+			return nil
+		},
+		Dataset: tr.CropDataset(cfg.CropFrames), Collate: data.PadCollate(map[string]data.Pad{}),
+		Meta: metaDict(modelMeta{Kind: "codec", Codec: ccfg, Mean: store.Index.Mean, Std: store.Index.Std, Data: cfg.Data}),
+	}, nil, evaluate, &res)
 }
 
-// fitRun runs train.Fit with the recipe's loader, evaluation and result.
-func fitRun(ctx context.Context, cfg *TrainConfig, tr *train.Trainer, corpus *Corpus, ds data.Dataset[data.Sample],
-	collate func([]data.Sample) (*data.Batch, error), meta *ptfile.Dict, start func() error, evaluate func() (Scores, error), res *Result) (Result, error) {
-	if n := ds.Len(); cfg.EffectiveBatch() > n {
-		return *res, &recipes.ConfigError{Field: "micro-batch", Value: cfg.MicroBatch,
-			Reason: fmt.Sprintf("the effective batch %d (× %d accumulation steps) is more than the %d training examples: no step could be made", cfg.EffectiveBatch(), cfg.Accum, n)}
-	}
-	newLoader := func(st *data.State) (train.Loader, error) {
-		return data.NewLoader(ds, collate, data.Options{
-			BatchSize: cfg.EffectiveBatch(), Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Prefetch: cfg.Prefetch, Resume: st,
-		})
-	}
+// fitRun trains job by the shared loop (recipes.Session.Fit, or Run with
+// a trainer made already) and fills res, scoring the validation split
+// after each epoch (the corpus's epoch set first) and at the end when no
+// epoch ended.
+func fitRun(ctx context.Context, session *recipes.Session, corpus *Corpus, job recipes.Job, t *train.Trainer,
+	evaluate func() (Scores, error), res *Result) (Result, error) {
 	var last *Scores
-	fc := train.FitConfig{
-		Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery,
-		Overwrite: cfg.Overwrite, Resume: cfg.Resume, Start: start, Meta: meta,
-		Eval: func(epoch int) (map[string]float64, error) {
-			corpus.SetEpoch(epoch)
-			s, err := evaluate()
-			last = &s
-			return s.values(), err
-		},
+	job.Eval = func(epoch int) (map[string]float64, error) {
+		corpus.SetEpoch(epoch)
+		s, err := evaluate()
+		last = &s
+		return s.values(), err
 	}
-	fit, err := train.Fit(ctx, tr, newLoader, fc)
-	res.Checkpoint = fit.Checkpoint
-	res.Interrupted = errors.Is(err, train.ErrInterrupted)
-	if err != nil && !res.Interrupted {
+	var out recipes.Outcome
+	var err error
+	if t == nil {
+		out, err = session.Fit(ctx, job)
+	} else {
+		out, err = session.Run(ctx, t, job)
+	}
+	res.Checkpoint, res.Interrupted = out.Checkpoint, out.Interrupted
+	if err != nil {
 		return *res, err
 	}
-	res.Steps, res.MicroBatch, res.OOMEvents = tr.Steps(), tr.MicroBatch(), tr.OOMEvents()
-	res.Accum = (cfg.EffectiveBatch() + res.MicroBatch - 1) / res.MicroBatch
-	res.PeakMemory = torch.MustMemoryStats(cfg.Device).PeakAllocated
+	res.Steps, res.MicroBatch, res.Accum, res.OOMEvents, res.PeakMemory = out.Steps, out.MicroBatch, out.Accum, out.OOMEvents, out.PeakMemory
 	if last == nil || res.Interrupted {
 		s, err := evaluate()
 		if err != nil {
@@ -463,46 +453,41 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	opt, sched, total := schedule(&cfg, gptParams, tr.Len())
 	defer opt.Free()
 	defer sched.Free()
-	tcfg := train.Config{MicroBatch: cfg.MicroBatch, Accum: cfg.Accum, Device: cfg.Device, Precision: precision.Precision,
-		Count: CountCodes, ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery,
-		Events: cfg.Events, MaxNonFinite: cfg.MaxNonFinite}
-	t, err := train.New(m, opt, m.Loss, tcfg)
-	if err != nil {
-		return res, err
-	}
-	t.Sched = sched
 	cfg.logf("precision %s; %d optimizer steps, effective batch %d (micro-batch %d × %d)%s", precision, total, cfg.EffectiveBatch(),
 		cfg.MicroBatch, cfg.Accum, map[bool]string{true: "; gradient checkpointing per block", false: ""}[gcfg.GradCheckpointing])
 	collate := Collate(gcfg)
-	trainSet := tr.Dataset()
-	if cfg.DryRun {
-		if err := autoBatch(&cfg, m, t, opt, tr, collate, &res); err != nil {
-			return res, err
-		}
-		return res, nil
-	}
 	validSet := va.Dataset()
 	evaluate := func() (Scores, error) { return scoreGPT(m, validSet, collate, cfg.Device) }
-	start := func() error {
-		if cfg.AutoBatch && cfg.Resume == "" {
-			if err := autoBatch(&cfg, m, t, opt, tr, collate, &res); err != nil {
-				return err
+	job := recipes.Job{
+		Model: m, Opt: opt, Sched: sched, Loss: m.Loss, Trainer: func(c *train.Config) { c.Count = CountCodes },
+		Dataset: tr.Dataset(), Collate: collate,
+		Start: func(t *train.Trainer) error {
+			if cfg.AutoBatch && cfg.Resume == "" {
+				if err := autoBatch(&cfg, m, t, opt, tr, collate, &res); err != nil {
+					return err
+				}
 			}
-		}
-		if cfg.Resume == "" {
-			s, err := evaluate()
-			if err != nil {
-				return err
+			if cfg.Resume == "" {
+				s, err := evaluate()
+				if err != nil {
+					return err
+				}
+				res.Start = s
+				cfg.logf("validation before training: code CE %.3f, text CE %.3f, code accuracy %.3f", s.CodeCE, s.TextCE, s.CodeAcc)
 			}
-			res.Start = s
-			cfg.logf("validation before training: code CE %.3f, text CE %.3f, code accuracy %.3f", s.CodeCE, s.TextCE, s.CodeAcc)
-		}
-		torch.ResetPeakMemory(cfg.Device)
-		return nil
+			return nil
+		},
+		Meta: metaDict(modelMeta{Kind: "gpt", Codec: ccfg, GPT: &gcfg, Vocab: vocab.Tokens, Mean: store.Index.Mean, Std: store.Index.Std,
+			Data: cfg.Data, CodecFile: codecFile}),
 	}
-	meta := metaDict(modelMeta{Kind: "gpt", Codec: ccfg, GPT: &gcfg, Vocab: vocab.Tokens, Mean: store.Index.Mean, Std: store.Index.Std,
-		Data: cfg.Data, CodecFile: codecFile})
-	return fitRun(ctx, &cfg, t, tr, trainSet, collate, meta, start, evaluate, &res)
+	t, err := session.Trainer(job)
+	if err != nil {
+		return res, err
+	}
+	if cfg.DryRun {
+		return res, autoBatch(&cfg, m, t, opt, tr, collate, &res)
+	}
+	return fitRun(ctx, session, tr, job, t, evaluate, &res)
 }
 
 func readManifestTexts(dir, split string) ([]string, error) {

@@ -1,0 +1,143 @@
+package recipes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/train"
+)
+
+// Job is what a recipe hands the shared training loop (Session.Fit): its
+// model, optimizer, loss and data, and its evaluation. The Session's
+// shared settings supply the rest (micro-batch and accumulation,
+// precision, clipping, the CUDA cache cadence, memory lines, checkpoints,
+// resume, epochs and the step cap, the loader's seed, workers and
+// prefetch).
+type Job struct {
+	Model nn.Module
+	Opt   nn.Optimizer
+	Sched *nn.Schedule
+	Loss  train.LossFunc
+	// Trainer adds the recipe's own trainer settings (Count, Contrastive,
+	// Parallel) to the shared ones.
+	Trainer func(*train.Config)
+	// Dataset and Collate are the training data; Loader adds the recipe's
+	// loader settings (a data-parallel shard, batches on the device).
+	Dataset data.Dataset[data.Sample]
+	Collate func([]data.Sample) (*data.Batch, error)
+	Loader  func(*data.Options)
+	// Ready, when set, runs once the trainer exists, before Fit (to set
+	// OnStep, say).
+	Ready func(*train.Trainer)
+	// Start runs once Fit has resumed and checked the checkpoint
+	// directory, before the first step (an --auto-batch search, a baseline
+	// evaluation); the peak memory counter is reset after it.
+	Start func(*train.Trainer) error
+	// Eval runs after each epoch (train.FitConfig.Eval).
+	Eval func(epoch int) (map[string]float64, error)
+	Meta *ptfile.Dict
+}
+
+// Outcome is what Session.Fit did.
+type Outcome struct {
+	Trainer    *train.Trainer
+	Checkpoint string
+	// Interrupted: a signal stopped the run after a step it saved.
+	Interrupted bool
+	Steps       int
+	// MicroBatch and Accum are the micro-batch and accumulation at the
+	// end (a smaller micro-batch and more accumulation after an
+	// out-of-memory error, at the same effective batch).
+	MicroBatch, Accum int
+	OOMEvents         int
+	PeakMemory        int64 // allocated, since Start ended
+}
+
+// Fit trains job under the session's shared settings: Trainer, then Run.
+func (s *Session) Fit(ctx context.Context, job Job) (Outcome, error) {
+	tr, err := s.Trainer(job)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return s.Run(ctx, tr, job)
+}
+
+// Trainer makes job's train.Trainer: the effective batch stepped in
+// micro-batches under the session's precision, clipping and cadences,
+// with the recipe's additions (Job.Trainer) and schedule.
+func (s *Session) Trainer(job Job) (*train.Trainer, error) {
+	cm := s.cm
+	tc := train.Config{
+		MicroBatch: cm.MicroBatch, Accum: cm.Accum, Device: cm.Device, Precision: s.Precision.Precision,
+		ClipNorm: cm.ClipNorm, EmptyCacheEvery: cm.EmptyCacheEvery, MemoryEvery: cm.MemoryEvery,
+		Events: s.events, MaxNonFinite: cm.MaxNonFinite,
+	}
+	if job.Trainer != nil {
+		job.Trainer(&tc)
+	}
+	tr, err := train.New(job.Model, job.Opt, job.Loss, tc)
+	if err != nil {
+		return nil, err
+	}
+	tr.Sched = job.Sched
+	if job.Ready != nil {
+		job.Ready(tr)
+	}
+	return tr, nil
+}
+
+// Run trains with tr over job's data by train.Fit: checkpoints, resume,
+// evaluation and signals as the session's settings say. A run with fewer
+// training examples than one effective batch is the user's error.
+func (s *Session) Run(ctx context.Context, tr *train.Trainer, job Job) (Outcome, error) {
+	cm := s.cm
+	if n := job.Dataset.Len(); tr.EffectiveBatch() > n {
+		return Outcome{}, &ConfigError{Field: "micro-batch", Value: cm.MicroBatch,
+			Reason: fmt.Sprintf("the effective batch %d (× %d accumulation steps) is more than the %d training examples: no step could be made", tr.EffectiveBatch(), cm.Accum, n)}
+	}
+	out := Outcome{Trainer: tr}
+	start := func() error {
+		if job.Start != nil {
+			if err := job.Start(tr); err != nil {
+				return err
+			}
+		}
+		torch.ResetPeakMemory(cm.Device)
+		return nil
+	}
+	newLoader := func(st *data.State) (train.Loader, error) {
+		o := data.Options{BatchSize: tr.EffectiveBatch(), Shuffle: true, Seed: cm.Seed, DropLast: true,
+			Workers: cm.Workers, Prefetch: cm.Prefetch, Resume: st}
+		if job.Loader != nil {
+			job.Loader(&o)
+		}
+		return data.NewLoader(job.Dataset, job.Collate, o)
+	}
+	fit, err := train.Fit(ctx, tr, newLoader, train.FitConfig{
+		Epochs: cm.Epochs, MaxSteps: cm.MaxSteps, CheckpointDir: cm.CheckpointDir, CheckpointEvery: cm.CheckpointEvery,
+		Overwrite: cm.Overwrite, Resume: cm.Resume, Meta: job.Meta, Start: start, Eval: job.Eval,
+	})
+	out.Checkpoint = fit.Checkpoint
+	out.Interrupted = errors.Is(err, train.ErrInterrupted)
+	if err != nil && !out.Interrupted {
+		return out, err
+	}
+	out.Steps, out.MicroBatch, out.Accum, out.OOMEvents = tr.Steps(), tr.MicroBatch(), tr.Accum(), tr.OOMEvents()
+	out.PeakMemory = torch.MustMemoryStats(cm.Device).PeakAllocated
+	return out, nil
+}
+
+// TotalSteps is the optimizer steps a run takes: epochs of perEpoch steps,
+// capped by maxSteps (0: no cap).
+func TotalSteps(perEpoch, epochs, maxSteps int) int {
+	total := perEpoch * epochs
+	if maxSteps > 0 && maxSteps < total {
+		total = maxSteps
+	}
+	return total
+}
