@@ -99,7 +99,8 @@ func Train(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	return res, err
 }
 
-// trainConformer is Train on libtorch's thread.
+// trainConformer is Train on libtorch's thread: the recipe's data and
+// model, its optimizer and data parallelism, on the shared loop.
 func trainConformer(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	if err := cfg.Validate(); err != nil {
 		return res, err
@@ -109,229 +110,256 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res Result, err error
 		return res, err
 	}
 	defer run.End()
-	logf, precision := run.Logf, run.Precision
-	res.Precision = precision
-	res.CERStart = math.NaN()
-	trainManifest := filepath.Join(cfg.Data, "train.jsonl")
-	if _, err := os.Stat(trainManifest); err != nil {
-		return res, recipes.Usagef("asr: no corpus in %s (%s missing): create one with `torchfit asr data --out %s`", cfg.Data, trainManifest, cfg.Data)
-	}
-	var vocab *Vocab
-	var mcfg ModelConfig
-	preset := cfg.Preset
-	if cfg.Resume != "" {
-		meta, err := ReadModelMeta(cfg.Resume)
-		if err != nil {
-			return res, err
-		}
-		if vocab, err = NewVocab(meta.Vocab); err != nil {
-			return res, checkpointError(cfg.Resume, err)
-		}
-		if cfg.Preset != "" && meta.Preset != "" && !strings.EqualFold(cfg.Preset, meta.Preset) {
-			return res, recipes.Usagef("asr: checkpoint %s was trained with preset %q, not %q (drop --preset or pass --preset %s)",
-				cfg.Resume, meta.Preset, cfg.Preset, meta.Preset)
-		}
-		mcfg = meta.Config
-		preset = meta.Preset
-	} else {
-		if vocab, err = BuildVocabFromManifest(trainManifest); err != nil {
-			return res, err
-		}
-		if mcfg, err = Preset(cfg.Preset, vocab.Size()); err != nil {
-			return res, err
-		}
-		if cfg.DModel > 0 {
-			mcfg.DModel = cfg.DModel
-		}
-		if cfg.EncoderLayers > 0 {
-			mcfg.EncoderLayers = cfg.EncoderLayers
-		}
-		if cfg.DecoderLayers > 0 {
-			mcfg.DecoderLayers = cfg.DecoderLayers
-		}
-		if cfg.Dropout != nil {
-			mcfg.Dropout = *cfg.Dropout
-		}
-	}
-	mcfg.GradCheckpointing = cfg.GradCheckpointing
-	feat, err := NewFeaturizer(16000, 400, 160, int(mcfg.NumMels))
+	logf := run.Logf
+	res.Precision, res.CERStart = run.Precision, math.NaN()
+	d, err := loadData(cfg)
 	if err != nil {
 		return res, err
 	}
-	defer feat.Close()
-	trainSet, err := LoadCorpus(trainManifest, vocab, feat)
-	if err != nil {
-		return res, err
-	}
-	if cfg.SpecAugment {
-		trainSet = trainSet.WithSpecAugment(DefaultSpecAugment(), cfg.Seed)
-	}
-	valid, err := LoadCorpus(filepath.Join(cfg.Data, "valid.jsonl"), vocab, feat)
-	if err != nil {
-		return res, err
-	}
-	if cfg.ValidLimit > 0 && valid.Len() > cfg.ValidLimit {
-		valid.Utts = valid.Utts[:cfg.ValidLimit]
-	}
-
+	defer d.feat.Close()
 	torch.ManualSeed(cfg.Seed) // the model's initial weights depend on the seed alone
-	m, err := NewConformer(mcfg)
+	m, err := NewConformer(d.mcfg)
 	if err != nil {
 		return res, err
 	}
 	defer nn.Free(m)
-	m.Vocab = vocab
+	m.Vocab = d.vocab
 	if cfg.Device != torch.CPU {
 		nn.To(m, cfg.Device, torch.Float32)
 	}
 	res.Params = nn.NumParams(m)
-	logf("model %s: d_model %d, %d encoder / %d decoder layers, %s parameters (%.2fM), vocabulary %d",
-		preset, mcfg.DModel, mcfg.EncoderLayers, mcfg.DecoderLayers, recipes.Commas(res.Params), float64(res.Params)/1e6, vocab.Size())
-
+	logf("model %s: d_model %d, %d encoder / %d decoder layers, %s parameters (%.2fM), vocabulary %d", d.preset, d.mcfg.DModel,
+		d.mcfg.EncoderLayers, d.mcfg.DecoderLayers, recipes.Commas(res.Params), float64(res.Params)/1e6, d.vocab.Size())
 	opt := nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), 0.01), nn.AdamWDefaults(cfg.LR))
 	defer opt.Free()
 	counted := &countedOptimizer{Optimizer: opt}
-	var stepper nn.Optimizer = counted
-	var par train.Parallel
-	rank, world := 0, 1
-	if g := cfg.Group; g != nil {
-		if cfg.AutoBatch {
-			return res, recipes.Usagef("asr: --auto-batch and --dry-run measure one process: run them without a launcher")
-		}
-		rank, world = g.Rank(), g.Size()
-		dp, derr := distributed.NewDataParallel(g, m, distributed.DataParallelOptions{BucketBytes: int64(cfg.BucketMB) << 20, AfterBackward: cfg.AllReduceAfterBackward})
-		if derr != nil {
-			return res, derr
-		}
-		defer dp.Close()
-		par = dp
-		defer func() {
-			if err == nil {
-				err = logParallel(dp, counted, logf)
-			}
-		}()
-		if cfg.ZeRO {
-			z, err := distributed.NewZeRO(g, counted)
-			if err != nil {
-				return res, err
-			}
-			stepper = z
-			logf("ZeRO-1: the optimizer state is sharded over the %d ranks", world)
-		}
-		logf("%v", dp)
-	}
-	effective := cfg.MicroBatch * cfg.Accum
-	stepsPerEpoch := trainSet.Len() / (effective * world)
-	if stepsPerEpoch == 0 {
-		return res, recipes.Usagef("asr: the training split has %d utterances, fewer than one effective batch of %d", trainSet.Len(), effective*world)
-	}
-	total := stepsPerEpoch * cfg.Epochs
-	if cfg.MaxSteps > 0 && cfg.MaxSteps < total {
-		total = cfg.MaxSteps
-	}
-	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, total, 0.05))
-	defer sched.Free()
-	tr, err := train.New(m, stepper, lossFn(m), train.Config{
-		MicroBatch: cfg.MicroBatch, Accum: cfg.Accum, Device: cfg.Device, Precision: precision.Precision,
-		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery, Events: cfg.Events,
-		MaxNonFinite: cfg.MaxNonFinite, Parallel: par,
-	})
+	p, err := parallelFor(cfg, m, counted, logf)
 	if err != nil {
 		return res, err
 	}
-	tr.Sched = sched
-	var stepTime time.Duration
-	var timed int
-	tr.OnStep = func(i train.StepInfo) {
-		if i.Step > 1 { // the first step pays for oneDNN's kernels
-			stepTime, timed = stepTime+i.Duration, timed+1
-		}
-	}
+	defer p.close()
 	defer func() {
-		if err == nil && timed > 0 {
-			logf("mean step time %.1f ms (steps 2–%d); optimizer state %s by the allocator's count over the first update",
-				float64(stepTime.Microseconds())/1e3/float64(timed), timed+1, torch.FormatBytes(counted.grew))
+		if err == nil && p.dp != nil {
+			err = logParallel(p.dp, counted, logf)
 		}
 	}()
-
-	if cfg.DryRun && !cfg.AutoBatch {
-		return res, fmt.Errorf("asr: --dry-run goes with --auto-batch")
+	effective := cfg.EffectiveBatch()
+	stepsPerEpoch := d.train.Len() / (effective * p.world)
+	if stepsPerEpoch == 0 {
+		return res, recipes.Usagef("asr: the training split has %d utterances, fewer than one effective batch of %d", d.train.Len(), effective*p.world)
 	}
-	if cfg.DryRun { // the caller prints the table; nothing is trained or written
-		found, err := autoBatch(tr, trainSet, effective, func(string, ...any) {})
-		if err != nil {
-			return res, err
-		}
-		res.FoundBatches = &found
-		return res, nil
-	}
-
+	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, recipes.TotalSteps(stepsPerEpoch, cfg.Epochs, cfg.MaxSteps), 0.05))
+	defer sched.Free()
 	evaluate := func() (float64, float64, error) {
-		er, loss, err := scoreCorpus(m, valid, cfg.Device, cfg.MicroBatch*2, true)
+		er, loss, err := scoreCorpus(m, d.valid, cfg.Device, cfg.MicroBatch*2, true)
 		return er.CER(), loss, err
 	}
-	// start runs once Fit has resumed and checked the checkpoint directory.
-	start := func() error {
-		if cfg.AutoBatch && cfg.Resume == "" {
-			found, err := autoBatch(tr, trainSet, effective, logf)
-			if err != nil {
-				return err
-			}
-			res.FoundBatches = &found
-			micro := min(found.MicroBatch, effective)
-			tr.SetMicroBatch(micro)
-			logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d", micro, (effective+micro-1)/micro, effective)
-		}
-		if cfg.Resume == "" {
-			cer, loss, err := evaluate()
-			if err != nil {
-				return err
-			}
-			res.CERStart = cer
-			logf("validation before training: CER %.3f, loss %.3f", cer, loss)
-		}
-		torch.ResetPeakMemory(cfg.Device)
-		return nil
-	}
-	newLoader := func(st *data.State) (train.Loader, error) {
-		collate := Collate
-		if cfg.PadMultiple != 0 {
-			collate = CollatePadded(cfg.PadMultiple)
-		}
-		return data.NewLoader(dataset(trainSet), collate, data.Options{
-			BatchSize: effective, Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Resume: st,
-			Shard: data.Shard{Rank: rank, World: world},
-		})
-	}
 	var lastVals map[string]float64
-	fit, err := train.Fit(ctx, tr, newLoader, train.FitConfig{
-		Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery,
-		Overwrite: cfg.Overwrite, Resume: cfg.Resume,
-		Meta: metaDict(preset, mcfg, vocab), Start: start,
+	timer := &stepTimer{}
+	job := recipes.Job{
+		Model: m, Opt: p.stepper, Sched: sched, Loss: lossFn(m), Trainer: func(c *train.Config) { c.Parallel = p.par },
+		Dataset: dataset(d.train), Collate: d.collate, Loader: func(o *data.Options) { o.Shard = data.Shard{Rank: p.rank, World: p.world} },
+		Ready: func(tr *train.Trainer) { tr.OnStep = timer.observe },
+		Start: func(tr *train.Trainer) error { return startRun(cfg, tr, d, &res, evaluate, logf) },
 		Eval: func(epoch int) (map[string]float64, error) {
-			trainSet.SetEpoch(epoch)
+			d.train.SetEpoch(epoch)
 			res.EpochsDone = epoch
 			cer, loss, err := evaluate()
 			lastVals = map[string]float64{"val_cer": cer, "val_loss": loss}
 			return lastVals, err
 		},
-	})
-	res.Checkpoint = fit.Checkpoint
-	res.Interrupted = errors.Is(err, train.ErrInterrupted)
-	if err != nil && !res.Interrupted {
+		Meta: metaDict(d.preset, d.mcfg, d.vocab),
+	}
+	tr, err := run.Trainer(job)
+	if err != nil {
 		return res, err
 	}
-	res.Steps, res.MicroBatch, res.OOMEvents = tr.Steps(), tr.MicroBatch(), tr.OOMEvents()
-	res.Accum = (effective + res.MicroBatch - 1) / res.MicroBatch
-	res.PeakMemory = torch.MustMemoryStats(cfg.Device).PeakAllocated
-	if lastVals == nil || res.Interrupted {
-		if res.CER, res.ValidLoss, err = evaluate(); err != nil {
-			return res, err
-		}
-	} else {
-		res.CER, res.ValidLoss = lastVals["val_cer"], lastVals["val_loss"]
+	if cfg.DryRun { // the caller prints the table; nothing is trained or written
+		found, err := autoBatch(tr, d.train, effective, func(string, ...any) {})
+		res.FoundBatches = &found
+		return res, err
 	}
+	out, err := run.Run(ctx, tr, job)
+	res.Checkpoint, res.Interrupted = out.Checkpoint, out.Interrupted
+	if err != nil {
+		return res, err
+	}
+	timer.log(logf, counted.grew)
+	res.Steps, res.MicroBatch, res.Accum, res.OOMEvents, res.PeakMemory = out.Steps, out.MicroBatch, out.Accum, out.OOMEvents, out.PeakMemory
+	if lastVals == nil || res.Interrupted {
+		res.CER, res.ValidLoss, err = evaluate()
+		return res, err
+	}
+	res.CER, res.ValidLoss = lastVals["val_cer"], lastVals["val_loss"]
 	return res, nil
+}
+
+// corpora are a run's data: the vocabulary and model (the checkpoint's
+// when resuming), the features, the splits and the collate function.
+type corpora struct {
+	preset       string
+	vocab        *Vocab
+	mcfg         ModelConfig
+	feat         *Featurizer
+	train, valid *Corpus
+	collate      func([]data.Sample) (*data.Batch, error)
+}
+
+// loadData reads the corpus in cfg.Data and decides the model: a preset
+// (with cfg's overrides) and a vocabulary from the training split, or the
+// checkpoint's when resuming.
+func loadData(cfg TrainConfig) (d corpora, err error) {
+	trainManifest := filepath.Join(cfg.Data, "train.jsonl")
+	if _, err := os.Stat(trainManifest); err != nil {
+		return d, recipes.Usagef("asr: no corpus in %s (%s missing): create one with `torchfit asr data --out %s`", cfg.Data, trainManifest, cfg.Data)
+	}
+	d.preset = cfg.Preset
+	if cfg.Resume != "" {
+		meta, err := ReadModelMeta(cfg.Resume)
+		if err != nil {
+			return d, err
+		}
+		if d.vocab, err = NewVocab(meta.Vocab); err != nil {
+			return d, checkpointError(cfg.Resume, err)
+		}
+		if cfg.Preset != "" && meta.Preset != "" && !strings.EqualFold(cfg.Preset, meta.Preset) {
+			return d, recipes.Usagef("asr: checkpoint %s was trained with preset %q, not %q (drop --preset or pass --preset %s)",
+				cfg.Resume, meta.Preset, cfg.Preset, meta.Preset)
+		}
+		d.mcfg, d.preset = meta.Config, meta.Preset
+	} else {
+		if d.vocab, err = BuildVocabFromManifest(trainManifest); err != nil {
+			return d, err
+		}
+		if d.mcfg, err = Preset(cfg.Preset, d.vocab.Size()); err != nil {
+			return d, err
+		}
+		if cfg.DModel > 0 {
+			d.mcfg.DModel = cfg.DModel
+		}
+		if cfg.EncoderLayers > 0 {
+			d.mcfg.EncoderLayers = cfg.EncoderLayers
+		}
+		if cfg.DecoderLayers > 0 {
+			d.mcfg.DecoderLayers = cfg.DecoderLayers
+		}
+		if cfg.Dropout != nil {
+			d.mcfg.Dropout = *cfg.Dropout
+		}
+	}
+	d.mcfg.GradCheckpointing = cfg.GradCheckpointing
+	if d.feat, err = NewFeaturizer(16000, 400, 160, int(d.mcfg.NumMels)); err != nil {
+		return d, err
+	}
+	fail := func(err error) (corpora, error) { d.feat.Close(); return d, err }
+	if d.train, err = LoadCorpus(trainManifest, d.vocab, d.feat); err != nil {
+		return fail(err)
+	}
+	if cfg.SpecAugment {
+		d.train = d.train.WithSpecAugment(DefaultSpecAugment(), cfg.Seed)
+	}
+	if d.valid, err = LoadCorpus(filepath.Join(cfg.Data, "valid.jsonl"), d.vocab, d.feat); err != nil {
+		return fail(err)
+	}
+	if cfg.ValidLimit > 0 && d.valid.Len() > cfg.ValidLimit {
+		d.valid.Utts = d.valid.Utts[:cfg.ValidLimit]
+	}
+	d.collate = Collate
+	if cfg.PadMultiple != 0 {
+		d.collate = CollatePadded(cfg.PadMultiple)
+	}
+	return d, nil
+}
+
+// parallel is a run's data parallelism: the optimizer the trainer steps
+// (ZeRO's shards or the counted AdamW), the all-reduce, and this rank.
+type parallel struct {
+	stepper     nn.Optimizer
+	par         train.Parallel
+	dp          *distributed.DataParallel
+	rank, world int
+}
+
+func (p parallel) close() {
+	if p.dp != nil {
+		p.dp.Close()
+	}
+}
+
+// parallelFor sets data parallelism up over cfg.Group (one process
+// without it).
+func parallelFor(cfg TrainConfig, m *Conformer, counted *countedOptimizer, logf func(string, ...any)) (parallel, error) {
+	p := parallel{stepper: counted, world: 1}
+	g := cfg.Group
+	if g == nil {
+		return p, nil
+	}
+	if cfg.AutoBatch {
+		return p, recipes.Usagef("asr: --auto-batch and --dry-run measure one process: run them without a launcher")
+	}
+	p.rank, p.world = g.Rank(), g.Size()
+	dp, err := distributed.NewDataParallel(g, m, distributed.DataParallelOptions{BucketBytes: int64(cfg.BucketMB) << 20, AfterBackward: cfg.AllReduceAfterBackward})
+	if err != nil {
+		return p, err
+	}
+	p.dp, p.par = dp, dp
+	if cfg.ZeRO {
+		z, err := distributed.NewZeRO(g, counted)
+		if err != nil {
+			dp.Close()
+			return p, err
+		}
+		p.stepper = z
+		logf("ZeRO-1: the optimizer state is sharded over the %d ranks", p.world)
+	}
+	logf("%v", dp)
+	return p, nil
+}
+
+// startRun runs once Fit has resumed and checked the checkpoint
+// directory: the --auto-batch search (a new run) and the baseline
+// validation.
+func startRun(cfg TrainConfig, tr *train.Trainer, d corpora, res *Result, evaluate func() (float64, float64, error), logf func(string, ...any)) error {
+	effective := tr.EffectiveBatch()
+	if cfg.AutoBatch && cfg.Resume == "" {
+		found, err := autoBatch(tr, d.train, effective, logf)
+		if err != nil {
+			return err
+		}
+		res.FoundBatches = &found
+		micro := min(found.MicroBatch, effective)
+		tr.SetMicroBatch(micro)
+		logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d", micro, tr.Accum(), effective)
+	}
+	if cfg.Resume == "" {
+		cer, loss, err := evaluate()
+		if err != nil {
+			return err
+		}
+		res.CERStart = cer
+		logf("validation before training: CER %.3f, loss %.3f", cer, loss)
+	}
+	return nil
+}
+
+// stepTimer times the optimizer steps after the first (which pays for
+// oneDNN's kernels).
+type stepTimer struct {
+	total time.Duration
+	n     int
+}
+
+func (t *stepTimer) observe(i train.StepInfo) {
+	if i.Step > 1 {
+		t.total, t.n = t.total+i.Duration, t.n+1
+	}
+}
+
+func (t *stepTimer) log(logf func(string, ...any), optState int64) {
+	if t.n > 0 {
+		logf("mean step time %.1f ms (steps 2–%d); optimizer state %s by the allocator's count over the first update",
+			float64(t.total.Microseconds())/1e3/float64(t.n), t.n+1, torch.FormatBytes(optState))
+	}
 }
 
 // autoBatch finds the largest micro-batch on the longest utterances.
