@@ -1,6 +1,7 @@
 package mamba
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -242,40 +243,17 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		return res, err
 	}
 	defer run.End()
-	logf, precision := run.Logf, run.Precision
-	res.Precision = precision
+	logf := run.Logf
+	res.Precision = run.Precision
 	cpu0 := cpuTime()
-	meta, err := ReadMeta(cfg.Data)
+	d, err := openData(cfg)
 	if err != nil {
 		return res, err
 	}
-	trainToks, err := OpenTokens(filepath.Join(cfg.Data, trainFile), VocabSize)
+	defer d.close()
+	mcfg, err := modelFor(cfg, logf)
 	if err != nil {
 		return res, err
-	}
-	defer trainToks.Close()
-	validToks, err := OpenTokens(filepath.Join(cfg.Data, validFile), VocabSize)
-	if err != nil {
-		return res, err
-	}
-	defer validToks.Close()
-
-	mcfg := cfg.Model.withDefaults()
-	if cfg.Resume != "" {
-		f, err := ckpt.Read(cfg.Resume)
-		if err != nil {
-			return res, err
-		}
-		mm, err := ReadModelMeta(f)
-		f.Free()
-		if err != nil {
-			return res, err
-		}
-		if mm.Model != mcfg {
-			logf("resuming %s: its model (d_model %d, %d layers, d_state %d) replaces the one asked for", cfg.Resume,
-				mm.Model.DModel, mm.Model.NLayers, mm.Model.DState)
-		}
-		mcfg = mm.Model
 	}
 	sc, _ := scan.Parse(cfg.Scan, cfg.ScanChunk)
 	torch.ManualSeed(cfg.Seed)
@@ -284,162 +262,207 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		return res, err
 	}
 	defer nn.Free(m)
-	m.Scan = sc
-	m.Checkpointing = cfg.GradCheckpointing
+	m.Scan, m.Checkpointing = sc, cfg.GradCheckpointing
 	if cfg.Device != torch.CPU {
 		nn.To(m, cfg.Device, torch.Float32)
 	}
 	res.Params = nn.NumParams(m)
-	name := cfg.ModelSize
-	if name == "" {
-		name = "custom"
-	}
+	name := cmp.Or(cfg.ModelSize, "custom")
 	logf("model %s: d_model %d, %d layers, d_state %d, expand %d, %s parameters (%.1fM, %s of float32 weights); scan %s (chunks of %d)",
 		name, mcfg.DModel, mcfg.NLayers, mcfg.DState, mcfg.Expand, recipes.Commas(res.Params), float64(res.Params)/1e6,
 		torch.FormatBytes(nn.ParamBytes(m)), sc.Name(), max(cfg.ScanChunk, scan.DefaultChunk*boolInt(cfg.ScanChunk == 0)))
 	logf("data %s: %s training tokens, %s held out; unigram baseline %.3f nats/token", cfg.Data,
-		recipes.Commas(meta.TrainTokens), recipes.Commas(meta.ValidTokens), meta.Unigram)
+		recipes.Commas(d.meta.TrainTokens), recipes.Commas(d.meta.ValidTokens), d.meta.Unigram)
 	if cfg.Device.IsCUDA() {
 		logf("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set by torchfit)")
 	}
-
-	o := cfg.Optim
-	adam := nn.AdamConfig{LR: cfg.LR, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}
-	groups := m.ParamGroups(o.WeightDecay)
-	var opt nn.Optimizer
-	if cfg.CPUOffload {
-		off, err := train.NewOffload(groups, func(g []nn.ParamGroup) nn.Optimizer { return nn.NewAdamWGroups(g, adam) }, train.OffloadOptions{})
-		if err != nil {
-			return res, err
-		}
-		defer off.Free()
-		opt = off
-		logf("use_cpu_offload: AdamW's state lives on the CPU (%s host copies)", torch.FormatBytes(off.HostBytes()))
-	} else {
-		a := nn.NewAdamWGroups(groups, adam)
-		defer a.Free()
-		opt = a
-	}
-	train1 := newWindows(trainToks, cfg.SeqLen, 0)
-	effective := cfg.EffectiveBatch()
-	if train1.Len() < effective {
-		return res, recipes.Usagef("mamba: %s holds %d sequences of %d tokens, fewer than one effective batch of %d", cfg.Data, train1.Len(), cfg.SeqLen, effective)
-	}
-	valid := newWindows(validToks, cfg.SeqLen, cfg.EvalTokens)
-	if valid.Len() == 0 {
-		return res, recipes.Usagef("mamba: the held-out split has %d tokens, fewer than one sequence of %d", validToks.Len(), cfg.SeqLen)
-	}
-	total := cfg.MaxSteps
-	if total == 0 {
-		total = train1.Len() / effective * cfg.Epochs
-	}
-	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, max(total, 1), 0.1))
-	defer sched.Free()
-	ls := o.LabelSmoothing
-	tr, err := train.New(m, opt, func(b *data.Batch) *torch.Tensor {
-		return m.Loss(b.Fields["x"], b.Fields["y"], ls)
-	}, train.Config{
-		MicroBatch: cfg.MicroBatch, Accum: cfg.Accum, Device: cfg.Device, Precision: precision.Precision,
-		Count: tokenCount, ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, MemoryEvery: cfg.MemoryEvery,
-		Events: cfg.Events, MaxNonFinite: cfg.MaxNonFinite,
-	})
+	opt, free, err := optimizerFor(cfg, m, logf)
 	if err != nil {
 		return res, err
 	}
-	tr.Sched = sched
-	evaluate := func() (EvalResult, error) {
-		r, err := evalWindows(m, valid, cfg.MicroBatch*2, cfg.Device, precision.Precision)
-		if err != nil {
-			return r, err
-		}
-		r.finish(meta, int64(valid.Len()*valid.seq))
-		return r, nil
-	}
-	record := func(step int) error {
-		r, err := evaluate()
-		if err != nil {
-			return err
-		}
-		res.Eval = r
-		cpuMin := (cpuTime() - cpu0).Minutes()
-		res.Curve = append(res.Curve, CurvePoint{Step: step, CPUMinutes: cpuMin, Eval: r})
-		if cfg.Events != nil {
-			cfg.Events(train.EvalEvent{Step: step, Values: map[string]float64{"val_loss": r.Loss, "val_bits_per_char": r.BitsPerChar,
-				"val_perplexity": r.Perplexity, "cpu_minutes": cpuMin}})
-		}
-		logf("step %d: held-out loss %.4f nats/token (%.3f bits/char, perplexity %.1f) after %.2f CPU minutes", step, r.Loss,
-			r.BitsPerChar, r.Perplexity, cpuMin)
-		return nil
-	}
-	var (
-		wallStart time.Time
-		tokens    float64
-		window    struct {
-			loss, count float64
-			n           int
-			start       time.Time
-		}
-		evalErr error
-	)
-	tr.OnStep = func(info train.StepInfo) {
-		tokens += info.Count
-		window.loss += info.Loss * info.Count
-		window.count += info.Count
-		window.n++
-		if o.LoggingSteps > 0 && info.Step%o.LoggingSteps == 0 {
-			el := time.Since(window.start).Seconds()
-			res.TrainLoss = window.loss / window.count
-			logf("step %d: loss %.4f, lr %.2e, grad norm %.3f, %.0f tokens/s", info.Step, res.TrainLoss, info.LR, info.GradNorm,
-				window.count/el)
-			window.loss, window.count, window.n, window.start = 0, 0, 0, time.Now()
-		}
-		if o.EvalInterval > 0 && info.Step%o.EvalInterval == 0 && evalErr == nil {
-			evalErr = record(info.Step)
-		}
-	}
-	start := func() error {
-		if cfg.Resume == "" {
-			if err := record(0); err != nil {
-				return err
-			}
-			res.Start = res.Eval
-		}
-		torch.ResetPeakMemory(cfg.Device)
-		wallStart = time.Now()
-		window.start = wallStart
-		return nil
-	}
-	newLoader := func(st *data.State) (train.Loader, error) {
-		return data.NewLoader[data.Sample](train1, data.Collate, data.Options{
-			BatchSize: effective, Shuffle: true, Seed: cfg.Seed, DropLast: true, Workers: cfg.Workers, Resume: st,
-		})
-	}
-	fit, err := train.Fit(ctx, tr, newLoader, train.FitConfig{
-		Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery,
-		Overwrite: cfg.Overwrite, Resume: cfg.Resume, Start: start,
-		Meta: metaDict(modelMeta{Recipe: "mamba", Model: mcfg, Tokenizer: TokenizerName, SeqLen: cfg.SeqLen, Scan: sc.Name(), ScanChunk: cfg.ScanChunk}),
+	defer free()
+	effective := cfg.EffectiveBatch()
+	total := cmp.Or(cfg.MaxSteps, d.train.Len()/effective*cfg.Epochs)
+	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, max(total, 1), 0.1))
+	defer sched.Free()
+	p := &progress{cfg: cfg, m: m, d: d, res: &res, cpu0: cpu0, logf: logf, precision: run.Precision.Precision}
+	ls := cfg.Optim.LabelSmoothing
+	out, err := run.Fit(ctx, recipes.Job{
+		Model: m, Opt: opt, Sched: sched, Trainer: func(c *train.Config) { c.Count = tokenCount },
+		Loss:    func(b *data.Batch) *torch.Tensor { return m.Loss(b.Fields["x"], b.Fields["y"], ls) },
+		Dataset: d.train, Collate: data.Collate,
+		Ready: func(tr *train.Trainer) { tr.OnStep = p.step },
+		Start: func(*train.Trainer) error { return p.begin() },
+		Meta:  metaDict(modelMeta{Recipe: "mamba", Model: mcfg, Tokenizer: TokenizerName, SeqLen: cfg.SeqLen, Scan: sc.Name(), ScanChunk: cfg.ScanChunk}),
 	})
-	res.Checkpoint = fit.Checkpoint
-	res.Interrupted = errors.Is(err, train.ErrInterrupted)
-	if err != nil && !res.Interrupted {
+	res.Checkpoint, res.Interrupted = out.Checkpoint, out.Interrupted
+	if err != nil {
 		return res, err
 	}
-	if evalErr != nil {
-		return res, evalErr
+	if p.evalErr != nil {
+		return res, p.evalErr
 	}
-	res.Steps, res.MicroBatch = tr.Steps(), tr.MicroBatch()
-	res.Accum = (effective + res.MicroBatch - 1) / res.MicroBatch
-	res.PeakMemory = torch.MustMemoryStats(cfg.Device).PeakAllocated
-	if !wallStart.IsZero() {
-		res.TokensPerS = tokens / time.Since(wallStart).Seconds()
+	res.Steps, res.MicroBatch, res.Accum, res.PeakMemory = out.Steps, out.MicroBatch, out.Accum, out.PeakMemory
+	if !p.wallStart.IsZero() {
+		res.TokensPerS = p.tokens / time.Since(p.wallStart).Seconds()
 	}
 	if len(res.Curve) == 0 || res.Curve[len(res.Curve)-1].Step != res.Steps {
-		if err := record(res.Steps); err != nil {
+		if err := p.record(res.Steps); err != nil {
 			return res, err
 		}
 	}
 	res.CPUTime = cpuTime() - cpu0
 	return res, nil
+}
+
+// lmData is a run's token files and their windows.
+type lmData struct {
+	meta                 Meta
+	trainToks, validToks *Tokens
+	train, valid         windows
+}
+
+func (d *lmData) close() {
+	d.trainToks.Close()
+	d.validToks.Close()
+}
+
+// openData opens the token files in cfg.Data and cuts them into
+// sequences of cfg.SeqLen: a training split of at least one effective
+// batch and a held-out split of at least one sequence.
+func openData(cfg TrainConfig) (*lmData, error) {
+	meta, err := ReadMeta(cfg.Data)
+	if err != nil {
+		return nil, err
+	}
+	d := &lmData{meta: meta}
+	if d.trainToks, err = OpenTokens(filepath.Join(cfg.Data, trainFile), VocabSize); err != nil {
+		return nil, err
+	}
+	if d.validToks, err = OpenTokens(filepath.Join(cfg.Data, validFile), VocabSize); err != nil {
+		d.trainToks.Close()
+		return nil, err
+	}
+	d.train, d.valid = newWindows(d.trainToks, cfg.SeqLen, 0), newWindows(d.validToks, cfg.SeqLen, cfg.EvalTokens)
+	switch {
+	case d.train.Len() < cfg.EffectiveBatch():
+		d.close()
+		return nil, recipes.Usagef("mamba: %s holds %d sequences of %d tokens, fewer than one effective batch of %d", cfg.Data, d.train.Len(), cfg.SeqLen, cfg.EffectiveBatch())
+	case d.valid.Len() == 0:
+		d.close()
+		return nil, recipes.Usagef("mamba: the held-out split has %d tokens, fewer than one sequence of %d", d.validToks.Len(), cfg.SeqLen)
+	}
+	return d, nil
+}
+
+// modelFor is the model a run trains: cfg's, or the checkpoint's when
+// resuming.
+func modelFor(cfg TrainConfig, logf func(string, ...any)) (ModelConfig, error) {
+	mcfg := cfg.Model.withDefaults()
+	if cfg.Resume == "" {
+		return mcfg, nil
+	}
+	f, err := ckpt.Read(cfg.Resume)
+	if err != nil {
+		return mcfg, err
+	}
+	mm, err := ReadModelMeta(f)
+	f.Free()
+	if err != nil {
+		return mcfg, err
+	}
+	if mm.Model != mcfg {
+		logf("resuming %s: its model (d_model %d, %d layers, d_state %d) replaces the one asked for", cfg.Resume,
+			mm.Model.DModel, mm.Model.NLayers, mm.Model.DState)
+	}
+	return mm.Model, nil
+}
+
+// optimizerFor is the seed's AdamW over the model's parameter groups,
+// with its state on the CPU under cfg.CPUOffload; free releases it.
+func optimizerFor(cfg TrainConfig, m *LM, logf func(string, ...any)) (nn.Optimizer, func(), error) {
+	o := cfg.Optim
+	adam := nn.AdamConfig{LR: cfg.LR, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}
+	groups := m.ParamGroups(o.WeightDecay)
+	if !cfg.CPUOffload {
+		a := nn.NewAdamWGroups(groups, adam)
+		return a, a.Free, nil
+	}
+	off, err := train.NewOffload(groups, func(g []nn.ParamGroup) nn.Optimizer { return nn.NewAdamWGroups(g, adam) }, train.OffloadOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	logf("use_cpu_offload: AdamW's state lives on the CPU (%s host copies)", torch.FormatBytes(off.HostBytes()))
+	return off, off.Free, nil
+}
+
+// progress is what a run logs and records as it trains: the seed's
+// logging_steps lines (loss, learning rate, gradient norm, tokens/s) and
+// its eval_interval held-out scores, the curve of which Result keeps.
+type progress struct {
+	cfg       TrainConfig
+	m         *LM
+	d         *lmData
+	res       *Result
+	cpu0      time.Duration
+	logf      func(string, ...any)
+	precision amp.Precision
+	wallStart time.Time
+	tokens    float64
+	window    struct {
+		loss, count float64
+		start       time.Time
+	}
+	evalErr error
+}
+
+// begin runs before the first step: the baseline score of a new run.
+func (p *progress) begin() error {
+	if p.cfg.Resume == "" {
+		if err := p.record(0); err != nil {
+			return err
+		}
+		p.res.Start = p.res.Eval
+	}
+	p.wallStart = time.Now()
+	p.window.start = p.wallStart
+	return nil
+}
+
+func (p *progress) step(info train.StepInfo) {
+	o := p.cfg.Optim
+	p.tokens += info.Count
+	p.window.loss += info.Loss * info.Count
+	p.window.count += info.Count
+	if o.LoggingSteps > 0 && info.Step%o.LoggingSteps == 0 {
+		el := time.Since(p.window.start).Seconds()
+		p.res.TrainLoss = p.window.loss / p.window.count
+		p.logf("step %d: loss %.4f, lr %.2e, grad norm %.3f, %.0f tokens/s", info.Step, p.res.TrainLoss, info.LR, info.GradNorm,
+			p.window.count/el)
+		p.window.loss, p.window.count, p.window.start = 0, 0, time.Now()
+	}
+	if o.EvalInterval > 0 && info.Step%o.EvalInterval == 0 && p.evalErr == nil {
+		p.evalErr = p.record(info.Step)
+	}
+}
+
+// record scores the held-out split after step and adds it to the curve.
+func (p *progress) record(step int) error {
+	r, err := evalWindows(p.m, p.d.valid, p.cfg.MicroBatch*2, p.cfg.Device, p.precision)
+	if err != nil {
+		return err
+	}
+	r.finish(p.d.meta, int64(p.d.valid.Len()*p.d.valid.seq))
+	p.res.Eval = r
+	cpuMin := (cpuTime() - p.cpu0).Minutes()
+	p.res.Curve = append(p.res.Curve, CurvePoint{Step: step, CPUMinutes: cpuMin, Eval: r})
+	if p.cfg.Events != nil {
+		p.cfg.Events(train.EvalEvent{Step: step, Values: map[string]float64{"val_loss": r.Loss, "val_bits_per_char": r.BitsPerChar,
+			"val_perplexity": r.Perplexity, "cpu_minutes": cpuMin}})
+	}
+	p.logf("step %d: held-out loss %.4f nats/token (%.3f bits/char, perplexity %.1f) after %.2f CPU minutes", step, r.Loss,
+		r.BitsPerChar, r.Perplexity, cpuMin)
+	return nil
 }
 
 func boolInt(b bool) int {
