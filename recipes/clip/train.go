@@ -1,6 +1,7 @@
 package clip
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -132,7 +133,7 @@ type Weights struct {
 
 // Free releases the tensors.
 func (w *Weights) Free() {
-	if w.free != nil {
+	if w != nil && w.free != nil {
 		w.free()
 	}
 }
@@ -280,95 +281,173 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		return res, err
 	}
 	defer run.End()
-	logf, precision := run.Logf, run.Precision
-	res.Precision = precision
-	set, err := ReadSet(cfg.Data)
+	logf := run.Logf
+	res.Precision = run.Precision
+	set, trainItems, validItems, err := splits(cfg)
 	if err != nil {
 		return res, err
 	}
-	trainItems, validItems := set.Split(SplitTrain), set.Split(SplitValid)
+	mm, init, tok, err := modelFor(cfg, set)
+	if err != nil {
+		return res, err
+	}
+	defer init.Free()
+	res.Preset = mm.Preset
+	m, err := buildModel(cfg, mm, init, logf)
+	if err != nil {
+		return res, err
+	}
+	defer nn.Free(m)
+	res.Params = nn.NumParams(m)
+	effective := cfg.EffectiveBatch()
+	logLoss(cfg, logf)
+	opt := nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), cfg.WeightDecay),
+		nn.AdamConfig{LR: cfg.LR, Beta1: 0.9, Beta2: 0.98, Eps: 1e-6, WeightDecay: cfg.WeightDecay})
+	defer opt.Free()
+	stepsPerEpoch := len(trainItems) / effective
+	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, recipes.TotalSteps(stepsPerEpoch, cfg.Epochs, cfg.MaxSteps), 0))
+	defer sched.Free()
+	embed, batchLoss, microLoss := Objectives(m, cfg.Device)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	p := &progress{cfg: cfg, m: m, res: &res, stop: stop, logf: logf, perEpoch: max(1, stepsPerEpoch), score: func() (Scores, error) {
+		return Score(m, tok, set, validItems, EvalOptions{Device: cfg.Device, Precision: run.Precision.Precision, MicroBatch: cfg.MicroBatch, LossBatch: effective})
+	}}
+	out, err := run.Fit(runCtx, recipes.Job{
+		Model: m, Opt: opt, Sched: sched, Loss: microLoss,
+		Trainer: func(c *train.Config) {
+			if cfg.Mode == Exact {
+				c.Contrastive = &train.Contrastive{Embed: embed, Loss: batchLoss}
+			}
+		},
+		Dataset: &Dataset{Set: set, Items: trainItems, Res: int(mm.Config.ImageResolution), Tok: tok}, Collate: data.Collate,
+		Loader: func(o *data.Options) {
+			if cfg.Device.IsCUDA() {
+				o.Device = cfg.Device // pinned host batches, copied when handed over
+			}
+		},
+		Ready: func(tr *train.Trainer) { tr.OnStep = p.step },
+		Start: func(*train.Trainer) error { return p.begin() },
+		Eval:  p.eval,
+		Meta:  metaDict(mm),
+	})
+	res.CPUTime = p.cpuTime()
+	res.Checkpoint = out.Checkpoint
+	if p.stepErr != nil {
+		return res, p.stepErr
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Interrupted = out.Interrupted && (!res.Budget || ctx.Err() != nil)
+	res.Steps, res.MicroBatch, res.Accum, res.PeakMemory = out.Steps, out.MicroBatch, out.Accum, torch.MustMemoryStats(cfg.Device).PeakAllocated
+	logf("%s", memoryLine(cfg.Device))
+	if p.last == nil || res.Budget || res.Interrupted {
+		s, err := p.validate()
+		if err != nil {
+			return res, err
+		}
+		p.last = &s
+	}
+	res.Final = *p.last
+	return res, nil
+}
+
+// splits reads the data set and its training and validation items (the
+// test split when there is no validation split), at least one effective
+// batch of training images.
+func splits(cfg TrainConfig) (set *Set, trainItems, validItems []Item, err error) {
+	if set, err = ReadSet(cfg.Data); err != nil {
+		return nil, nil, nil, err
+	}
+	trainItems, validItems = set.Split(SplitTrain), set.Split(SplitValid)
 	if len(validItems) == 0 {
 		validItems = set.Split(SplitTest)
 	}
 	if cfg.ValidLimit > 0 && len(validItems) > cfg.ValidLimit {
 		validItems = validItems[:cfg.ValidLimit]
 	}
-	effective := cfg.EffectiveBatch()
-	if len(trainItems) < effective {
-		return res, recipes.Usagef("clip: %s has %d training images, fewer than one effective batch of %d", cfg.Data, len(trainItems), effective)
+	if effective := cfg.EffectiveBatch(); len(trainItems) < effective {
+		return nil, nil, nil, recipes.Usagef("clip: %s has %d training images, fewer than one effective batch of %d", cfg.Data, len(trainItems), effective)
 	}
+	return set, trainItems, validItems, nil
+}
 
-	// The model: a preset, or the weights of --init or --resume.
-	var mm modelMeta
-	var init *Weights
+// modelFor decides the model: a preset, or the weights of --init or
+// --resume (init, which the caller frees; nil for a preset).
+func modelFor(cfg TrainConfig, set *Set) (mm modelMeta, init *Weights, tok *Tokenizer, err error) {
 	switch {
 	case cfg.Resume != "" || cfg.Init != "":
 		path := cfg.Resume + cfg.Init
 		if init, err = ReadWeights(path); err != nil {
-			return res, err
+			return mm, nil, nil, err
 		}
-		defer init.Free()
 		mm = init.Meta
+		fail := func(err error) (modelMeta, *Weights, *Tokenizer, error) { init.Free(); return mm, nil, nil, err }
 		if cfg.Resume != "" && mm.Stage == "" {
-			return res, checkpointError(path, errors.New("not a torchfit CLIP checkpoint (--resume needs one; start from a state dict with --init)"))
+			return fail(checkpointError(path, errors.New("not a torchfit CLIP checkpoint (--resume needs one; start from a state dict with --init)")))
 		}
 		if cfg.Preset != "" {
 			pc, err := Preset(cfg.Preset)
 			if err != nil {
-				return res, &recipes.ConfigError{Field: "preset", Value: cfg.Preset, Err: err}
+				return fail(&recipes.ConfigError{Field: "preset", Value: cfg.Preset, Err: err})
 			}
 			got := mm.Config
 			pc.GradCheckpointing = got.GradCheckpointing
 			if pc != got {
-				return res, checkpointError(path, fmt.Errorf("its model (%+v) is not preset %s (%+v): drop --preset or pass the preset it was trained with", got, cfg.Preset, pc))
+				return fail(checkpointError(path, fmt.Errorf("its model (%+v) is not preset %s (%+v): drop --preset or pass the preset it was trained with", got, cfg.Preset, pc)))
 			}
 		}
 		if mm.Preset == "" {
 			mm.Preset = presetOf(mm.Config)
 		}
 	default:
-		name := cfg.Preset
-		if name == "" {
-			name = "cpu"
-		}
+		name := cmp.Or(cfg.Preset, "cpu")
 		c, err := Preset(name)
 		if err != nil {
-			return res, &recipes.ConfigError{Field: "preset", Value: cfg.Preset, Err: err}
+			return mm, nil, nil, &recipes.ConfigError{Field: "preset", Value: cfg.Preset, Err: err}
 		}
 		mm = modelMeta{Preset: strings.ToLower(name), Config: c}
 	}
 	mm.Config.GradCheckpointing = cfg.GradCheckpointing
 	mm.Kind, mm.Stage = set.Kind.Name, cfg.Stage
-	tok, err := tokenizerFor(mm)
-	if err != nil {
-		return res, err
+	if tok, err = tokenizerFor(mm); err != nil {
+		init.Free()
+		return mm, nil, nil, err
 	}
 	mm.Words = tok.Words
-	res.Preset = mm.Preset
+	return mm, init, tok, nil
+}
 
+// buildModel makes the model (seeded) or loads --init's weights, on the
+// device.
+func buildModel(cfg TrainConfig, mm modelMeta, init *Weights, logf func(string, ...any)) (m *Model, err error) {
 	torch.ManualSeed(cfg.Seed)
-	var m *Model
 	if init != nil && cfg.Init != "" {
 		if m, err = init.Load(cfg.Init); err != nil {
-			return res, err
+			return nil, err
 		}
 		m.SetGradCheckpointing(cfg.GradCheckpointing)
 		logf("initialised from %s (%s, %s stage)", cfg.Init, mm.Preset, orUnknown(init.Meta.Stage))
 	} else if m, err = NewModel(mm.Config); err != nil {
-		return res, err
+		return nil, err
 	}
-	defer nn.Free(m)
 	if cfg.Device != torch.CPU {
 		nn.To(m, cfg.Device, torch.Float32)
 	}
-	res.Params = nn.NumParams(m)
-	c := mm.Config
+	n, c := nn.NumParams(m), mm.Config
 	logf("model %s: ViT %d layers × %d wide, patch %d, %d×%d images; text %d layers × %d wide, context %d; embeddings %d; %s parameters (%.2fM)",
 		mm.Preset, c.VisionLayers, c.VisionWidth, c.VisionPatchSize, c.ImageResolution, c.ImageResolution,
-		c.TransformerLayers, c.TransformerWidth, c.ContextLength, c.EmbedDim, recipes.Commas(res.Params), float64(res.Params)/1e6)
+		c.TransformerLayers, c.TransformerWidth, c.ContextLength, c.EmbedDim, recipes.Commas(n), float64(n)/1e6)
 	if cfg.Stage == "train" && cfg.Init == "" && cfg.Resume == "" {
 		logf("no --init: training from random weights (the seed fine-tunes a pretrained CLIP: run `torchfit clip pretrain` and pass --init)")
 	}
+	return m, nil
+}
+
+// logLoss says which contrastive loss the run computes.
+func logLoss(cfg TrainConfig, logf func(string, ...any)) {
+	effective := cfg.EffectiveBatch()
 	logf("Effective batch size: %d", effective)
 	switch {
 	case cfg.Accum == 1:
@@ -380,125 +459,79 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		logf("contrastive loss: naive accumulation, %d-way per micro-batch of %d × %d steps (the seed's: each sample sees %d negatives, not %d)",
 			cfg.MicroBatch, cfg.MicroBatch, cfg.Accum, cfg.MicroBatch-1, effective-1)
 	}
+}
 
-	opt := nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), cfg.WeightDecay),
-		nn.AdamConfig{LR: cfg.LR, Beta1: 0.9, Beta2: 0.98, Eps: 1e-6, WeightDecay: cfg.WeightDecay})
-	defer opt.Free()
-	stepsPerEpoch := len(trainItems) / effective
-	total := stepsPerEpoch * cfg.Epochs
-	if cfg.MaxSteps > 0 && cfg.MaxSteps < total {
-		total = cfg.MaxSteps
-	}
-	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, total, 0))
-	defer sched.Free()
+// progress is what a run does between steps: the seed's memory lines,
+// validation every EvalEvery steps and at epoch ends, and the CPU budget
+// (training CPU time, validation not counted).
+type progress struct {
+	cfg      TrainConfig
+	m        *Model
+	res      *Result
+	stop     context.CancelFunc
+	logf     func(string, ...any)
+	perEpoch int
+	score    func() (Scores, error)
+	cpuStart time.Duration
+	evalCPU  time.Duration
+	last     *Scores
+	stepErr  error
+}
 
-	embed, batchLoss, microLoss := Objectives(m, cfg.Device)
-	tcfg := train.Config{
-		MicroBatch: cfg.MicroBatch, Accum: cfg.Accum, Device: cfg.Device, Precision: precision.Precision,
-		ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, Events: cfg.Events, MaxNonFinite: cfg.MaxNonFinite,
-	}
-	if cfg.Mode == Exact {
-		tcfg.Contrastive = &train.Contrastive{Embed: embed, Loss: batchLoss}
-	}
-	tr, err := train.New(m, opt, microLoss, tcfg)
-	if err != nil {
-		return res, err
-	}
-	tr.Sched = sched
+func (p *progress) cpuTime() time.Duration { return cpuTime() - p.cpuStart - p.evalCPU }
 
-	evalOpts := EvalOptions{Device: cfg.Device, Precision: precision.Precision, MicroBatch: cfg.MicroBatch, LossBatch: effective}
-	var evalCPU time.Duration
-	validate := func() (Scores, error) {
-		t0 := cpuTime()
-		s, err := Score(m, tok, set, validItems, evalOpts)
-		evalCPU += cpuTime() - t0
-		return s, err
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var cpuStart time.Duration
-	var stepErr error
-	tr.OnStep = func(info train.StepInfo) {
-		m.ClampLogitScale()
-		if cfg.MemoryEvery > 0 && info.Step%cfg.MemoryEvery == 0 {
-			logf("%s", memoryLine(cfg.Device))
-		}
-		if cfg.EvalEvery > 0 && info.Step%cfg.EvalEvery == 0 && info.Step%max(1, stepsPerEpoch) != 0 {
-			s, err := validate()
-			if err != nil {
-				stepErr = err
-				stop()
-				return
-			}
-			vals := s.Values("val_")
-			vals["cpu_minutes"] = (cpuTime() - cpuStart - evalCPU).Minutes()
-			emitEvent(cfg.Events, train.EvalEvent{Step: info.Step, Epoch: info.Step/max(1, stepsPerEpoch) + 1, Values: vals})
-		}
-		if cfg.CPUBudget > 0 && cpuTime()-cpuStart-evalCPU >= cfg.CPUBudget && !res.Budget {
-			res.Budget = true
-			logf("CPU budget of %v spent after step %d: stopping", cfg.CPUBudget, info.Step)
-			stop()
-		}
-	}
-	start := func() error {
-		if cfg.Resume == "" {
-			s, err := validate()
-			if err != nil {
-				return err
-			}
-			res.Start = s
-			logf("validation before training (%d images, %d classes): zero-shot accuracy %.3f, text→image R@1 %.3f, loss %.3f",
-				s.N, s.Classes, s.ZeroShot, s.R1, s.Loss)
-		}
-		torch.ResetPeakMemory(cfg.Device)
-		cpuStart, evalCPU = cpuTime(), 0
-		return nil
-	}
-	newLoader := func(st *data.State) (train.Loader, error) {
-		opts := data.Options{BatchSize: effective, Shuffle: true, Seed: cfg.Seed, DropLast: true,
-			Workers: cfg.Workers, Prefetch: cfg.Prefetch, Resume: st}
-		if cfg.Device.IsCUDA() {
-			opts.Device = cfg.Device // pinned host batches, copied when handed over
-		}
-		return data.NewLoader[data.Sample, *data.Batch](&Dataset{Set: set, Items: trainItems, Res: int(c.ImageResolution), Tok: tok}, data.Collate, opts)
-	}
-	var last *Scores
-	fit, err := train.Fit(runCtx, tr, newLoader, train.FitConfig{
-		Epochs: cfg.Epochs, MaxSteps: cfg.MaxSteps, CheckpointDir: cfg.CheckpointDir, CheckpointEvery: cfg.CheckpointEvery,
-		Overwrite: cfg.Overwrite, Resume: cfg.Resume, Meta: metaDict(mm), Start: start,
-		Eval: func(int) (map[string]float64, error) {
-			s, err := validate()
-			last = &s
-			vals := s.Values("val_")
-			vals["cpu_minutes"] = (cpuTime() - cpuStart - evalCPU).Minutes()
-			return vals, err
-		},
-	})
-	res.CPUTime = cpuTime() - cpuStart - evalCPU
-	res.Checkpoint = fit.Checkpoint
-	if stepErr != nil {
-		return res, stepErr
-	}
-	if errors.Is(err, train.ErrInterrupted) {
-		res.Interrupted = !res.Budget || ctx.Err() != nil
-		err = nil
-	}
-	if err != nil {
-		return res, err
-	}
-	res.Steps, res.MicroBatch = tr.Steps(), tr.MicroBatch()
-	res.Accum = (effective + res.MicroBatch - 1) / res.MicroBatch
-	res.PeakMemory = torch.MustMemoryStats(cfg.Device).PeakAllocated
-	logf("%s", memoryLine(cfg.Device))
-	if last == nil || res.Budget || res.Interrupted {
-		s, err := validate()
+func (p *progress) validate() (Scores, error) {
+	t0 := cpuTime()
+	s, err := p.score()
+	p.evalCPU += cpuTime() - t0
+	return s, err
+}
+
+// begin runs before the first step: the baseline validation of a new run.
+func (p *progress) begin() error {
+	if p.cfg.Resume == "" {
+		s, err := p.validate()
 		if err != nil {
-			return res, err
+			return err
 		}
-		last = &s
+		p.res.Start = s
+		p.logf("validation before training (%d images, %d classes): zero-shot accuracy %.3f, text→image R@1 %.3f, loss %.3f",
+			s.N, s.Classes, s.ZeroShot, s.R1, s.Loss)
 	}
-	res.Final = *last
-	return res, nil
+	p.cpuStart, p.evalCPU = cpuTime(), 0
+	return nil
+}
+
+func (p *progress) step(info train.StepInfo) {
+	cfg := p.cfg
+	p.m.ClampLogitScale()
+	if cfg.MemoryEvery > 0 && info.Step%cfg.MemoryEvery == 0 {
+		p.logf("%s", memoryLine(cfg.Device))
+	}
+	if cfg.EvalEvery > 0 && info.Step%cfg.EvalEvery == 0 && info.Step%p.perEpoch != 0 {
+		s, err := p.validate()
+		if err != nil {
+			p.stepErr = err
+			p.stop()
+			return
+		}
+		vals := s.Values("val_")
+		vals["cpu_minutes"] = p.cpuTime().Minutes()
+		emitEvent(cfg.Events, train.EvalEvent{Step: info.Step, Epoch: info.Step/p.perEpoch + 1, Values: vals})
+	}
+	if cfg.CPUBudget > 0 && p.cpuTime() >= cfg.CPUBudget && !p.res.Budget {
+		p.res.Budget = true
+		p.logf("CPU budget of %v spent after step %d: stopping", cfg.CPUBudget, info.Step)
+		p.stop()
+	}
+}
+
+func (p *progress) eval(int) (map[string]float64, error) {
+	s, err := p.validate()
+	p.last = &s
+	vals := s.Values("val_")
+	vals["cpu_minutes"] = p.cpuTime().Minutes()
+	return vals, err
 }
 
 // Objectives are the model's training functions: embed (a micro-batch's
