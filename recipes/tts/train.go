@@ -373,76 +373,12 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	defer session.End()
 	precision := session.Precision
 	res.Precision = precision
-	gcfg := cfg.GPT
-	var vocab *Vocab
-	var ccfg CodecConfig
-	var codecW map[string]*torch.Tensor
-	codecFile := cfg.Codec
-	if cfg.Resume != "" {
-		meta, _, free, err := readCheckpoint(cfg.Resume, "gpt")
-		if err != nil {
-			return res, err
-		}
-		free()
-		if vocab, err = NewVocab(meta.Vocab); err != nil {
-			return res, checkpointError(cfg.Resume, err)
-		}
-		gcfg, ccfg, codecFile = *meta.GPT, meta.Codec, meta.CodecFile
-	} else {
-		if err := needFile("codec", cfg.Codec); err != nil {
-			return res, err
-		}
-		meta, w, free, err := readCheckpoint(cfg.Codec, "codec")
-		if err != nil {
-			return res, err
-		}
-		defer free()
-		ccfg, codecW = meta.Codec, w
-		ph, err := readPhonemes(cfg.Data)
-		if err != nil {
-			return res, recipes.Usage(err)
-		}
-		utts, err := readManifestTexts(cfg.Data, "train")
-		if err != nil {
-			return res, err
-		}
-		var trainPh []string
-		for _, t := range utts {
-			trainPh = append(trainPh, ph[t])
-		}
-		vocab = BuildVocab(trainPh)
-		gcfg.Vocab, gcfg.Codes = int64(vocab.Size()), ccfg.Codes
-	}
-	gcfg.GradCheckpointing = cfg.GradCheckpointing
-	store, tr, va, err := openData(&cfg, vocab)
+	g, err := buildGPT(&cfg)
 	if err != nil {
 		return res, err
 	}
-	defer store.Close()
-	if cfg.Resume == "" {
-		var texts, codes int64
-		for i := range tr.Len() {
-			texts += int64(len(tr.Text[i])) + 1
-			codes += CodeLen(int64(tr.Items[i].Frames)) + 1
-		}
-		gcfg.TextRatio = float64(codes) / float64(texts)
-	}
-	torch.ManualSeed(cfg.Seed)
-	m, err := NewModel(ccfg, gcfg)
-	if err != nil {
-		return res, recipes.Usage(err)
-	}
-	defer nn.Free(m)
-	if codecW != nil {
-		if _, err := nn.LoadStateDict(m.Codec, codecW, true); err != nil {
-			return res, checkpointError(cfg.Codec, err)
-		}
-		nn.Freeze(m, "codec.")
-	}
-	m.Vocab = vocab
-	if cfg.Device != torch.CPU {
-		nn.To(m, cfg.Device, torch.Float32)
-	}
+	defer g.close()
+	m, gcfg, ccfg, vocab, codecFile, store, tr, va := g.m, g.gcfg, g.ccfg, g.vocab, g.codecFile, g.store, g.tr, g.va
 	gptParams := nn.Parameters(m.GPT)
 	for _, p := range gptParams {
 		res.Params += p.T.Numel()
@@ -488,6 +424,108 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		return res, autoBatch(&cfg, m, t, opt, tr, collate, &res)
 	}
 	return fitRun(ctx, session, tr, job, t, evaluate, &res)
+}
+
+// gptRun is what trainGPT trains: the model (the codec's weights frozen
+// in it), its sizes and vocabulary, and the data.
+type gptRun struct {
+	m         *Model
+	gcfg      GPTConfig
+	ccfg      CodecConfig
+	vocab     *Vocab
+	codecFile string
+	store     *FeatureStore
+	tr, va    *Corpus
+	free      []func()
+}
+
+func (g *gptRun) close() {
+	for i := len(g.free) - 1; i >= 0; i-- {
+		g.free[i]()
+	}
+}
+
+// buildGPT reads the codec (or the checkpoint resumed), the vocabulary of
+// the training split's phonemes and the data, and makes the model.
+func buildGPT(cfg *TrainConfig) (g *gptRun, err error) {
+	g = &gptRun{}
+	defer func() {
+		if err != nil {
+			g.close()
+		}
+	}()
+	gcfg := cfg.GPT
+	var vocab *Vocab
+	var ccfg CodecConfig
+	var codecW map[string]*torch.Tensor
+	codecFile := cfg.Codec
+	if cfg.Resume != "" {
+		meta, _, free, err := readCheckpoint(cfg.Resume, "gpt")
+		if err != nil {
+			return nil, err
+		}
+		free()
+		if vocab, err = NewVocab(meta.Vocab); err != nil {
+			return nil, checkpointError(cfg.Resume, err)
+		}
+		gcfg, ccfg, codecFile = *meta.GPT, meta.Codec, meta.CodecFile
+	} else {
+		if err := needFile("codec", cfg.Codec); err != nil {
+			return nil, err
+		}
+		meta, w, free, err := readCheckpoint(cfg.Codec, "codec")
+		if err != nil {
+			return nil, err
+		}
+		g.free = append(g.free, free)
+		ccfg, codecW = meta.Codec, w
+		ph, err := readPhonemes(cfg.Data)
+		if err != nil {
+			return nil, recipes.Usage(err)
+		}
+		utts, err := readManifestTexts(cfg.Data, "train")
+		if err != nil {
+			return nil, err
+		}
+		var trainPh []string
+		for _, t := range utts {
+			trainPh = append(trainPh, ph[t])
+		}
+		vocab = BuildVocab(trainPh)
+		gcfg.Vocab, gcfg.Codes = int64(vocab.Size()), ccfg.Codes
+	}
+	gcfg.GradCheckpointing = cfg.GradCheckpointing
+	store, tr, va, err := openData(cfg, vocab)
+	if err != nil {
+		return nil, err
+	}
+	g.free = append(g.free, func() { store.Close() })
+	if cfg.Resume == "" {
+		var texts, codes int64
+		for i := range tr.Len() {
+			texts += int64(len(tr.Text[i])) + 1
+			codes += CodeLen(int64(tr.Items[i].Frames)) + 1
+		}
+		gcfg.TextRatio = float64(codes) / float64(texts)
+	}
+	torch.ManualSeed(cfg.Seed)
+	m, err := NewModel(ccfg, gcfg)
+	if err != nil {
+		return nil, recipes.Usage(err)
+	}
+	g.free = append(g.free, func() { nn.Free(m) })
+	if codecW != nil {
+		if _, err := nn.LoadStateDict(m.Codec, codecW, true); err != nil {
+			return nil, checkpointError(cfg.Codec, err)
+		}
+		nn.Freeze(m, "codec.")
+	}
+	m.Vocab = vocab
+	if cfg.Device != torch.CPU {
+		nn.To(m, cfg.Device, torch.Float32)
+	}
+	g.m, g.gcfg, g.ccfg, g.vocab, g.codecFile, g.store, g.tr, g.va = m, gcfg, ccfg, vocab, codecFile, store, tr, va
+	return g, nil
 }
 
 func readManifestTexts(dir, split string) ([]string, error) {
