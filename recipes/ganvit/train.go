@@ -529,76 +529,87 @@ func (r *run) trainGAN(ctx context.Context, res *Result) error {
 		eff, eff/cfg.DAccum, cfg.DAccum, eff/cfg.GAccum, cfg.GAccum, r.prec, cfg.GANEpochs)
 	steps, skip := 0, r.meta.GANBatch
 	for epoch := r.meta.GANEpochs + 1; epoch <= cfg.GANEpochs; epoch++ {
-		// A loader per epoch, positioned at its start (or, resuming, after
-		// the batches done): the order depends only on (seed, epoch), so a
-		// resumed run sees the same batches.
-		ld, err := r.loader(r.train, r.dd, eff, cfg.Seed, epoch, skip, "GAN ")
-		if err != nil {
+		if err := r.ganEpoch(ctx, epoch, skip, &steps, res); err != nil {
 			return err
 		}
-		emitTo(cfg.Events, train.EpochEvent{Epoch: epoch, Epochs: cfg.GANEpochs, Batches: ld.Len()})
-		start := time.Now()
-		var dSum, gSum float64
-		n, interrupted := 0, false
-		for b, err := range ld.Epoch(ctx) {
-			if errors.Is(err, context.Canceled) {
-				interrupted = true
-				break
-			}
-			if err != nil {
-				ld.Close()
-				return err
-			}
-			st, err := gan.Step(b)
-			b.Free()
-			if err != nil {
-				ld.Close()
-				return fmt.Errorf("GAN step %d: %w", gan.Steps+1, err)
-			}
-			dSum, gSum, n = dSum+st.DLoss, gSum+st.GLoss, n+1
-			steps++
-			if math.IsNaN(st.DLoss) || math.IsNaN(st.GLoss) {
-				ld.Close()
-				return fmt.Errorf("GAN step %d: the loss is NaN (D %v, G %v); try a lower --gan-lr: %w", st.Step, st.DLoss, st.GLoss, train.ErrNonFinite)
-			}
-			if cfg.MemoryEvery > 0 && gan.Steps%cfg.MemoryEvery == 0 {
-				cfg.logf("GAN step %d: D loss %.4f, G loss %.4f (D micro-batch %d, G %d; %s)", st.Step, st.DLoss, st.GLoss, st.DMicro, st.GMicro, st.Duration.Round(time.Millisecond))
-				r.memoryLines("GAN", fmt.Sprintf("GAN step %d", st.Step))
-			}
-			r.iterationDone()
-			if ctx.Err() != nil {
-				interrupted = true // a signal: this step is done, save it
-				break
-			}
-			if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
-				break
-			}
-		}
-		ld.Close()
-		if n > 0 {
-			res.DLoss, res.GLoss = dSum/float64(n), gSum/float64(n)
-		}
-		res.GANSteps = gan.Steps
-		done := skip + n
 		skip = 0
-		r.meta.GANEpochs, r.meta.GANBatch, r.meta.GANSteps, r.meta.Stage = epoch, 0, gan.Steps, StageGAN
-		if done < ld.Len() { // stopped by --max-steps or a signal: this epoch is not done
-			r.meta.GANEpochs, r.meta.GANBatch = epoch-1, done
-		}
-		cfg.logf("GAN epoch %d/%d: %d steps, D loss %.4f, G loss %.4f, %s", epoch, cfg.GANEpochs, n, res.DLoss, res.GLoss, time.Since(start).Round(time.Millisecond))
-		torch.EmptyCache() // the seed's Option 1: after each epoch
-		if err := r.save(ganPath(epoch)); err != nil {
-			return err
-		}
-		if interrupted {
-			cfg.logf("interrupted at GAN step %d: saved %s", gan.Steps, r.last)
-			return train.ErrInterrupted
-		}
 		if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
 			break
 		}
 	}
 	res.GANSteps = gan.Steps
+	return nil
+}
+
+// ganEpoch trains the GAN's epoch (counted from 1) after its first skip
+// batches and saves a checkpoint; a signal saves where the epoch stands
+// and returns train.ErrInterrupted.
+func (r *run) ganEpoch(ctx context.Context, epoch, skip int, steps *int, res *Result) error {
+	cfg, gan, eff := r.cfg, r.gan, r.cfg.Preset.GANBatch*r.cfg.GANAccum
+	// A loader per epoch, positioned at its start (or, resuming, after
+	// the batches done): the order depends only on (seed, epoch), so a
+	// resumed run sees the same batches.
+	ld, err := r.loader(r.train, r.dd, eff, cfg.Seed, epoch, skip, "GAN ")
+	if err != nil {
+		return err
+	}
+	emitTo(cfg.Events, train.EpochEvent{Epoch: epoch, Epochs: cfg.GANEpochs, Batches: ld.Len()})
+	start := time.Now()
+	var dSum, gSum float64
+	n, interrupted := 0, false
+	for b, err := range ld.Epoch(ctx) {
+		if errors.Is(err, context.Canceled) {
+			interrupted = true
+			break
+		}
+		if err != nil {
+			ld.Close()
+			return err
+		}
+		st, err := gan.Step(b)
+		b.Free()
+		if err != nil {
+			ld.Close()
+			return fmt.Errorf("GAN step %d: %w", gan.Steps+1, err)
+		}
+		dSum, gSum, n = dSum+st.DLoss, gSum+st.GLoss, n+1
+		*steps++
+		if math.IsNaN(st.DLoss) || math.IsNaN(st.GLoss) {
+			ld.Close()
+			return fmt.Errorf("GAN step %d: the loss is NaN (D %v, G %v); try a lower --gan-lr: %w", st.Step, st.DLoss, st.GLoss, train.ErrNonFinite)
+		}
+		if cfg.MemoryEvery > 0 && gan.Steps%cfg.MemoryEvery == 0 {
+			cfg.logf("GAN step %d: D loss %.4f, G loss %.4f (D micro-batch %d, G %d; %s)", st.Step, st.DLoss, st.GLoss, st.DMicro, st.GMicro, st.Duration.Round(time.Millisecond))
+			r.memoryLines("GAN", fmt.Sprintf("GAN step %d", st.Step))
+		}
+		r.iterationDone()
+		if ctx.Err() != nil {
+			interrupted = true // a signal: this step is done, save it
+			break
+		}
+		if cfg.MaxSteps > 0 && *steps >= cfg.MaxSteps {
+			break
+		}
+	}
+	ld.Close()
+	if n > 0 {
+		res.DLoss, res.GLoss = dSum/float64(n), gSum/float64(n)
+	}
+	res.GANSteps = gan.Steps
+	done := skip + n
+	r.meta.GANEpochs, r.meta.GANBatch, r.meta.GANSteps, r.meta.Stage = epoch, 0, gan.Steps, StageGAN
+	if done < ld.Len() { // stopped by --max-steps or a signal: this epoch is not done
+		r.meta.GANEpochs, r.meta.GANBatch = epoch-1, done
+	}
+	cfg.logf("GAN epoch %d/%d: %d steps, D loss %.4f, G loss %.4f, %s", epoch, cfg.GANEpochs, n, res.DLoss, res.GLoss, time.Since(start).Round(time.Millisecond))
+	torch.EmptyCache() // the seed's Option 1: after each epoch
+	if err := r.save(ganPath(epoch)); err != nil {
+		return err
+	}
+	if interrupted {
+		cfg.logf("interrupted at GAN step %d: saved %s", gan.Steps, r.last)
+		return train.ErrInterrupted
+	}
 	return nil
 }
 
@@ -689,25 +700,76 @@ func Synthesize(g *Generator, real *Specs, n int, seed uint64, dev torch.Device,
 
 func (r *run) trainClassifier(ctx context.Context, res *Result) error {
 	cfg := r.cfg
+	trainSet, err := r.classifierSet(res)
+	if err != nil {
+		return err
+	}
+	r.leaveGAN()
+	var dd *DeviceData
+	if cfg.DataOnDevice {
+		if dd, err = trainSet.OnDevice(cfg.Device); err != nil {
+			return fmt.Errorf("--data-on-device: %w", err)
+		}
+		defer dd.Free()
+		if r.dd != nil {
+			r.dd.Free()
+			r.dd = nil
+		}
+	}
+	eff := cfg.EffectiveBatch()
+	perEpoch := (trainSet.Len() + eff - 1) / eff
+	if err := r.newClassifier(recipes.TotalSteps(perEpoch, cfg.Epochs, cfg.MaxSteps)); err != nil {
+		return err
+	}
+	cfg.logf("classifier training: effective batch %d = micro-batch %d × %d; precision %s; checkpointing %v; %d epochs of %d steps",
+		eff, cfg.MicroBatch, cfg.Accum, r.prec, cfg.GradCheckpointing, cfg.Epochs, perEpoch)
+	steps, skip := 0, r.meta.Batch
+	for epoch := r.meta.Epochs + 1; epoch <= cfg.Epochs; epoch++ {
+		emitTo(cfg.Events, train.EpochEvent{Epoch: epoch, Epochs: cfg.Epochs, Batches: perEpoch})
+		if err := r.classifierEpoch(ctx, epoch, trainSet, dd, skip, &steps, res); err != nil {
+			return err
+		}
+		skip = 0
+		if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
+			break
+		}
+	}
+	acc, err := Predict(ctx, r.vit, r.test, cfg.Device, r.prec.Precision, cfg.MicroBatch)
+	if err != nil {
+		return err
+	}
+	res.TestAcc = acc.Value()
+	cfg.logf("test accuracy %.3f (%d/%d): %s", acc.Value(), acc.Correct, acc.N, perClass(acc))
+	return nil
+}
+
+// classifierSet is what the classifier trains on: the real training
+// spectrograms and NUM_SYNTHETIC the generator draws.
+func (r *run) classifierSet(res *Result) (*Specs, error) {
+	cfg := r.cfg
 	trainSet := &Specs{Shape: r.train.Shape}
 	trainSet.Append(r.train)
 	res.Real = r.train.Len()
 	if cfg.NumSynthetic > 0 && r.gen != nil {
 		start := time.Now()
 		if err := torch.Try(func() { nn.To(r.gen, cfg.Device, torch.Float32) }); err != nil {
-			return err
+			return nil, err
 		}
 		syn, err := Synthesize(r.gen, r.train, cfg.NumSynthetic, cfg.Seed, cfg.Device, r.prec.Precision, cfg.Preset.GANBatch)
 		if err != nil {
-			return fmt.Errorf("synthesising: %w", err)
+			return nil, fmt.Errorf("synthesising: %w", err)
 		}
 		trainSet.Append(syn)
 		res.Synthetic = syn.Len()
 		cfg.logf("NUM_SYNTHETIC %d spectrograms generated in %s (host memory: %s); the classifier trains on %d real + %d synthetic",
 			syn.Len(), time.Since(start).Round(time.Millisecond), torch.FormatBytes(syn.Bytes()), r.train.Len(), syn.Len())
 	}
-	// The GAN's optimizers and discriminator leave the device; the
-	// generator stays (its weights go into every checkpoint).
+	return trainSet, nil
+}
+
+// leaveGAN frees the GAN's optimizers and discriminator; the generator
+// stays (its weights go into every checkpoint).
+func (r *run) leaveGAN() {
 	if r.gan != nil {
 		r.gan.Free()
 		r.gan = nil
@@ -718,27 +780,16 @@ func (r *run) trainClassifier(ctx context.Context, res *Result) error {
 	}
 	r.owner.Drop("discriminator", "optimizer_g", "optimizer_d", "scaler")
 	if r.gen != nil {
-		r.owner.Register("generator", r.gen) // in every checkpoint
+		r.owner.Register("generator", r.gen)
 	}
 	torch.EmptyCache()
-	var dd *DeviceData
-	if cfg.DataOnDevice {
-		var err error
-		if dd, err = trainSet.OnDevice(cfg.Device); err != nil {
-			return fmt.Errorf("--data-on-device: %w", err)
-		}
-		defer dd.Free()
-		if r.dd != nil {
-			r.dd.Free()
-			r.dd = nil
-		}
-	}
-	eff := cfg.MicroBatch * cfg.Accum
-	perEpoch := (trainSet.Len() + eff - 1) / eff
-	total := perEpoch * cfg.Epochs
-	if cfg.MaxSteps > 0 {
-		total = min(total, cfg.MaxSteps)
-	}
+}
+
+// newClassifier makes the ViT's trainer (its optimizer state, schedule
+// and scaler the checkpoint's when resuming the classifier stage), and
+// freezes what the unfreezing schedule has not reached.
+func (r *run) newClassifier(total int) error {
+	cfg := r.cfg
 	cls, err := NewClassifier(r.vit, ClassifierOptions{Device: cfg.Device, Precision: r.prec.Precision, MicroBatch: cfg.MicroBatch,
 		LR: cfg.LR, ClipNorm: cfg.ClipNorm, Warmup: cfg.Warmup, TotalSteps: total, NoOOMAdapt: cfg.NoOOMAdapt, Events: cfg.Events})
 	if err != nil {
@@ -763,92 +814,83 @@ func (r *run) trainClassifier(ctx context.Context, res *Result) error {
 		}
 		cfg.logf("progressive unfreezing %s: training %s", cfg.Unfreeze, r.vit.Trainable())
 	}
-	cfg.logf("classifier training: effective batch %d = micro-batch %d × %d; precision %s; checkpointing %v; %d epochs of %d steps",
-		eff, cfg.MicroBatch, cfg.Accum, r.prec, cfg.GradCheckpointing, cfg.Epochs, perEpoch)
-	steps, skip := 0, r.meta.Batch
-	for epoch := r.meta.Epochs + 1; epoch <= cfg.Epochs; epoch++ {
-		if ls, ok := cfg.Unfreeze[epoch-1]; ok {
-			before := stateBytes(cls.Opt)
-			if err := r.vit.UnfreezeLayers(ls); err != nil {
-				return &recipes.UsageError{Err: err}
-			}
-			cfg.logf("epoch %d (0-based, the schedule's): unfreezing encoder layers %v; training %s (optimizer state so far %s)", epoch-1, ls, r.vit.Trainable(), torch.FormatBytes(before))
+	return nil
+}
+
+// classifierEpoch trains the classifier's epoch (counted from 1) after
+// its first skip batches, validates it and saves a checkpoint; a signal
+// saves where the epoch stands and returns train.ErrInterrupted.
+func (r *run) classifierEpoch(ctx context.Context, epoch int, trainSet *Specs, dd *DeviceData, skip int, steps *int, res *Result) error {
+	cfg, cls := r.cfg, r.cls
+	if ls, ok := cfg.Unfreeze[epoch-1]; ok {
+		before := stateBytes(cls.Opt)
+		if err := r.vit.UnfreezeLayers(ls); err != nil {
+			return &recipes.UsageError{Err: err}
 		}
-		emitTo(cfg.Events, train.EpochEvent{Epoch: epoch, Epochs: cfg.Epochs, Batches: perEpoch})
-		ld, err := r.loader(trainSet, dd, eff, cfg.Seed+1, epoch, skip, "classifier ")
-		if err != nil {
-			return err
-		}
-		start := time.Now()
-		var lossSum float64
-		n, interrupted := 0, false
-		for b, err := range ld.Epoch(ctx) {
-			if errors.Is(err, context.Canceled) {
-				interrupted = true
-				break
-			}
-			if err != nil {
-				ld.Close()
-				return err
-			}
-			info, err := cls.Step(b)
-			b.Free()
-			if err != nil {
-				ld.Close()
-				return fmt.Errorf("classifier step %d: %w", cls.Steps+1, err)
-			}
-			lossSum, n = lossSum+info.Loss, n+1
-			steps++
-			emitTo(cfg.Events, train.StepEvent{StepInfo: info, Epoch: epoch})
-			if cfg.MemoryEvery > 0 && cls.Steps%cfg.MemoryEvery == 0 {
-				r.memoryLines("classifier", fmt.Sprintf("classifier step %d (loss %.4f)", info.Step, info.Loss))
-			}
-			r.iterationDone()
-			if ctx.Err() != nil {
-				interrupted = true // a signal: this step is done, save it
-				break
-			}
-			if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
-				break
-			}
-		}
-		ld.Close()
-		res.Steps = cls.Steps
-		if !interrupted {
-			acc, err := Predict(ctx, r.vit, r.valid, cfg.Device, r.prec.Precision, cfg.MicroBatch)
-			if err != nil {
-				return err
-			}
-			res.ValidAcc = acc.Value()
-			emitTo(cfg.Events, train.EvalEvent{Step: cls.Steps, Epoch: epoch, Values: map[string]float64{
-				"train_loss": lossSum / float64(max(1, n)), "valid_accuracy": acc.Value()}})
-			cfg.logf("classifier epoch %d/%d: loss %.4f, valid accuracy %.3f (%d/%d), %s", epoch, cfg.Epochs, lossSum/float64(max(1, n)),
-				acc.Value(), acc.Correct, acc.N, time.Since(start).Round(time.Millisecond))
-		}
-		done := skip + n
-		skip = 0
-		r.meta.Epochs, r.meta.Batch, r.meta.Steps, r.meta.Stage = epoch, 0, cls.Steps, StageClassifier
-		if done < ld.Len() { // stopped by --max-steps or a signal: this epoch is not done
-			r.meta.Epochs, r.meta.Batch = epoch-1, done
-		}
-		torch.EmptyCache()
-		if err := r.save(clsPath(epoch)); err != nil {
-			return err
-		}
-		if interrupted {
-			cfg.logf("interrupted at classifier step %d: saved %s", cls.Steps, r.last)
-			return train.ErrInterrupted
-		}
-		if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
-			break
-		}
+		cfg.logf("epoch %d (0-based, the schedule's): unfreezing encoder layers %v; training %s (optimizer state so far %s)", epoch-1, ls, r.vit.Trainable(), torch.FormatBytes(before))
 	}
-	acc, err := Predict(ctx, r.vit, r.test, cfg.Device, r.prec.Precision, cfg.MicroBatch)
+	ld, err := r.loader(trainSet, dd, cfg.EffectiveBatch(), cfg.Seed+1, epoch, skip, "classifier ")
 	if err != nil {
 		return err
 	}
-	res.TestAcc = acc.Value()
-	cfg.logf("test accuracy %.3f (%d/%d): %s", acc.Value(), acc.Correct, acc.N, perClass(acc))
+	defer ld.Close()
+	start := time.Now()
+	var lossSum float64
+	n, interrupted := 0, false
+	for b, err := range ld.Epoch(ctx) {
+		if errors.Is(err, context.Canceled) {
+			interrupted = true
+			break
+		}
+		if err != nil {
+			return err
+		}
+		info, err := cls.Step(b)
+		b.Free()
+		if err != nil {
+			return fmt.Errorf("classifier step %d: %w", cls.Steps+1, err)
+		}
+		lossSum, n = lossSum+info.Loss, n+1
+		*steps++
+		emitTo(cfg.Events, train.StepEvent{StepInfo: info, Epoch: epoch})
+		if cfg.MemoryEvery > 0 && cls.Steps%cfg.MemoryEvery == 0 {
+			r.memoryLines("classifier", fmt.Sprintf("classifier step %d (loss %.4f)", info.Step, info.Loss))
+		}
+		r.iterationDone()
+		if ctx.Err() != nil {
+			interrupted = true // a signal: this step is done, save it
+			break
+		}
+		if cfg.MaxSteps > 0 && *steps >= cfg.MaxSteps {
+			break
+		}
+	}
+	ld.Close()
+	res.Steps = cls.Steps
+	if !interrupted {
+		acc, err := Predict(ctx, r.vit, r.valid, cfg.Device, r.prec.Precision, cfg.MicroBatch)
+		if err != nil {
+			return err
+		}
+		res.ValidAcc = acc.Value()
+		emitTo(cfg.Events, train.EvalEvent{Step: cls.Steps, Epoch: epoch, Values: map[string]float64{
+			"train_loss": lossSum / float64(max(1, n)), "valid_accuracy": acc.Value()}})
+		cfg.logf("classifier epoch %d/%d: loss %.4f, valid accuracy %.3f (%d/%d), %s", epoch, cfg.Epochs, lossSum/float64(max(1, n)),
+			acc.Value(), acc.Correct, acc.N, time.Since(start).Round(time.Millisecond))
+	}
+	done := skip + n
+	r.meta.Epochs, r.meta.Batch, r.meta.Steps, r.meta.Stage = epoch, 0, cls.Steps, StageClassifier
+	if done < ld.Len() { // stopped by --max-steps or a signal: this epoch is not done
+		r.meta.Epochs, r.meta.Batch = epoch-1, done
+	}
+	torch.EmptyCache()
+	if err := r.save(clsPath(epoch)); err != nil {
+		return err
+	}
+	if interrupted {
+		cfg.logf("interrupted at classifier step %d: saved %s", cls.Steps, r.last)
+		return train.ErrInterrupted
+	}
 	return nil
 }
 
