@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
@@ -140,4 +142,24 @@ func TotalSteps(perEpoch, epochs, maxSteps int) int {
 		total = maxSteps
 	}
 	return total
+}
+
+// AutoBatch is --auto-batch's search, the seed's find_optimal_batch_size:
+// the largest micro-batch of the run's worst case (worst(n): a batch of
+// the n longest examples, what) that a training step fits, logged as a
+// table; the trainer goes on with it (at most the effective batch) and
+// as many accumulation steps as keep the effective batch.
+func AutoBatch(tr *train.Trainer, worst func(n int) (*data.Batch, error), what string, logf func(string, ...any)) (memplan.FindResult, error) {
+	effective := tr.EffectiveBatch()
+	found, err := tr.FindBatchSize(effective, worst)
+	var b strings.Builder
+	found.Table(&b)
+	logf("batch-size search on the longest %s:\n%s", what, b.String())
+	if err != nil {
+		return found, err
+	}
+	micro := min(found.MicroBatch, effective)
+	tr.SetMicroBatch(micro)
+	logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d", micro, tr.Accum(), effective)
+	return found, nil
 }

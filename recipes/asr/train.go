@@ -175,7 +175,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res Result, err error
 		return res, err
 	}
 	if cfg.DryRun { // the caller prints the table; nothing is trained or written
-		found, err := autoBatch(tr, d.train, effective, func(string, ...any) {})
+		found, err := recipes.AutoBatch(tr, longest(d.train), "utterances", func(string, ...any) {})
 		res.FoundBatches = &found
 		return res, err
 	}
@@ -320,16 +320,12 @@ func parallelFor(cfg TrainConfig, m *Conformer, counted *countedOptimizer, logf 
 // directory: the --auto-batch search (a new run) and the baseline
 // validation.
 func startRun(cfg TrainConfig, tr *train.Trainer, d corpora, res *Result, evaluate func() (float64, float64, error), logf func(string, ...any)) error {
-	effective := tr.EffectiveBatch()
 	if cfg.AutoBatch && cfg.Resume == "" {
-		found, err := autoBatch(tr, d.train, effective, logf)
+		found, err := recipes.AutoBatch(tr, longest(d.train), "utterances", logf)
 		if err != nil {
 			return err
 		}
 		res.FoundBatches = &found
-		micro := min(found.MicroBatch, effective)
-		tr.SetMicroBatch(micro)
-		logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d", micro, tr.Accum(), effective)
 	}
 	if cfg.Resume == "" {
 		cer, loss, err := evaluate()
@@ -362,21 +358,16 @@ func (t *stepTimer) log(logf func(string, ...any), optState int64) {
 	}
 }
 
-// autoBatch finds the largest micro-batch on the longest utterances.
-func autoBatch(tr *train.Trainer, c *Corpus, effective int, logf func(string, ...any)) (memplan.FindResult, error) {
+// longest returns a batch of c's n longest utterances: --auto-batch's
+// worst case.
+func longest(c *Corpus) func(n int) (*data.Batch, error) {
 	order := make([]int, c.Len())
 	for i := range order {
 		order[i] = i
 	}
 	sort.Slice(order, func(a, b int) bool { return c.Frames(order[a]) > c.Frames(order[b]) })
 	ds := dataset(c)
-	res, err := tr.FindBatchSize(max(effective, 1), func(n int) (*data.Batch, error) {
-		return collateItems(ds, order[:min(n, len(order))])
-	})
-	var b strings.Builder
-	res.Table(&b)
-	logf("batch-size search on the longest utterances:\n%s", b.String())
-	return res, err
+	return func(n int) (*data.Batch, error) { return collateItems(ds, order[:min(n, len(order))]) }
 }
 
 // checkpointError is a asr checkpoint that cannot be used (the shared

@@ -648,16 +648,10 @@ func autoBatch(cfg *TrainConfig, m *Model, t *train.Trainer, opt nn.Optimizer, t
 			micro, plan.Plan.Accum, effective, plan.Plan.Checkpointing)
 		return nil
 	}
-	found, err := t.FindBatchSize(effective, worst)
-	var b strings.Builder
-	found.Table(&b)
-	cfg.logf("batch-size search on the longest utterances:\n%s", b.String())
+	found, err := recipes.AutoBatch(t, worst, "utterances", cfg.logf)
 	if err != nil {
 		return err
 	}
 	res.Found = &found
-	micro := min(found.MicroBatch, effective)
-	t.SetMicroBatch(micro)
-	cfg.logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d", micro, (effective+micro-1)/micro, effective)
 	return nil
 }
