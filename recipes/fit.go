@@ -163,3 +163,25 @@ func AutoBatch(tr *train.Trainer, worst func(n int) (*data.Batch, error), what s
 	logf("auto batch: micro-batch %d × %d accumulation steps keeps the effective batch %d", micro, tr.Accum(), effective)
 	return found, nil
 }
+
+// CollateAt collates the examples idx of ds into one batch (the caller's;
+// the examples are freed): an evaluation's batches and --auto-batch's
+// worst cases.
+func CollateAt(ds data.Dataset[data.Sample], collate func([]data.Sample) (*data.Batch, error), idx []int) (*data.Batch, error) {
+	samples := make([]data.Sample, 0, len(idx))
+	defer func() {
+		for _, s := range samples {
+			for _, t := range s {
+				t.Free()
+			}
+		}
+	}()
+	for _, i := range idx {
+		s, err := ds.Get(i)
+		if err != nil {
+			return nil, err
+		}
+		samples = append(samples, s)
+	}
+	return collate(samples)
+}

@@ -122,27 +122,6 @@ func dataset(c *Corpus) data.Dataset[data.Sample] {
 	}}
 }
 
-// collateItems collates the utterances at idx (the samples are freed; the
-// batch is the caller's).
-func collateItems(ds data.Dataset[data.Sample], idx []int) (*data.Batch, error) {
-	samples := make([]data.Sample, 0, len(idx))
-	defer func() {
-		for _, s := range samples {
-			for _, t := range s {
-				t.Free()
-			}
-		}
-	}()
-	for _, i := range idx {
-		s, err := ds.Get(i)
-		if err != nil {
-			return nil, err
-		}
-		samples = append(samples, s)
-	}
-	return Collate(samples)
-}
-
 func span(start, end int) []int {
 	out := make([]int, 0, end-start)
 	for i := start; i < end; i++ {

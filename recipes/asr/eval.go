@@ -7,6 +7,7 @@ import (
 
 	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -26,7 +27,7 @@ func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int, withLoss 
 		var hyps []string
 		var chunkLoss float64
 		err = torch.TidyErr(func() error {
-			b, err := collateItems(ds, span(start, end))
+			b, err := recipes.CollateAt(ds, Collate, span(start, end))
 			if err != nil {
 				return err
 			}

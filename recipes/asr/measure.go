@@ -9,6 +9,7 @@ import (
 
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/train"
 )
@@ -74,7 +75,7 @@ func measureStep(c MeasureConfig) (Measurement, error) {
 	if len(order) < n {
 		return out, fmt.Errorf("asr: %d utterances, need %d", len(order), n)
 	}
-	batch, err := collateItems(dataset(corpus), order[:n])
+	batch, err := recipes.CollateAt(dataset(corpus), Collate, order[:n])
 	if err != nil {
 		return out, err
 	}

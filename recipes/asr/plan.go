@@ -8,6 +8,7 @@ import (
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 )
@@ -75,7 +76,7 @@ func planMemory(c PlanConfig) (memplan.Result, error) {
 		if b, ok := batches[n]; ok {
 			return b, nil
 		}
-		b, err := collateItems(ds, order[:min(n, len(order))])
+		b, err := recipes.CollateAt(ds, Collate, order[:min(n, len(order))])
 		if err != nil {
 			return nil, err
 		}

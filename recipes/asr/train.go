@@ -367,7 +367,7 @@ func longest(c *Corpus) func(n int) (*data.Batch, error) {
 	}
 	sort.Slice(order, func(a, b int) bool { return c.Frames(order[a]) > c.Frames(order[b]) })
 	ds := dataset(c)
-	return func(n int) (*data.Batch, error) { return collateItems(ds, order[:min(n, len(order))]) }
+	return func(n int) (*data.Batch, error) { return recipes.CollateAt(ds, Collate, order[:min(n, len(order))]) }
 }
 
 // checkpointError is a asr checkpoint that cannot be used (the shared

@@ -545,26 +545,6 @@ func Collate(cfg GPTConfig) func([]data.Sample) (*data.Batch, error) {
 	}
 }
 
-// collateItems collates the items idx of ds (the samples are freed).
-func collateItems(ds data.Dataset[data.Sample], collate func([]data.Sample) (*data.Batch, error), idx []int) (*data.Batch, error) {
-	samples := make([]data.Sample, 0, len(idx))
-	defer func() {
-		for _, s := range samples {
-			for _, t := range s {
-				t.Free()
-			}
-		}
-	}()
-	for _, i := range idx {
-		s, err := ds.Get(i)
-		if err != nil {
-			return nil, err
-		}
-		samples = append(samples, s)
-	}
-	return collate(samples)
-}
-
 // longest returns the corpus's item indices, longest first.
 func (c *Corpus) longest() []int {
 	order := make([]int, c.Len())

@@ -324,7 +324,7 @@ func scoreCodec(c *Codec, ds data.Dataset[data.Sample], dev torch.Device) (Score
 	for start := 0; start < ds.Len(); start += 32 {
 		end := min(start+32, ds.Len())
 		err := torch.TidyErr(func() error {
-			b, err := collateItems(ds, collate, span(start, end))
+			b, err := recipes.CollateAt(ds, collate, span(start, end))
 			if err != nil {
 				return err
 			}
@@ -550,7 +550,7 @@ func scoreGPT(m *Model, ds data.Dataset[data.Sample], collate func([]data.Sample
 	for start := 0; start < ds.Len(); start += 16 {
 		end := min(start+16, ds.Len())
 		err := torch.TidyErr(func() error {
-			b, err := collateItems(ds, collate, span(start, end))
+			b, err := recipes.CollateAt(ds, collate, span(start, end))
 			if err != nil {
 				return err
 			}
@@ -587,7 +587,7 @@ func autoBatch(cfg *TrainConfig, m *Model, t *train.Trainer, opt nn.Optimizer, t
 	effective := cfg.EffectiveBatch()
 	order := tr.longest()
 	ds := tr.Dataset()
-	worst := func(n int) (*data.Batch, error) { return collateItems(ds, collate, order[:min(n, len(order))]) }
+	worst := func(n int) (*data.Batch, error) { return recipes.CollateAt(ds, collate, order[:min(n, len(order))]) }
 	st := torch.MustMemoryStats(cfg.Device)
 	budget := st.Limit
 	if budget == 0 && cfg.MemoryFraction > 0 && st.DeviceTotal > 0 {
