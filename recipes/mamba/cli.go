@@ -1,6 +1,7 @@
 package mamba
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -149,92 +150,20 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	if err != nil {
 		return TrainConfig{}, &recipes.ConfigError{Field: "training-preset", Value: c.String("training-preset"), Err: err}
 	}
-	set := func(name string) bool { return c.IsSet(name) }
-	// --training_preset fast is the guide's "test your configuration":
-	// its schedule (steps, warmup, evaluation, saving, logging) wins over
-	// a config file's training section; the command line still wins.
-	schedule := func(name string) bool {
-		if !set(name) {
-			return false
-		}
-		_, fromFile := run.FromFile[name]
-		return !(fromFile && tp.MaxSteps > 0 && tp.MaxSteps < TrainingPresets["default"].MaxSteps)
-	}
-	sizeName := size
-	if set("d-model") {
-		mcfg.DModel, sizeName = c.Int64("d-model"), ""
-	}
-	if set("n-layers") {
-		mcfg.NLayers, sizeName = c.Int("n-layers"), ""
-	}
-	if set("d-state") {
-		mcfg.DState, sizeName = c.Int64("d-state"), ""
-	}
-	if set("expand-factor") {
-		mcfg.Expand, sizeName = c.Int64("expand-factor"), ""
-	}
-	if set("dropout") {
-		mcfg.Dropout = c.Float64("dropout")
-	}
-	if set("model-max-seq-len") {
-		mcfg.MaxSeqLen = c.Int("model-max-seq-len")
-	}
-	mcfg.VocabSize = c.Int64("vocab-size")
-	seq := vram.SeqLen
-	if seq == 0 {
-		seq = 256
-	}
-	if set("max-seq-len") {
-		seq = c.Int("max-seq-len")
-	}
+	sizeName, seq := modelFlags(c, &mcfg, size, vram)
 	precision := cm.Precision
 	fp16 := vram.Mixed
-	if set("use-fp16") {
+	if c.IsSet("use-fp16") {
 		fp16 = c.Bool("use-fp16")
 	}
-	if fp16 && !set("mixed-precision") && !set("mixed_precision") {
+	if fp16 && !c.IsSet("mixed-precision") && !c.IsSet("mixed_precision") {
 		precision = "auto"
 	}
 	offload := vram.CPUOffload
-	if set("cpu-offload") {
+	if c.IsSet("cpu-offload") {
 		offload = c.Bool("cpu-offload")
 	}
-	if set("lr") {
-		tp.LR = cm.LR
-	}
-	if set("weight-decay") {
-		tp.WeightDecay = c.Float64("weight-decay")
-	}
-	if schedule("max-steps") {
-		tp.MaxSteps = cm.MaxSteps
-	}
-	if schedule("warmup") {
-		tp.WarmupSteps = cm.Warmup
-	}
-	if schedule("eval-interval") {
-		tp.EvalInterval = c.Int("eval-interval")
-	}
-	if schedule("checkpoint-every") {
-		tp.SaveInterval = cm.CheckpointEvery
-	}
-	if schedule("logging-steps") {
-		tp.LoggingSteps = c.Int("logging-steps")
-	}
-	if set("adam-beta1") {
-		tp.Beta1 = c.Float64("adam-beta1")
-	}
-	if set("adam-beta2") {
-		tp.Beta2 = c.Float64("adam-beta2")
-	}
-	if set("adam-epsilon") {
-		tp.Eps = c.Float64("adam-epsilon")
-	}
-	if set("clip-norm") {
-		tp.MaxGradNorm = cm.ClipNorm
-	}
-	if set("label-smoothing") {
-		tp.LabelSmoothing = c.Float64("label-smoothing")
-	}
+	trainingFlags(c, run, cm, &tp)
 	cm.Precision = precision
 	cm.LR, cm.MaxSteps, cm.Warmup, cm.CheckpointEvery, cm.ClipNorm = tp.LR, tp.MaxSteps, tp.WarmupSteps, tp.SaveInterval, tp.MaxGradNorm
 	cfg := TrainConfig{
@@ -249,6 +178,68 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 			vram.Name, cfg.MicroBatch, cfg.Accum, cfg.SeqLen, fp16, cfg.GradCheckpointing)
 	}
 	return cfg, nil
+}
+
+// modelFlags applies the model section's flags to mcfg (a changed size
+// has no name) and returns the model's name and the sequence length.
+func modelFlags(c *cli.Context, mcfg *ModelConfig, size string, vram VRAM) (sizeName string, seq int) {
+	sizeName = size
+	for _, f := range []struct {
+		name  string
+		apply func()
+	}{
+		{"d-model", func() { mcfg.DModel, sizeName = c.Int64("d-model"), "" }},
+		{"n-layers", func() { mcfg.NLayers, sizeName = c.Int("n-layers"), "" }},
+		{"d-state", func() { mcfg.DState, sizeName = c.Int64("d-state"), "" }},
+		{"expand-factor", func() { mcfg.Expand, sizeName = c.Int64("expand-factor"), "" }},
+		{"dropout", func() { mcfg.Dropout = c.Float64("dropout") }},
+		{"model-max-seq-len", func() { mcfg.MaxSeqLen = c.Int("model-max-seq-len") }},
+	} {
+		if c.IsSet(f.name) {
+			f.apply()
+		}
+	}
+	mcfg.VocabSize = c.Int64("vocab-size")
+	seq = cmp.Or(vram.SeqLen, 256)
+	if c.IsSet("max-seq-len") {
+		seq = c.Int("max-seq-len")
+	}
+	return sizeName, seq
+}
+
+// trainingFlags applies the training section's flags to the training
+// preset tp. --training_preset fast is the guide's "test your
+// configuration": its schedule (steps, warmup, evaluation, saving,
+// logging) wins over a config file's training section; the command line
+// still wins.
+func trainingFlags(c *cli.Context, run *recipes.Run, cm recipes.Common, tp *Training) {
+	short := tp.MaxSteps > 0 && tp.MaxSteps < TrainingPresets["default"].MaxSteps
+	schedule := func(name string) bool {
+		_, fromFile := run.FromFile[name]
+		return c.IsSet(name) && !(fromFile && short)
+	}
+	for _, f := range []struct {
+		name     string
+		schedule bool
+		apply    func()
+	}{
+		{"lr", false, func() { tp.LR = cm.LR }},
+		{"weight-decay", false, func() { tp.WeightDecay = c.Float64("weight-decay") }},
+		{"max-steps", true, func() { tp.MaxSteps = cm.MaxSteps }},
+		{"warmup", true, func() { tp.WarmupSteps = cm.Warmup }},
+		{"eval-interval", true, func() { tp.EvalInterval = c.Int("eval-interval") }},
+		{"checkpoint-every", true, func() { tp.SaveInterval = cm.CheckpointEvery }},
+		{"logging-steps", true, func() { tp.LoggingSteps = c.Int("logging-steps") }},
+		{"adam-beta1", false, func() { tp.Beta1 = c.Float64("adam-beta1") }},
+		{"adam-beta2", false, func() { tp.Beta2 = c.Float64("adam-beta2") }},
+		{"adam-epsilon", false, func() { tp.Eps = c.Float64("adam-epsilon") }},
+		{"clip-norm", false, func() { tp.MaxGradNorm = cm.ClipNorm }},
+		{"label-smoothing", false, func() { tp.LabelSmoothing = c.Float64("label-smoothing") }},
+	} {
+		if (f.schedule && schedule(f.name)) || (!f.schedule && c.IsSet(f.name)) {
+			f.apply()
+		}
+	}
 }
 
 func trainCommand() *cli.Command {
