@@ -117,19 +117,12 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res Result, err error
 		return res, err
 	}
 	defer d.feat.Close()
-	torch.ManualSeed(cfg.Seed) // the model's initial weights depend on the seed alone
-	m, err := NewConformer(d.mcfg)
+	m, err := buildModel(cfg, d, logf)
 	if err != nil {
 		return res, err
 	}
 	defer nn.Free(m)
-	m.Vocab = d.vocab
-	if cfg.Device != torch.CPU {
-		nn.To(m, cfg.Device, torch.Float32)
-	}
 	res.Params = nn.NumParams(m)
-	logf("model %s: d_model %d, %d encoder / %d decoder layers, %s parameters (%.2fM), vocabulary %d", d.preset, d.mcfg.DModel,
-		d.mcfg.EncoderLayers, d.mcfg.DecoderLayers, recipes.Commas(res.Params), float64(res.Params)/1e6, d.vocab.Size())
 	opt := nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), 0.01), nn.AdamWDefaults(cfg.LR))
 	defer opt.Free()
 	counted := &countedOptimizer{Optimizer: opt}
@@ -192,6 +185,24 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res Result, err error
 	}
 	res.CER, res.ValidLoss = lastVals["val_cer"], lastVals["val_loss"]
 	return res, nil
+}
+
+// buildModel makes the run's conformer, its initial weights from the
+// seed alone, on the device.
+func buildModel(cfg TrainConfig, d corpora, logf func(string, ...any)) (*Conformer, error) {
+	torch.ManualSeed(cfg.Seed)
+	m, err := NewConformer(d.mcfg)
+	if err != nil {
+		return nil, err
+	}
+	m.Vocab = d.vocab
+	if cfg.Device != torch.CPU {
+		nn.To(m, cfg.Device, torch.Float32)
+	}
+	n := nn.NumParams(m)
+	logf("model %s: d_model %d, %d encoder / %d decoder layers, %s parameters (%.2fM), vocabulary %d", d.preset, d.mcfg.DModel,
+		d.mcfg.EncoderLayers, d.mcfg.DecoderLayers, recipes.Commas(n), float64(n)/1e6, d.vocab.Size())
+	return m, nil
 }
 
 // corpora are a run's data: the vocabulary and model (the checkpoint's
