@@ -384,19 +384,7 @@ func TestResumeMidEpoch(t *testing.T) {
 			} else {
 				require.Equal(t, straight.ValidAcc, resumed.ValidAcc)
 			}
-			f, err := ckpt.Read(straight.Checkpoint)
-			require.NoError(t, err)
-			defer f.Free()
-			want, err := f.Tensors(key)
-			require.NoError(t, err)
-			g, err := ckpt.Read(resumed.Checkpoint)
-			require.NoError(t, err)
-			defer g.Free()
-			got, err := g.Tensors(key)
-			require.NoError(t, err)
-			for k, v := range want {
-				require.True(t, v.Equal(got[k]), "%s: %s after the resume equals the straight run's", stage, k)
-			}
+			requireSameWeights(t, straight.Checkpoint, resumed.Checkpoint, key)
 		})
 	}
 }
@@ -446,19 +434,27 @@ func TestInterruptSavesAndResumes(t *testing.T) {
 			require.Equal(t, straight.GANSteps, resumed.GANSteps)
 			require.Equal(t, straight.Steps, resumed.Steps)
 			key := map[string]string{StageGAN: "generator", StageClassifier: "classifier"}[stage]
-			f, err := ckpt.Read(straight.Checkpoint)
-			require.NoError(t, err)
-			defer f.Free()
-			want, err := f.Tensors(key)
-			require.NoError(t, err)
-			g, err := ckpt.Read(resumed.Checkpoint)
-			require.NoError(t, err)
-			defer g.Free()
-			got, err := g.Tensors(key)
-			require.NoError(t, err)
-			for k, v := range want {
-				require.True(t, v.Equal(got[k]), "%s: %s after the interrupted run's resume equals the straight run's", stage, k)
-			}
+			requireSameWeights(t, straight.Checkpoint, resumed.Checkpoint, key)
 		})
+	}
+}
+
+// requireSameWeights checks that two checkpoints hold the same network
+// (key), bit for bit.
+func requireSameWeights(t *testing.T, a, b, key string) {
+	t.Helper()
+	f, err := ckpt.Read(a)
+	require.NoError(t, err)
+	defer f.Free()
+	want, err := f.Tensors(key)
+	require.NoError(t, err)
+	g, err := ckpt.Read(b)
+	require.NoError(t, err)
+	defer g.Free()
+	got, err := g.Tensors(key)
+	require.NoError(t, err)
+	require.Len(t, got, len(want))
+	for k, v := range want {
+		require.True(t, v.Equal(got[k]), "%s: %s of %s equals %s's", key, k, b, a)
 	}
 }

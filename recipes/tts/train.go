@@ -181,7 +181,7 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	cfg.logf("precision %s; %d optimizer steps of %d crops of %d frames", precision, total, cfg.EffectiveBatch(), cfg.CropFrames)
 	validSet := va.CropDataset(cfg.CropFrames)
 	evaluate := func() (Scores, error) { return scoreCodec(c, validSet, cfg.Device) }
-	return fitRun(ctx, session, tr, recipes.Job{
+	job := recipes.Job{
 		Model: c, Opt: opt, Sched: sched,
 		Loss: func(b *data.Batch) *torch.Tensor {
 			l := c.Loss(b.Fields["mel"])
@@ -210,11 +210,16 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		},
 		Dataset: tr.CropDataset(cfg.CropFrames), Collate: data.PadCollate(map[string]data.Pad{}),
 		Meta: metaDict(modelMeta{Kind: "codec", Codec: ccfg, Mean: store.Index.Mean, Std: store.Index.Std, Data: cfg.Data}),
-	}, nil, evaluate, &res)
+	}
+	t, err := session.Trainer(job)
+	if err != nil {
+		return res, err
+	}
+	return fitRun(ctx, session, tr, job, t, evaluate, &res)
 }
 
-// fitRun trains job by the shared loop (recipes.Session.Fit, or Run with
-// a trainer made already) and fills res, scoring the validation split
+// fitRun trains job with t by the shared loop (recipes.Session.Run) and
+// fills res, scoring the validation split
 // after each epoch (the corpus's epoch set first) and at the end when no
 // epoch ended.
 func fitRun(ctx context.Context, session *recipes.Session, corpus *Corpus, job recipes.Job, t *train.Trainer,
@@ -226,13 +231,7 @@ func fitRun(ctx context.Context, session *recipes.Session, corpus *Corpus, job r
 		last = &s
 		return s.values(), err
 	}
-	var out recipes.Outcome
-	var err error
-	if t == nil {
-		out, err = session.Fit(ctx, job)
-	} else {
-		out, err = session.Run(ctx, t, job)
-	}
+	out, err := session.Run(ctx, t, job)
 	res.Checkpoint, res.Interrupted = out.Checkpoint, out.Interrupted
 	if err != nil {
 		return *res, err
