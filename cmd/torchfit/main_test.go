@@ -367,3 +367,39 @@ func TestTranscribeInputs(t *testing.T) {
 		require.True(t, strings.HasPrefix(lines[k], f+"\t"), lines[k])
 	}
 }
+
+// A command never writes over a file of another kind (issue 24, item 10):
+// `plot --out` naming the metrics file, `tts say --out` naming a
+// checkpoint; each is refused in one line, exit 2, the file unchanged.
+// Without --out, plot writes beside its input.
+func TestOutputsOfAnotherKindAreRefused(t *testing.T) {
+	bin := binary(t)
+	dir := t.TempDir()
+	metrics := filepath.Join(dir, "m.jsonl")
+	lines := `{"step":1,"loss":2.5,"micro_batch":2,"samples":4}` + "\n" + `{"step":2,"loss":2.0,"micro_batch":2,"samples":4}` + "\n"
+	require.NoError(t, os.WriteFile(metrics, []byte(lines), 0o644))
+	ckpt := filepath.Join(dir, "checkpoint_step_000010.pt")
+	require.NoError(t, ptfile.Save(ckpt, ptfile.NewDict("step", int64(10))))
+	before, err := os.ReadFile(ckpt)
+	require.NoError(t, err)
+	wav := filepath.Join(dir, "ref.wav")
+	require.NoError(t, exec.Command("sox", "-n", "-r", "16000", "-c", "1", "-b", "16", wav, "synth", "1", "sine", "440").Run())
+
+	code, out := runCLI(t, bin, "plot", "--metrics", metrics, "--out", metrics).both()
+	require.Equal(t, 2, code, out)
+	requireOneLine(t, out, "something else than a PNG image")
+	got, err := os.ReadFile(metrics)
+	require.NoError(t, err)
+	require.Equal(t, lines, string(got), "the metrics are untouched")
+
+	code, out = runCLI(t, bin, "tts", "say", "--checkpoint", ckpt, "--text", "नमस्कार", "--speaker", wav, "--out", ckpt).both()
+	require.Equal(t, 2, code, out)
+	requireOneLine(t, out, "something else than a WAV file")
+	got, err = os.ReadFile(ckpt)
+	require.NoError(t, err)
+	require.Equal(t, before, got, "the checkpoint is untouched")
+
+	code, out = runCLI(t, bin, "plot", "--metrics", metrics).both()
+	require.Equal(t, 0, code, out)
+	require.FileExists(t, filepath.Join(dir, "m.png"))
+}

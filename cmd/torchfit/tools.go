@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -17,20 +19,28 @@ func plotCommand() *cli.Command {
 		Usage: "render loss and memory curves from a metrics JSONL file (or a `torchfit monitor` log) to PNG",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "metrics", Aliases: []string{"log"}, Usage: "metrics JSONL written by training (--metrics), or a monitor log (--log-file); required"},
-			&cli.StringFlag{Name: "out", Value: "curves.png", Usage: "PNG to write"},
+			&cli.StringFlag{Name: "out", Usage: "PNG to write (default: beside the metrics file, its name with .png)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.String("metrics") == "" {
 				return recipes.Usagef("--metrics is required")
 			}
+			in := c.String("metrics")
+			out := c.String("out")
+			if out == "" {
+				out = strings.TrimSuffix(in, filepath.Ext(in)) + ".png"
+			}
+			if err := recipes.CheckOutput("out", out, recipes.PNG); err != nil {
+				return err
+			}
 			plot := report.PlotMetrics
-			if monitor.IsLog(c.String("metrics")) {
+			if monitor.IsLog(in) {
 				plot = monitor.Plot
 			}
-			if err := plot(c.String("metrics"), c.String("out")); err != nil {
+			if err := plot(in, out); err != nil {
 				return recipes.Usagef("%v", err)
 			}
-			fmt.Println("wrote", c.String("out"))
+			fmt.Println("wrote", out)
 			return nil
 		},
 	}

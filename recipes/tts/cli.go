@@ -279,6 +279,9 @@ func sayCommand() *cli.Command {
 			if c.String("speaker") == "" {
 				return recipes.Usagef("--speaker is required (a reference clip of the voice)")
 			}
+			if err := recipes.CheckOutput("out", c.String("out"), recipes.WAV); err != nil {
+				return err
+			}
 			res, err := Say(c.Context, SayConfig{Checkpoint: c.String("checkpoint"), Text: c.String("text"), Speaker: c.String("speaker"),
 				Out: c.String("out"), Device: dev, Sample: o, GLIters: c.Int("griffin-lim-iters")})
 			if err != nil {

@@ -1,0 +1,52 @@
+package recipes
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+)
+
+// Kinds of file a command writes, known by their first bytes.
+var (
+	PNG = OutputKind{Name: "PNG image", Magic: func(b []byte) bool { return bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) }}
+	WAV = OutputKind{Name: "WAV file", Magic: func(b []byte) bool {
+		return len(b) >= 12 && (string(b[:4]) == "RIFF" || string(b[:4]) == "RIFX") && string(b[8:12]) == "WAVE"
+	}}
+)
+
+// OutputKind is a kind of file a command writes.
+type OutputKind struct {
+	Name  string
+	Magic func(head []byte) bool // whether a file's first bytes are of the kind
+}
+
+// CheckOutput refuses (a user error naming the flag) an output path that
+// holds something else than the kind of file the command writes there: a
+// directory, or a file of another kind (a metrics file, a checkpoint) that
+// writing would destroy. A new path, or a file of the same kind, which the
+// command replaces, is fine.
+func CheckOutput(flag, path string, kind OutputKind) error {
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return Usagef("--%s %s: %v", flag, path, err)
+	}
+	if st.IsDir() {
+		return Usagef("--%s %s is a directory: name the %s to write", flag, path, kind.Name)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return Usagef("--%s %s: %v", flag, path, err)
+	}
+	defer f.Close()
+	head := make([]byte, 16)
+	n, _ := io.ReadFull(f, head)
+	if st.Size() > 0 && !kind.Magic(head[:n]) {
+		return Usagef("--%s %s holds something else than a %s (writing would destroy it): name another file", flag, path, kind.Name)
+	}
+	return nil
+}
