@@ -15,7 +15,8 @@ type Session struct {
 	// device computes natively).
 	Precision amp.Choice
 	cm        Common
-	events    train.Sink
+	sink      train.Sink
+	held      []train.Event // Begin's own lines, until the run's first
 	undo      []func()
 }
 
@@ -26,7 +27,10 @@ type Session struct {
 // (amp.ParsePrecision, logged with its reason), caps the device's memory
 // (MemoryLimit or MemoryFraction, logged; End lifts the cap) and seeds
 // libtorch's generator (Seed). Every error is the user's (exit status 2).
-// events receives the log lines (nil: none).
+// events receives the log lines (nil: none); Begin's own (the precision,
+// the cap) wait for the run's first event, so that a run that then fails
+// on bad input prints its one error line and nothing else. The recipe
+// sends its events through Events (or Logf).
 func Begin(cm Common, events train.Sink) (*Session, error) {
 	if err := cm.Validate(); err != nil {
 		return nil, err
@@ -38,19 +42,44 @@ func Begin(cm Common, events train.Sink) (*Session, error) {
 	if err != nil {
 		return nil, &ConfigError{Field: "mixed-precision", Value: cm.Precision, Err: err}
 	}
-	s := &Session{Precision: prec, cm: cm, events: events}
+	s := &Session{Precision: prec, cm: cm, sink: events}
 	if err := s.capMemory(cm); err != nil {
 		return nil, err
 	}
-	s.Logf("precision %s", prec)
+	s.hold("precision %s", prec)
 	torch.ManualSeed(cm.Seed)
 	return s, nil
 }
 
 // Logf sends a log line to the run's events.
 func (s *Session) Logf(format string, args ...any) {
-	if s.events != nil {
-		s.events(train.Message{Text: fmt.Sprintf(format, args...)})
+	s.emit(train.Message{Text: fmt.Sprintf(format, args...)})
+}
+
+// Events is the run's event sink: the one Begin was given, after Begin's
+// own lines.
+func (s *Session) Events() train.Sink {
+	if s.sink == nil {
+		return nil
+	}
+	return s.emit
+}
+
+func (s *Session) emit(e train.Event) {
+	if s.sink == nil {
+		return
+	}
+	for _, h := range s.held {
+		s.sink(h)
+	}
+	s.held = nil
+	s.sink(e)
+}
+
+// hold keeps one of Begin's lines until the run's first event.
+func (s *Session) hold(format string, args ...any) {
+	if s.sink != nil {
+		s.held = append(s.held, train.Message{Text: fmt.Sprintf(format, args...)})
 	}
 }
 
@@ -80,12 +109,12 @@ func (s *Session) capMemory(cm Common) error {
 		if err != nil {
 			return &ConfigError{Field: "memory-limit", Value: cm.MemoryLimit, Err: err}
 		}
-		s.Logf("memory limit on %v: %s", dev, cm.MemoryLimit)
+		s.hold("memory limit on %v: %s", dev, cm.MemoryLimit)
 	case cm.MemoryFraction > 0:
 		if err := torch.SetMemoryFraction(dev, cm.MemoryFraction); err != nil {
 			return &ConfigError{Field: "memory-fraction", Value: cm.MemoryFraction, Err: err}
 		}
-		s.Logf("memory limit on %v: %.2f of the device", dev, cm.MemoryFraction)
+		s.hold("memory limit on %v: %.2f of the device", dev, cm.MemoryFraction)
 	default:
 		return nil
 	}

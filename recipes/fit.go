@@ -77,7 +77,7 @@ func (s *Session) Trainer(job Job) (*train.Trainer, error) {
 	tc := train.Config{
 		MicroBatch: cm.MicroBatch, Accum: cm.Accum, Device: cm.Device, Precision: s.Precision.Precision,
 		ClipNorm: cm.ClipNorm, EmptyCacheEvery: cm.EmptyCacheEvery, MemoryEvery: cm.MemoryEvery,
-		Events: s.events, MaxNonFinite: cm.MaxNonFinite,
+		Events: s.Events(), MaxNonFinite: cm.MaxNonFinite,
 	}
 	if job.Trainer != nil {
 		job.Trainer(&tc)

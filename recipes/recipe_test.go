@@ -13,8 +13,9 @@ import (
 )
 
 // Begin is every recipe's start: it validates the shared settings, refuses
-// CUDA where there is none, resolves and logs the precision, caps the
-// device's memory (logged) until End, and seeds the generator.
+// CUDA where there is none, resolves the precision, caps the device's
+// memory until End, and seeds the generator; its lines (the precision and
+// why, the cap) come out before the run's first.
 func TestBegin(t *testing.T) {
 	ok := Common{MicroBatch: 4, Accum: 2, Epochs: 1, LR: 1e-3, Device: torch.CPU, Seed: 5}
 	for _, tc := range []struct {
@@ -49,7 +50,10 @@ func TestBegin(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
+			require.Empty(t, lines, "Begin's lines wait for the run's first event: bad input found next prints one line")
+			s.Logf("model")
 			require.Contains(t, lines, tc.line)
+			require.Equal(t, "model", lines[len(lines)-1])
 			limit := torch.MustMemoryStats(torch.CPU).Limit
 			switch {
 			case tc.limit < 0:

@@ -66,12 +66,7 @@ func TestUserErrorsExitTwoWithOneLine(t *testing.T) {
 			var ee *exec.ExitError
 			require.ErrorAs(t, err, &ee, string(out))
 			require.Equal(t, 2, ee.ExitCode(), string(out))
-			text := strings.TrimSpace(string(out))
-			lines := strings.Split(text, "\n")
-			last := lines[len(lines)-1]
-			require.Contains(t, last, c.want)
-			require.NotContains(t, text, "goroutine", "no panic trace")
-			require.NotContains(t, text, "panic:")
+			requireOneLine(t, string(out), c.want)
 		})
 	}
 }

@@ -297,6 +297,9 @@ func runTestMemory(cfg TrainConfig, logf func(string, ...any)) error {
 		return err
 	}
 	defer session.End()
+	if cfg.Events != nil {
+		logf = session.Logf // after Begin's lines
+	}
 	prec := session.Precision
 	if cfg.Unfreeze != nil {
 		vc, err := cfg.Preset.ViTConfig(len(Genres))

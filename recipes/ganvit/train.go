@@ -173,6 +173,7 @@ func trainOnThread(ctx context.Context, cfg *TrainConfig) (Result, error) {
 		return res, err
 	}
 	defer session.End()
+	cfg.Events = session.Events() // after Begin's lines
 	prec := session.Precision
 	res.Precision = prec
 	r := &run{cfg: cfg, prec: prec, monitor: &Monitor{Device: cfg.Device}}

@@ -93,6 +93,7 @@ func runMemoryTest(ctx context.Context, cfg TrainConfig, sizes []int, d time.Dur
 		return res, err
 	}
 	defer session.End()
+	cfg.Events = session.Events() // after Begin's lines
 	res.Limit = torch.MustMemoryStats(cfg.Device).Limit
 	if err := needFile("codec", cfg.Codec); err != nil {
 		return res, err

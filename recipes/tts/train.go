@@ -143,6 +143,7 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		return res, err
 	}
 	defer session.End()
+	cfg.Events = session.Events() // after Begin's lines
 	precision := session.Precision
 	res.Precision = precision
 	if cfg.CropFrames < 2*Down || cfg.CropFrames%Down != 0 {
@@ -370,6 +371,7 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		return res, err
 	}
 	defer session.End()
+	cfg.Events = session.Events() // after Begin's lines
 	precision := session.Precision
 	res.Precision = precision
 	g, err := buildGPT(&cfg)
