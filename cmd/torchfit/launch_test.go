@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -196,9 +197,7 @@ func TestLaunchRestartsFromTheLastCheckpoint(t *testing.T) {
 	killed := false
 	for k := 0; k < 3000 && !killed; k++ {
 		if _, err := os.Stat(filepath.Join(tmp, "restarted", "checkpoint_step_000003.pt")); err == nil {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
-			require.NoError(t, err)
-			kids := strings.Fields(string(b))
+			kids := children(t, cmd.Process.Pid)
 			require.Len(t, kids, 2)
 			pid, err := strconv.Atoi(kids[1])
 			require.NoError(t, err)
@@ -218,3 +217,29 @@ func TestLaunchRestartsFromTheLastCheckpoint(t *testing.T) {
 }
 
 func launch2(cmd ...string) []string { return append([]string{"launch", "--nproc", "2", "--"}, cmd...) }
+
+// children returns the PIDs of a process's children, in the order they
+// were started. /proc lists them per thread (the one that forked each):
+// the Go runtime may start a child from any of its threads.
+func children(t *testing.T, pid int) []string {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	require.NoError(t, err)
+	var kids []int
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, f := range strings.Fields(string(b)) {
+			n, err := strconv.Atoi(f)
+			require.NoError(t, err)
+			kids = append(kids, n)
+		}
+	}
+	slices.Sort(kids) // PIDs grow: the start order, short of a wrap
+	out := make([]string, len(kids))
+	for i, k := range kids {
+		out[i] = strconv.Itoa(k)
+	}
+	return out
+}
