@@ -3,9 +3,12 @@ package recipes
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 )
 
 // Kinds of file a command writes, known by their first bytes.
@@ -49,4 +52,26 @@ func CheckOutput(flag, path string, kind OutputKind) error {
 		return Usagef("--%s %s holds something else than a %s (writing would destroy it): name another file", flag, path, kind.Name)
 	}
 	return nil
+}
+
+// CheckDataOut refuses (a user error) to write a data set into dir when
+// one is there already — any of its files named by markers (a manifest,
+// meta.json) — unless overwrite: a data command never silently replaces
+// a set, its hand-edited captions or transcripts included. With
+// overwrite it returns the line that says what is replaced ("" when
+// nothing is).
+func CheckDataOut(dir string, overwrite bool, markers ...string) (string, error) {
+	var found []string
+	for _, m := range markers {
+		if _, err := os.Stat(filepath.Join(dir, m)); err == nil {
+			found = append(found, m)
+		}
+	}
+	if len(found) == 0 {
+		return "", nil
+	}
+	if !overwrite {
+		return "", Usagef("--out %s already holds a data set (%s): pass --overwrite to replace it, or choose another --out", dir, strings.Join(found, ", "))
+	}
+	return fmt.Sprintf("--overwrite: replacing the data set in %s (%s)", dir, strings.Join(found, ", ")), nil
 }

@@ -45,3 +45,19 @@ func TestCheckOutput(t *testing.T) {
 		require.True(t, IsUserError(err), "%v", err)
 	}
 }
+
+// A data command refuses a directory that holds a data set unless
+// --overwrite, and then says what it replaces.
+func TestCheckDataOut(t *testing.T) {
+	dir := t.TempDir()
+	line, err := CheckDataOut(dir, false, "manifest.jsonl", "meta.json")
+	require.NoError(t, err)
+	require.Empty(t, line)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "meta.json"), []byte("{}"), 0o644))
+	_, err = CheckDataOut(dir, false, "manifest.jsonl", "meta.json")
+	require.ErrorContains(t, err, "already holds a data set (meta.json)")
+	require.True(t, IsUserError(err))
+	line, err = CheckDataOut(dir, true, "manifest.jsonl", "meta.json")
+	require.NoError(t, err)
+	require.Contains(t, line, "replacing the data set in "+dir)
+}

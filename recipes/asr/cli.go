@@ -47,12 +47,20 @@ func dataCommand() *cli.Command {
 		Usage: "synthesise a Konkani corpus with espeak-ng (Marathi voices) and sox",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: def.OutDir, Usage: "corpus directory"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "replace a data set already in --out (its hand-edited captions or transcripts too)"},
 			&cli.IntFlag{Name: "utterances", Value: def.Utterances, Usage: "utterances over all splits"},
 			&cli.Uint64Flag{Name: "seed", Value: def.Seed},
 			&cli.IntFlag{Name: "workers", Value: 0, Usage: "parallel synthesis workers (0: all CPUs)"},
 			&cli.Float64Flag{Name: "noise", Value: def.NoiseFraction, Usage: "fraction of utterances with added noise"},
 		},
 		Action: func(c *cli.Context) error {
+			replacing, err := recipes.CheckDataOut(c.String("out"), c.Bool("overwrite"), "train.jsonl", "valid.jsonl", "test.jsonl")
+			if err != nil {
+				return err
+			}
+			if replacing != "" {
+				fmt.Fprintln(os.Stderr, "torchfit:", replacing)
+			}
 			cfg := def
 			cfg.OutDir, cfg.Utterances, cfg.Seed = c.String("out"), c.Int("utterances"), c.Uint64("seed")
 			cfg.Workers, cfg.NoiseFraction = c.Int("workers"), c.Float64("noise")

@@ -3,6 +3,7 @@ package clip
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -40,6 +41,7 @@ func dataCommand() *cli.Command {
 		Usage: "draw a data set: cars with captions (or shapes, for pretraining) as PNG files and a JSONL manifest",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "data/clip-cars", Usage: "data directory"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "replace a data set already in --out (its hand-edited captions or transcripts too)"},
 			&cli.StringFlag{Name: "kind", Value: "cars", Usage: "cars, or shapes (the pretraining set)"},
 			&cli.IntFlag{Name: "images", Value: 8000, Usage: "images over all splits (1 in 20 validation, 2 in 20 held-out test)"},
 			&cli.IntFlag{Name: "size", Value: 64, Usage: "pixels per side (the cpu preset's 64; vit-b32 resizes to 224)"},
@@ -47,6 +49,13 @@ func dataCommand() *cli.Command {
 			&cli.IntFlag{Name: "workers", Value: 4, Usage: "drawing goroutines"},
 		},
 		Action: func(c *cli.Context) error {
+			replacing, err := recipes.CheckDataOut(c.String("out"), c.Bool("overwrite"), "manifest.jsonl", "meta.json")
+			if err != nil {
+				return err
+			}
+			if replacing != "" {
+				fmt.Fprintln(os.Stderr, "torchfit:", replacing)
+			}
 			cfg := GenerateConfig{Out: c.String("out"), Kind: c.String("kind"), Images: c.Int("images"), Size: c.Int("size"),
 				Seed: c.Uint64("seed"), Workers: c.Int("workers")}
 			st, err := Generate(c.Context, cfg)

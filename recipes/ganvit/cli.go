@@ -43,12 +43,20 @@ func dataCommand() *cli.Command {
 		Usage: "synthesise music-like clips in four genres with sox (22.05 kHz WAV and a manifest)",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "data/ganvit", Usage: "data directory"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "replace a data set already in --out (its hand-edited captions or transcripts too)"},
 			&cli.IntFlag{Name: "clips", Value: 400, Usage: "clips over all splits, balanced over the genres (of every 40: 32 train, 4 valid, 4 test)"},
 			&cli.Float64Flag{Name: "seconds", Value: 3, Usage: "clip length: 3 for the cpu preset's 130 frames, 30 for the GPU presets' 1292"},
 			&cli.Uint64Flag{Name: "seed", Value: 1},
 			&cli.IntFlag{Name: "workers", Usage: "parallel sox processes (0: all CPUs)"},
 		},
 		Action: func(c *cli.Context) error {
+			replacing, err := recipes.CheckDataOut(c.String("out"), c.Bool("overwrite"), manifestName)
+			if err != nil {
+				return err
+			}
+			if replacing != "" {
+				fmt.Fprintln(os.Stderr, "torchfit:", replacing)
+			}
 			cfg := GenerateConfig{OutDir: c.String("out"), Clips: c.Int("clips"), Seconds: c.Float64("seconds"), Seed: c.Uint64("seed"), Workers: c.Int("workers")}
 			st, err := Generate(c.Context, cfg)
 			if err != nil {

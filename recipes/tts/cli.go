@@ -214,12 +214,20 @@ func dataCommand() *cli.Command {
 		Usage: "synthesise a multi-speaker corpus (the ASR recipe's, clean, one voice held out), its phonemes and log-mel cache",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: def.OutDir, Usage: "corpus directory"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "replace a data set already in --out (its hand-edited captions or transcripts too)"},
 			&cli.IntFlag{Name: "utterances", Value: def.Utterances, Usage: "utterances over all splits"},
 			&cli.Uint64Flag{Name: "seed", Value: def.Seed},
 			&cli.IntFlag{Name: "workers", Usage: "parallel workers (0: all CPUs)"},
 			&cli.StringFlag{Name: "held-out-voice", Value: def.HeldOutVoice, Usage: "the voice that reads only test sentences (the unseen speaker)"},
 		},
 		Action: func(c *cli.Context) error {
+			replacing, err := recipes.CheckDataOut(c.String("out"), c.Bool("overwrite"), "train.jsonl", phonemesFile, featuresFile)
+			if err != nil {
+				return err
+			}
+			if replacing != "" {
+				fmt.Fprintln(os.Stderr, "torchfit:", replacing)
+			}
 			cfg := def
 			cfg.OutDir, cfg.Utterances, cfg.Seed = c.String("out"), c.Int("utterances"), c.Uint64("seed")
 			cfg.Workers, cfg.HeldOutVoice = c.Int("workers"), c.String("held-out-voice")

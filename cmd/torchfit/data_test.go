@@ -1,0 +1,50 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A data command never silently rewrites a data set (issue 24, item 2):
+// into a directory that holds one it refuses in one line, exit 2, the
+// hand-edited manifest untouched; with --overwrite it says what it
+// replaces and writes the new set.
+func TestDataRefusesToOverwriteADataSet(t *testing.T) {
+	for _, tc := range []struct {
+		recipe, marker string
+		args           []string
+	}{
+		{"asr", "train.jsonl", []string{"--utterances", "8"}},
+		{"tts", "train.jsonl", []string{"--utterances", "8"}},
+		{"clip", "manifest.jsonl", []string{"--images", "20"}},
+		{"ganvit", "clips.jsonl", []string{"--clips", "40"}},
+	} {
+		t.Run(tc.recipe, func(t *testing.T) {
+			dir := t.TempDir()
+			edited := `{"text": "a caption the user corrected by hand"}` + "\n"
+			marker := filepath.Join(dir, tc.marker)
+			require.NoError(t, os.WriteFile(marker, []byte(edited), 0o644))
+			code, out := runInProcess(append([]string{tc.recipe, "data", "--out", dir}, tc.args...)...)
+			require.Equal(t, 2, code, out)
+			requireOneLine(t, out, "already holds a data set ("+tc.marker)
+			got, err := os.ReadFile(marker)
+			require.NoError(t, err)
+			require.Equal(t, edited, string(got))
+		})
+	}
+	t.Run("clip --overwrite", func(t *testing.T) {
+		bin := binary(t)
+		dir := t.TempDir()
+		marker := filepath.Join(dir, "manifest.jsonl")
+		require.NoError(t, os.WriteFile(marker, []byte("{}\n"), 0o644))
+		r := runCLI(t, bin, "clip", "data", "--out", dir, "--images", "20", "--workers", "1", "--overwrite")
+		require.Zero(t, r.code, r.stderr)
+		require.Contains(t, r.stderr, "--overwrite: replacing the data set in "+dir+" (manifest.jsonl)")
+		got, err := os.ReadFile(marker)
+		require.NoError(t, err)
+		require.NotEqual(t, "{}\n", string(got))
+	})
+}
