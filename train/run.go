@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -119,7 +120,7 @@ func StartRun(cfg RunConfig) (*Run, error) {
 		r.logf("removed %d temporary file(s) of interrupted checkpoint writes in %s: %s", len(removed), cfg.Dir, nameList(removed))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("train: cleaning %s: %w", cfg.Dir, err)
+		return nil, &DirError{Dir: cfg.Dir, Err: err} // not a directory, not readable
 	}
 	if cfg.Resume != "" {
 		if err := r.adopt(); err != nil {
@@ -229,14 +230,18 @@ func (r *Run) Files(name string) []string {
 	return out
 }
 
-// Check refuses, before the first step, a directory where the run could
-// write over another run's files (a *ConflictError, unless Overwrite):
+// Check refuses, before the first step, a directory the run cannot write
+// in (or make; a *DirError) or where the run could write over
+// another run's files (a *ConflictError, unless Overwrite):
 // could says whether the run may write file n of kind k from here to its
 // end. Resuming, the files in the way that carry the run's id are the
 // run's (written after the file it resumes from).
 func (r *Run) Check(could func(k Kind, n int) bool) error {
 	if r.cfg.Dir == "" {
 		return nil
+	}
+	if err := writable(r.cfg.Dir); err != nil {
+		return &DirError{Dir: r.cfg.Dir, Err: err}
 	}
 	entries, err := os.ReadDir(r.cfg.Dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -425,6 +430,53 @@ func (r *Run) Load(f *ckpt.File, keys ...string) error {
 		}
 	}
 	return nil
+}
+
+// DirError is the refusal, before the first step, of a checkpoint
+// directory the run cannot write in (a file, a read-only place): found at
+// the start, not after the steps it would have saved.
+type DirError struct {
+	Dir string
+	Err error
+}
+
+// UserError marks it as the user's choice of directory (exit status 2).
+func (*DirError) UserError() {}
+
+func (e *DirError) Error() string {
+	return fmt.Sprintf("train: checkpoint directory %s: %v", e.Dir, e.Err)
+}
+
+func (e *DirError) Unwrap() error { return e.Err }
+
+// writable checks that the run can make dir (when it is missing) and
+// files in it, leaving nothing behind: a file is made and removed in dir,
+// or in its nearest existing ancestor, which must be a directory.
+func writable(dir string) error {
+	at := dir
+	for {
+		st, err := os.Stat(at)
+		if err == nil {
+			if !st.IsDir() {
+				return &fs.PathError{Op: "mkdir", Path: at, Err: syscall.ENOTDIR}
+			}
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		parent := filepath.Dir(at)
+		if parent == at {
+			return err
+		}
+		at = parent
+	}
+	f, err := os.CreateTemp(at, ".torchfit-write-check-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 // ConflictError is the refusal, before the first step, to write

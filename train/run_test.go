@@ -181,3 +181,37 @@ func TestFitCallsStartBeforeTheFirstStep(t *testing.T) {
 	var conflict *train.ConflictError
 	require.ErrorAs(t, err, &conflict)
 }
+
+// A checkpoint directory the run cannot write in is refused before the
+// first step (issue 24, item 6), not after the steps it would have saved.
+func TestRunRefusesADirectoryItCannotWrite(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o644))
+	for _, dir := range []string{file, filepath.Join(file, "below")} {
+		r, err := train.StartRun(train.RunConfig{Dir: dir, Kinds: []train.Kind{train.StepKind}})
+		if err == nil {
+			err = r.Check(func(train.Kind, int) bool { return true })
+		}
+		var de *train.DirError
+		require.ErrorAs(t, err, &de, dir)
+		require.Equal(t, dir, de.Dir)
+	}
+	steps := 0
+	_, err := fit(t, file, 2, "", func(fc *train.FitConfig) {
+		fc.Events = func(e train.Event) {
+			if _, ok := e.(train.StepEvent); ok {
+				steps++
+			}
+		}
+	})
+	var de *train.DirError
+	require.ErrorAs(t, err, &de)
+	require.Zero(t, steps, "no step trained")
+	// A missing directory that can be made passes, and is not made yet.
+	parent := t.TempDir()
+	fresh := filepath.Join(parent, "new", "ck")
+	r, err := train.StartRun(train.RunConfig{Dir: fresh, Kinds: []train.Kind{train.StepKind}})
+	require.NoError(t, err)
+	require.NoError(t, r.Check(func(train.Kind, int) bool { return true }))
+	require.Empty(t, names(parent), "the write check leaves nothing")
+}

@@ -48,3 +48,20 @@ func TestDataRefusesToOverwriteADataSet(t *testing.T) {
 		require.NotEqual(t, "{}\n", string(got))
 	})
 }
+
+// A checkpoint directory the run cannot write in is refused before the
+// first step (issue 24, item 6): exit 2, nothing trained.
+func TestCheckpointDirCheckedBeforeTraining(t *testing.T) {
+	bin := binary(t)
+	data := toneCorpus8(t)
+	file := filepath.Join(t.TempDir(), "not-a-dir")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o644))
+	r := runCLI(t, bin, "asr", "train", "--data", data, "--preset", "tiny", "--d-model", "48", "--encoder-layers", "2",
+		"--device", "cpu", "--max-steps", "2", "--valid-limit", "1", "--threads", "1", "--checkpoint-dir", file)
+	require.Equal(t, 2, r.code, r.stderr)
+	require.Contains(t, lastLine(r.stderr), "checkpoint directory "+file)
+	require.NotContains(t, r.stderr, "step 1", "no step trained")
+	got, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.Equal(t, "x", string(got))
+}

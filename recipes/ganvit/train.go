@@ -307,8 +307,11 @@ func (r *run) setUp(ctx context.Context) error {
 		return err
 	}
 	if err := r.owner.Check(r.could); err != nil {
-		// train.Fit's refusal, with this command line's ways out.
-		return &recipes.UsageError{Err: fmt.Errorf("%w: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite", err)}
+		var conflict *train.ConflictError
+		if errors.As(err, &conflict) { // train.Fit's refusal, with this command line's ways out
+			return &recipes.UsageError{Err: fmt.Errorf("%w: pass --resume FILE to continue that run, choose another --checkpoint-dir, or pass --overwrite", err)}
+		}
+		return err
 	}
 	if err := r.loadData(ctx); err != nil {
 		return err
