@@ -249,8 +249,9 @@ func NewVocab(tokens []string) (*Vocab, error) {
 	return v, nil
 }
 
-// BuildVocab collects the phoneme tokens of a set of phoneme strings.
-func BuildVocab(phonemes []string) *Vocab {
+// BuildVocab collects the phoneme tokens of a set of phoneme strings (an
+// error when there are none).
+func BuildVocab(phonemes []string) (*Vocab, error) {
 	set := map[string]bool{}
 	for _, p := range phonemes {
 		for _, t := range strings.Fields(p) {
@@ -263,8 +264,7 @@ func BuildVocab(phonemes []string) *Vocab {
 		ph = append(ph, t)
 	}
 	sort.Strings(ph)
-	v, _ := NewVocab(append(toks, ph...))
-	return v
+	return NewVocab(append(toks, ph...))
 }
 
 // Size is the number of tokens.

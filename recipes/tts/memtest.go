@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"time"
 
 	"github.com/torchfit/torchfit/amp"
@@ -115,7 +116,10 @@ func runMemoryTest(ctx context.Context, cfg TrainConfig, sizes []int, d time.Dur
 	for _, t := range texts {
 		all = append(all, ph[t])
 	}
-	vocab := BuildVocab(all)
+	vocab, err := BuildVocab(all)
+	if err != nil {
+		return res, recipes.Usagef("tts: %s: %v", filepath.Join(cfg.Data, phonemesFile), err)
+	}
 	store, err := OpenFeatures(cfg.Data, cfg.MemoryMapping)
 	if err != nil {
 		return res, err

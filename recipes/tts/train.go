@@ -448,11 +448,11 @@ func (g *gptRun) close() {
 
 // buildGPT reads the codec (or the checkpoint resumed), the vocabulary of
 // the training split's phonemes and the data, and makes the model.
-func buildGPT(cfg *TrainConfig) (g *gptRun, err error) {
-	g = &gptRun{}
+func buildGPT(cfg *TrainConfig) (_ *gptRun, err error) {
+	g := &gptRun{}
 	defer func() {
 		if err != nil {
-			g.close()
+			g.close() // what was made before the failure
 		}
 	}()
 	gcfg := cfg.GPT
@@ -490,9 +490,15 @@ func buildGPT(cfg *TrainConfig) (g *gptRun, err error) {
 		}
 		var trainPh []string
 		for _, t := range utts {
-			trainPh = append(trainPh, ph[t])
+			p, ok := ph[t]
+			if !ok {
+				return nil, recipes.Usagef("tts: %s has no phonemes for %q: run `torchfit tts data --out %s --overwrite` again", filepath.Join(cfg.Data, phonemesFile), t, cfg.Data)
+			}
+			trainPh = append(trainPh, p)
 		}
-		vocab = BuildVocab(trainPh)
+		if vocab, err = BuildVocab(trainPh); err != nil {
+			return nil, recipes.Usagef("tts: %s: %v", filepath.Join(cfg.Data, phonemesFile), err)
+		}
 		gcfg.Vocab, gcfg.Codes = int64(vocab.Size()), ccfg.Codes
 	}
 	gcfg.GradCheckpointing = cfg.GradCheckpointing
