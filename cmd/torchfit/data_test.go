@@ -65,3 +65,22 @@ func TestCheckpointDirCheckedBeforeTraining(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "x", string(got))
 }
+
+// Smaller faults of issue 24 (item 11): values accepted or misnamed before.
+func TestSmallBadInputsExitTwo(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"mamba eval batch 0", []string{"mamba", "eval", "--checkpoint", "x.pt", "--batch-size", "0", "--device", "cpu"}, "batch-size 0: must be at least 1"},
+		{"mamba eval negative max tokens", []string{"mamba", "eval", "--checkpoint", "x.pt", "--max-tokens", "-5", "--device", "cpu"}, "max-tokens -5: must be at least 0"},
+		{"ganvit huge GAN batch", []string{"ganvit", "train", "--gan-batch-size", "1000000000", "--device", "cpu"}, "gan-batch-size 1000000000: must be in [1, 16777216]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out := runInProcess(c.args...)
+			require.Equal(t, 2, code, out)
+			requireOneLine(t, out, c.want)
+		})
+	}
+}

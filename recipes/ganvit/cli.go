@@ -171,7 +171,7 @@ func presetFrom(c *cli.Context, dev torch.Device, vram string) (Preset, error) {
 	}
 	if c.IsSet("gan-batch-size") {
 		if v := c.Int("gan-batch-size"); v < 1 || v > recipes.MaxBatch {
-			return p, &recipes.ConfigError{Field: "gan-batch-size", Value: v, Reason: "must be at least 1"}
+			return p, &recipes.ConfigError{Field: "gan-batch-size", Value: v, Reason: fmt.Sprintf("must be in [1, %d]", recipes.MaxBatch)}
 		}
 		p.GANBatch = c.Int("gan-batch-size")
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -312,6 +313,11 @@ func evalCommand() *cli.Command {
 			}
 			if c.String("checkpoint") == "" {
 				return recipes.Usagef("--checkpoint is required")
+			}
+			if err := recipes.CheckRanges(recipes.Between("batch-size", int64(c.Int("batch-size")), 1, recipes.MaxBatch),
+				recipes.Between("max-tokens", int64(c.Int("max-tokens")), 0, math.MaxInt64),
+				recipes.Between("max-seq-len", int64(c.Int("max-seq-len")), 0, 1<<20)); err != nil {
+				return err
 			}
 			r, err := Evaluate(EvalConfig{Checkpoint: c.String("checkpoint"), Data: c.String("data"), SeqLen: c.Int("max-seq-len"),
 				Batch: c.Int("batch-size"), MaxTokens: c.Int("max-tokens"), Scan: c.String("scan"), Device: dev, Precision: p})
