@@ -47,7 +47,6 @@ type Job struct {
 
 // Outcome is what Session.Fit did.
 type Outcome struct {
-	Trainer    *train.Trainer
 	Checkpoint string
 	// Interrupted: a signal stopped the run after a step it saved.
 	Interrupted bool
@@ -102,7 +101,7 @@ func (s *Session) Run(ctx context.Context, tr *train.Trainer, job Job) (Outcome,
 		return Outcome{}, &ConfigError{Field: "micro-batch", Value: cm.MicroBatch,
 			Reason: fmt.Sprintf("the effective batch %d (× %d accumulation steps) is more than the %d training examples: no step could be made", tr.EffectiveBatch(), cm.Accum, n)}
 	}
-	out := Outcome{Trainer: tr}
+	var out Outcome
 	start := func() error {
 		if job.Start != nil {
 			if err := job.Start(tr); err != nil {

@@ -120,11 +120,7 @@ func schedule(cfg *TrainConfig, params []nn.Named, n int) (*nn.Adam, *nn.Schedul
 	ac := nn.AdamWDefaults(cfg.LR)
 	ac.Beta2 = 0.96
 	opt := nn.NewAdamWGroups(nn.DecayGroups(params, 0.01), ac)
-	effective := cfg.EffectiveBatch()
-	total := max(n/effective, 1) * cfg.Epochs
-	if cfg.MaxSteps > 0 && cfg.MaxSteps < total {
-		total = cfg.MaxSteps
-	}
+	total := recipes.TotalSteps(max(n/cfg.EffectiveBatch(), 1), cfg.Epochs, cfg.MaxSteps)
 	return opt, nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, total, 0.05)), total
 }
 
