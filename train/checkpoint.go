@@ -24,8 +24,12 @@ import (
 //	            in the same directory once this one is written, oldest
 //	            first (those beyond keep-last are pruned right after)
 type Checkpoint struct {
-	Step, Epoch       int
-	MicroBatch, Accum int
+	Step, Epoch int
+	// MicroBatch is the micro-batch the run stepped with when it wrote the
+	// file (smaller than configured after an out-of-memory error); Accum
+	// and EffectiveBatch are the run's configured accumulation and
+	// effective batch.
+	MicroBatch, Accum, EffectiveBatch int
 	Loader            data.State
 	Meta              *ptfile.Dict
 	// RunID is the run that wrote the file ("" for files written by
@@ -98,8 +102,11 @@ func (t *Trainer) saveCheckpoint(path string, loader data.State, epoch int, meta
 }
 
 // LoadCheckpoint restores a checkpoint written by SaveCheckpoint into the
-// trainer (model, optimizer, schedule, scaler, RNG, step, micro-batch) and
-// returns where the run was. Nothing changes when the file is corrupt or
+// trainer (model, optimizer, schedule, scaler, RNG, step) and returns where
+// the run was. The trainer's micro-batch and accumulation stay its own
+// (Config: a memory choice the resuming command makes), except that a
+// run resumed with the file's own settings keeps the smaller micro-batch
+// an out-of-memory error had made it take. Nothing changes when the file is corrupt or
 // belongs to another model (missing keys, other shapes): the error (a
 // *ckpt.Error) names the problem, and the file is only read.
 func (t *Trainer) LoadCheckpoint(path string) (c Checkpoint, err error) {
@@ -132,6 +139,12 @@ func (t *Trainer) loadCheckpoint(path string) (Checkpoint, error) {
 			return Checkpoint{}, err
 		}
 	}
+	c.EffectiveBatch = c.MicroBatch * c.Accum // files of torchfit before it was stored
+	if f.Has("effective_batch") {
+		if c.EffectiveBatch, err = f.Int("effective_batch"); err != nil {
+			return Checkpoint{}, err
+		}
+	}
 	if c.RunID, c.RunFiles, err = f.Run(); err != nil {
 		return Checkpoint{}, err
 	}
@@ -148,6 +161,8 @@ func (t *Trainer) loadCheckpoint(path string) (Checkpoint, error) {
 		}
 	}
 	t.step = c.Step
-	t.SetMicroBatch(c.MicroBatch)
+	if c.EffectiveBatch == t.cfg.EffectiveBatch() && c.Accum == t.cfg.Accum && c.MicroBatch < t.MicroBatch() {
+		t.SetMicroBatch(c.MicroBatch)
+	}
 	return c, nil
 }

@@ -122,6 +122,15 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		resume = &c.Loader
 		epoch = c.Loader.Epoch
 		resumed = c.RunID != ""
+		world := 1
+		if par != nil {
+			world = par.World()
+		}
+		if c.Loader.World == 0 && c.EffectiveBatch != t.EffectiveBatch()*world {
+			// A position in batches of the run's effective batch: in
+			// samples, so that the epoch goes on where it stopped.
+			resume.Samples, resume.World = c.Loader.Batch*c.EffectiveBatch, 1
+		}
 	}
 	rcfg := RunConfig{Dir: dir, Kinds: []Kind{StepKind, EpochKind}, KeepLast: fc.KeepLast, Overwrite: fc.Overwrite, Logf: logf}
 	if resumed {
@@ -134,7 +143,7 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		return res, err
 	}
 	if fc.Resume != "" {
-		logf("resumed from %s at step %d (epoch %d, batch %d, micro-batch %d)", fc.Resume, c.Step, c.Loader.Epoch, c.Loader.Batch, c.MicroBatch)
+		logf("resumed from %s at step %d (epoch %d, batch %d)%s", fc.Resume, c.Step, c.Loader.Epoch+1, c.Loader.Batch, resumedBatch(c, t))
 	}
 	res.RunID = r.ID
 	loader, err := newLoader(resume)
@@ -305,4 +314,20 @@ func agreeOn(par Parallel, fn func() error) error {
 		return ErrOtherRank
 	}
 	return nil
+}
+
+// resumedBatch says how a resumed run's batches compare with those of the
+// run that wrote its checkpoint c: the micro-batch is the resuming
+// command's memory choice, and a change of the effective batch changes
+// the training (the schedule still counts optimizer steps).
+func resumedBatch(c Checkpoint, t *Trainer) string {
+	now := fmt.Sprintf("effective batch %d = micro-batch %d × %d", t.EffectiveBatch(), t.MicroBatch(), t.Accum())
+	switch {
+	case c.EffectiveBatch != t.EffectiveBatch():
+		return fmt.Sprintf("; the effective batch changes from the checkpoint's %d (micro-batch %d × %d) to %d (micro-batch %d × %d): the epoch goes on at the same example",
+			c.EffectiveBatch, c.MicroBatch, c.Accum, t.EffectiveBatch(), t.MicroBatch(), t.Accum())
+	case c.MicroBatch != t.MicroBatch():
+		return fmt.Sprintf("; %s (the checkpoint's run stepped in micro-batches of %d)", now, c.MicroBatch)
+	}
+	return "; " + now
 }

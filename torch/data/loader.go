@@ -62,9 +62,11 @@ type State struct {
 	Seed  uint64 `json:"seed"`
 	// Samples counts the samples of epoch Epoch that the batches before
 	// Batch held over all ranks, and World the ranks they were split over:
-	// set by a sharded loader (World > 1) only, so that a run can resume
-	// with another number of ranks (the next batch then starts at sample
-	// Samples of the epoch's order, none skipped or repeated).
+	// set (World > 0) by a sharded loader, and by one whose epoch began
+	// at a resumed position, so that a run can resume with another number
+	// of ranks or another batch size: the next batch then starts at sample
+	// Samples of the epoch's order, none skipped or repeated. A position
+	// without them (World 0) was taken at the loader's global batch size.
 	Samples int `json:"samples,omitempty"`
 	World   int `json:"world,omitempty"`
 }
@@ -156,21 +158,16 @@ func NewLoader[S any, B TensorBatch](ds Dataset[S], collate func([]S) (B, error)
 		return nil, fmt.Errorf("data: NewLoader: unsupported device %v", opt.Device)
 	}
 	if r := opt.Resume; r != nil {
-		same := max(r.World, 1) == l.world
-		if r.Epoch < 0 || r.Batch < 0 || (same && r.Batch > l.nb) || r.Samples < 0 || r.Samples > l.n || r.World < 0 {
+		if r.Epoch < 0 || r.Batch < 0 || (r.World == 0 && r.Batch > l.nb) || r.Samples < 0 || r.Samples > l.n || r.World < 0 {
 			return nil, fmt.Errorf("data: NewLoader: resume state %+v outside [0, %d] batches per epoch", *r, l.nb)
 		}
 		l.opt.Seed = r.Seed
 		l.epoch, l.batch = r.Epoch, r.Batch
-		if !same {
-			// Another number of ranks: continue at the same sample of the
-			// epoch's order. A position without Samples (one process) was
-			// taken at the same global batch size.
-			samples := r.Samples
-			if r.World <= 1 {
-				samples = min(r.Batch*l.gb, l.n)
-			}
-			l.batch, l.base, l.baseEpoch = samples/l.gb, samples%l.gb, r.Epoch
+		if r.World > 0 {
+			// A position in samples (perhaps of another number of ranks or
+			// another batch size): continue at the same sample of the
+			// epoch's order.
+			l.batch, l.base, l.baseEpoch = r.Samples/l.gb, r.Samples%l.gb, r.Epoch
 			l.nb = l.batches(l.epoch)
 		}
 	}
@@ -219,7 +216,7 @@ func (l *Loader[S, B]) Len() int { return l.nb }
 // State returns the position of the next batch.
 func (l *Loader[S, B]) State() State {
 	st := State{Epoch: l.epoch, Batch: l.batch, Seed: l.opt.Seed}
-	if l.world > 1 {
+	if l.world > 1 || l.baseOf(l.epoch) != 0 {
 		st.Samples = min(l.baseOf(l.epoch)+l.batch*l.gb, l.n)
 		st.World = l.world
 	}

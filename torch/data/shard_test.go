@@ -2,6 +2,7 @@ package data
 
 import (
 	"context"
+	"io"
 	"slices"
 	"testing"
 
@@ -141,4 +142,45 @@ func TestShardedLoaderResumes(t *testing.T) {
 
 	_, err := NewLoader(ds, Collate, Options{BatchSize: 3, Shard: Shard{Rank: 2, World: 2}})
 	require.Error(t, err)
+}
+
+// A one-process run resumed with another batch size (a position in
+// samples) continues at the same sample of the epoch's order, and a
+// position taken inside that epoch says so in samples: a second resume
+// continues where the first stopped.
+func TestLoaderResumesAtAnotherBatchSize(t *testing.T) {
+	ds := indexDataset(29)
+	order := newLoader(t, ds, Options{BatchSize: 29, Shuffle: true, Seed: 3}).Permutation(0)
+	ids := func(l *Loader[Sample, *Batch], n int) []int {
+		var out []int
+		for k := 0; k < n; k++ {
+			b, err := l.Next(context.Background())
+			require.NoError(t, err)
+			out = append(out, shardIDs(t, b)...)
+			b.Free()
+		}
+		return out
+	}
+	// Batches of 4: two of them, then a stop at sample 8.
+	l := newLoader(t, ds, Options{BatchSize: 4, Shuffle: true, Seed: 3})
+	require.Equal(t, order[:8], ids(l, 2))
+	st := l.State()
+	require.Equal(t, State{Epoch: 0, Batch: 2, Seed: 3}, st, "an unrebased position stays in batches")
+	// Resumed with batches of 3: sample 8 onwards (batch 2 of 9 in this
+	// epoch: it counts from sample 2, before which no batch of 3 fits).
+	st.Samples, st.World = 8, 1
+	l = newLoader(t, ds, Options{BatchSize: 3, Shuffle: true, Seed: 3, DropLast: true, Resume: &st})
+	require.Equal(t, 9, l.Len())
+	require.Equal(t, order[8:14], ids(l, 2))
+	st = l.State()
+	require.Equal(t, State{Epoch: 0, Batch: 4, Seed: 3, Samples: 14, World: 1}, st)
+	// Resumed again with batches of 5: sample 14 onwards.
+	l = newLoader(t, ds, Options{BatchSize: 5, Shuffle: true, Seed: 3, Resume: &st})
+	require.Equal(t, order[14:29], ids(l, 3))
+	_, err := l.Next(context.Background())
+	require.ErrorIs(t, err, io.EOF)
+	b, err := l.Next(context.Background())
+	require.NoError(t, err, "the next epoch is a whole one")
+	require.Len(t, shardIDs(t, b), 5)
+	b.Free()
 }

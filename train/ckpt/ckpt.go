@@ -103,7 +103,7 @@ func (w *Writer) RNG() { w.d.Set("rng_state", torch.RNGState()) }
 // Loader adds a loader's position as loader.
 func (w *Writer) Loader(st data.State) {
 	d := ptfile.NewDict("epoch", int64(st.Epoch), "batch", int64(st.Batch), "seed", int64(st.Seed))
-	if st.World > 1 { // a data-parallel run's position (torch/data: Shard)
+	if st.World > 0 { // a position in samples (torch/data: State)
 		d.Set("samples", int64(st.Samples))
 		d.Set("world", int64(st.World))
 	}
