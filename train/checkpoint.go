@@ -30,8 +30,8 @@ type Checkpoint struct {
 	// and EffectiveBatch are the run's configured accumulation and
 	// effective batch.
 	MicroBatch, Accum, EffectiveBatch int
-	Loader            data.State
-	Meta              *ptfile.Dict
+	Loader                            data.State
+	Meta                              *ptfile.Dict
 	// RunID is the run that wrote the file ("" for files written by
 	// SaveCheckpoint or by torchfit before run ids); a Fit resuming from the
 	// file continues that run.
