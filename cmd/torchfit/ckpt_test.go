@@ -129,6 +129,29 @@ func TestCheckpointsOfRunsAndBadCheckpoints(t *testing.T) {
 		require.Contains(t, r.stderr, "torchfit: warning: "+nan+" holds NaN or infinite values in 2 weight tensor(s) (ctc_head.weight, decoder.norm.bias)")
 	})
 
+	// The ASR seed's advice when memory runs out: resume with
+	// --batch_size 1 --gradient_accumulation_steps 8 (here 1 × 2 for the
+	// run's 2 × 1), or a smaller model (which a resume cannot be).
+	t.Run("resume with the seed's recovery flags", func(t *testing.T) {
+		resume := func(flags ...string) []string {
+			args := []string{"asr", "train", "--data", data, "--device", "cpu", "--max-steps", "3", "--checkpoint-every", "1",
+				"--checkpoint-dir", filepath.Join(t.TempDir(), "ck"), "--valid-limit", "2", "--workers", "1", "--warmup", "1", "--resume", step2}
+			return append(args, flags...)
+		}
+		r := runCLI(t, bin, resume("--batch_size", "1", "--gradient_accumulation_steps", "2")...)
+		require.Zero(t, r.code, r.stderr)
+		require.Contains(t, r.stderr, "effective batch 2 = micro-batch 1 × 2 (the checkpoint's run stepped in micro-batches of 2)")
+		require.Contains(t, r.stdout, "micro-batch 1 × 2")
+
+		r = runCLI(t, bin, resume("--batch_size", "1", "--gradient_accumulation_steps", "4")...)
+		require.Zero(t, r.code, r.stderr)
+		require.Contains(t, r.stderr, "the effective batch changes from the checkpoint's 2 (micro-batch 2 × 1) to 4 (micro-batch 1 × 4)")
+
+		r = runCLI(t, bin, resume("--d_model", "48", "--encoder_layers", "2", "--decoder_layers", "1", "--preset", "tiny")...)
+		require.Equal(t, 2, r.code, r.stderr)
+		requireOneLine(t, r.stderr, "--d-model 48 (it has 32), --encoder-layers 2 (it has 1)")
+	})
+
 	t.Run("absurd model description", func(t *testing.T) {
 		bad := filepath.Join(t.TempDir(), "bad.pt")
 		editCheckpoint(t, step2, bad, func(d *ptfile.Dict) {

@@ -216,6 +216,19 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 		p := c.Float64("dropout")
 		cfg.Dropout = &p
 	}
+	if cm.Resume != "" {
+		meta, err := ReadModelMeta(cm.Resume)
+		if err != nil {
+			return cfg, err
+		}
+		m := meta.Config
+		err = recipes.CheckResumed(c, run.FromFile, cm.Resume, recipes.Stored{Flag: "preset", Value: meta.Preset},
+			recipes.Stored{Flag: "d-model", Value: m.DModel}, recipes.Stored{Flag: "encoder-layers", Value: m.EncoderLayers},
+			recipes.Stored{Flag: "decoder-layers", Value: m.DecoderLayers}, recipes.Stored{Flag: "dropout", Value: m.Dropout})
+		if err != nil {
+			return cfg, err
+		}
+	}
 	return cfg, recipes.Reword(cfg.Validate(), run.FromFile)
 }
 

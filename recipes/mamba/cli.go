@@ -16,6 +16,7 @@ import (
 	"github.com/torchfit/torchfit/scan"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/train"
+	"github.com/torchfit/torchfit/train/ckpt"
 )
 
 // Recipe is the Mamba recipe on the command line: torchfit mamba
@@ -173,6 +174,11 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, recipes.Reword(err, run.FromFile)
+	}
+	if cm.Resume != "" {
+		if err := checkResumed(c, run, cm.Resume); err != nil {
+			return cfg, err
+		}
 	}
 	if vramName != "" {
 		run.Logf("--vram %s: micro-batch %d × accumulation %d, sequences of %d, use_fp16 %v, checkpointing %v",
@@ -445,4 +451,35 @@ func estimateCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// checkResumed refuses model settings of a resumed command that the
+// checkpoint's model contradicts (the model comes from the checkpoint).
+func checkResumed(c *cli.Context, run *recipes.Run, path string) error {
+	f, err := ckpt.Read(path)
+	if err != nil {
+		return checkpointError(path, err)
+	}
+	mm, err := ReadModelMeta(f)
+	f.Free()
+	if err != nil {
+		return err
+	}
+	m := mm.Model
+	return recipes.CheckResumed(c, run.FromFile, path, recipes.Stored{Flag: "model-size", Value: sizeOf(m)},
+		recipes.Stored{Flag: "d-model", Value: m.DModel}, recipes.Stored{Flag: "n-layers", Value: m.NLayers},
+		recipes.Stored{Flag: "d-state", Value: m.DState}, recipes.Stored{Flag: "expand-factor", Value: m.Expand},
+		recipes.Stored{Flag: "dropout", Value: m.Dropout}, recipes.Stored{Flag: "model-max-seq-len", Value: m.MaxSeqLen},
+		recipes.Stored{Flag: "vocab-size", Value: m.VocabSize})
+}
+
+// sizeOf names the --model_size of m's shape, or describes the shape.
+func sizeOf(m ModelConfig) string {
+	for _, name := range sortedKeys(ModelSizes) {
+		s := ModelSizes[name]
+		if s.DModel == m.DModel && s.NLayers == m.NLayers && s.DState == m.DState && s.Expand == m.Expand {
+			return name
+		}
+	}
+	return fmt.Sprintf("no size's shape: d_model %d, %d layers, d_state %d, expand %d", m.DModel, m.NLayers, m.DState, m.Expand)
 }

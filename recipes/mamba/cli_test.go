@@ -1,6 +1,7 @@
 package mamba
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,6 +160,18 @@ func TestCommandLine(t *testing.T) {
 	require.Contains(t, out, "trained 6 steps")
 	ckpt := filepath.Join(ck, "checkpoint_step_000006.pt")
 	require.FileExists(t, ckpt)
+
+	// A resume trains the checkpoint's model: flags asking for another
+	// are refused, each named; those that agree are fine.
+	mc := ModelSizes[VRAMPresets["cpu"].Model]
+	_, err = cliRun(t, "train", "--vram", "cpu", "--data_dir", data, "--max_steps", "7", "--eval-tokens", "1024",
+		"--checkpoint-dir", filepath.Join(dir, "ck2"), "--resume", ckpt, "--d-model", fmt.Sprint(mc.DModel+8), "--n-layers", fmt.Sprint(mc.NLayers),
+		"--model_size", "small")
+	var conflict *recipes.ResumeConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, []string{"model-size", "d-model"}, []string{conflict.Conflicts[0].Flag, conflict.Conflicts[1].Flag})
+	require.Len(t, conflict.Conflicts, 2)
+	require.NoDirExists(t, filepath.Join(dir, "ck2"))
 
 	r, err := Evaluate(EvalConfig{Checkpoint: ckpt, Data: data, MaxTokens: 2048, Batch: 8})
 	require.NoError(t, err)

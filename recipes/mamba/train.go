@@ -372,7 +372,7 @@ func modelFor(cfg TrainConfig, logf func(string, ...any)) (ModelConfig, error) {
 		return mcfg, err
 	}
 	if mm.Model != mcfg {
-		logf("resuming %s: its model (d_model %d, %d layers, d_state %d) replaces the one asked for", cfg.Resume,
+		logf("resuming %s: its model, d_model %d, %d layers, d_state %d", cfg.Resume,
 			mm.Model.DModel, mm.Model.NLayers, mm.Model.DState)
 	}
 	return mm.Model, nil
