@@ -61,6 +61,11 @@ func TestTTSFromTheCommandLine(t *testing.T) {
 		"--checkpoint-dir", filepath.Join(dir, "gpt")}, tiny...)...)
 	require.Contains(t, out, "trained 3 steps (micro-batch 2 × 2)")
 	gpt := checkpointOf(t, out)
+	// Resumed with the flags it was trained with (the codec named again):
+	// the checkpoint's model, one step more.
+	out = ok(append([]string{"tts", "train", "--data", d, "--codec", codec, "--max-steps", "4", "--batch-size", "2", "--grad-accum", "2",
+		"--checkpoint-dir", filepath.Join(dir, "gpt"), "--resume", gpt}, tiny...)...)
+	require.Contains(t, out, "trained 4 steps")
 
 	var first struct{ Path string }
 	line, _, _ := bytes.Cut(must(os.ReadFile(filepath.Join(d, "train.jsonl"))), []byte("\n"))
@@ -99,6 +104,10 @@ func TestTTSFromTheCommandLine(t *testing.T) {
 		{"no reference", say("नाचता", filepath.Join(dir, "none.wav")), "none.wav"},
 		{"YAML of the wrong type", append([]string{"tts", "train", "--config", badYAML, "--data", d, "--codec", codec}, tiny...), `training.batch_size: must be an integer, not "four"`},
 		{"not a TTS checkpoint", []string{"tts", "say", "--checkpoint", codec, "--text", "नाचता", "--speaker", ref, "--out", wav}, codec},
+		{"resume the codec as another", []string{"tts", "train-codec", "--data", d, "--resume", codec, "--channels", "16", "--codes", "64",
+			"--checkpoint-dir", filepath.Join(dir, "codec2")}, "--codes 64 (it has 32)"},
+		{"resume the GPT as another", append(append([]string{"tts", "train", "--data", d, "--resume", gpt, "--checkpoint-dir", filepath.Join(dir, "gpt2")}, tiny...),
+			"--layers", "2", "--codec", notAudio), "--layers 2 (it has 1), --codec " + notAudio},
 		{"memory-test sizes", []string{"tts", "memory-test", "--data", d, "--codec", codec, "--batch-sizes", "2,x"}, "batch-sizes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -108,6 +108,17 @@ func trainCodecCommand() *cli.Command {
 				return recipes.Usage(err)
 			}
 			cfg.CropFrames = c.Int("crop-frames")
+			if cfg.Resume != "" {
+				meta, err := readMeta(cfg.Resume, "codec")
+				if err != nil {
+					return err
+				}
+				m := meta.Codec
+				if err := recipes.CheckResumed(c, run.FromFile, cfg.Resume, recipes.Stored{Flag: "channels", Value: m.Channels},
+					recipes.Stored{Flag: "codes", Value: m.Codes}, recipes.Stored{Flag: "code-dim", Value: m.CodeDim}); err != nil {
+					return err
+				}
+			}
 			res, err := TrainCodec(run.Ctx, cfg)
 			if cerr := run.Close(); err == nil {
 				err = cerr
@@ -171,6 +182,25 @@ func trainCommand() *cli.Command {
 			g.Vocab, g.Codes = 3, 2
 			if err := g.Validate(); err != nil {
 				return recipes.Usage(err)
+			}
+			if cfg.Resume != "" {
+				meta, err := readMeta(cfg.Resume, "gpt")
+				if err != nil {
+					return err
+				}
+				m, codec := meta.GPT, meta.CodecFile
+				if a, err := os.Stat(c.String("codec")); err == nil {
+					if b, err := os.Stat(codec); err == nil && os.SameFile(a, b) {
+						codec = c.String("codec") // the same file, however named
+					}
+				}
+				if err := recipes.CheckResumed(c, run.FromFile, cfg.Resume, recipes.Stored{Flag: "decoder-dim", Value: m.DecoderDim},
+					recipes.Stored{Flag: "text-encoder-dim", Value: m.TextEncoderDim}, recipes.Stored{Flag: "layers", Value: m.Layers},
+					recipes.Stored{Flag: "heads", Value: m.Heads}, recipes.Stored{Flag: "ff", Value: m.FF},
+					recipes.Stored{Flag: "dropout", Value: m.Dropout}, recipes.Stored{Flag: "cond-latents", Value: m.CondLatents},
+					recipes.Stored{Flag: "codec", Value: codec}); err != nil {
+					return err
+				}
 			}
 			res, err := Train(run.Ctx, cfg)
 			if cerr := run.Close(); err == nil {

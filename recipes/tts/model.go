@@ -141,6 +141,16 @@ func checkpointError(path string, err error) error {
 // readCheckpoint reads a TTS checkpoint of the given kind once, checks its
 // description against its weights, and returns both; free releases the
 // weights.
+// readMeta returns the model description of path, a checkpoint of kind.
+func readMeta(path, kind string) (modelMeta, error) {
+	meta, _, free, err := readCheckpoint(path, kind)
+	if err != nil {
+		return meta, err
+	}
+	free()
+	return meta, nil
+}
+
 func readCheckpoint(path, kind string) (meta modelMeta, weights map[string]*torch.Tensor, free func(), err error) {
 	f, err := ckpt.Read(path)
 	if err != nil {

@@ -147,11 +147,10 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	}
 	ccfg := cfg.CodecCfg
 	if cfg.Resume != "" {
-		meta, _, free, err := readCheckpoint(cfg.Resume, "codec")
+		meta, err := readMeta(cfg.Resume, "codec")
 		if err != nil {
 			return res, err
 		}
-		free()
 		ccfg = meta.Codec
 	}
 	store, tr, va, err := openData(&cfg, nil)
@@ -457,11 +456,10 @@ func buildGPT(cfg *TrainConfig) (_ *gptRun, err error) {
 	var codecW map[string]*torch.Tensor
 	codecFile := cfg.Codec
 	if cfg.Resume != "" {
-		meta, _, free, err := readCheckpoint(cfg.Resume, "gpt")
+		meta, err := readMeta(cfg.Resume, "gpt")
 		if err != nil {
 			return nil, err
 		}
-		free()
 		if vocab, err = NewVocab(meta.Vocab); err != nil {
 			return nil, checkpointError(cfg.Resume, err)
 		}
