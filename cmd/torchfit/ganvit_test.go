@@ -45,6 +45,7 @@ func TestGanvitExitStatus(t *testing.T) {
 		{"no data", args("ganvit", "train", "--data", filepath.Join(dir, "none"), "--checkpoint-dir", filepath.Join(dir, "x")), 2, "torchfit ganvit data --out"},
 		{"corrupt clip", args("ganvit", "train", "--data", corrupt, "--checkpoint-dir", filepath.Join(dir, "x")), 2, clips[2].Path},
 		{"resume with other mels", append(args("ganvit", "train", "--data", data, "--resume", gan, "--checkpoint-dir", ck), "--n-mels", "32"), 2, "do not match the checkpoint"},
+		{"resume with another latent size", append(args("ganvit", "train", "--data", data, "--resume", gan, "--checkpoint-dir", ck), "--latent-dim", "7"), 2, "--latent-dim 7 (it has "},
 		{"eval with other frames", []string{"ganvit", "eval", "--checkpoint", gan, "--data", data, "--frames", "1292", "--device", "cpu"}, 2, "spectrograms of 16 mels × 1292 frames do not match the checkpoint"},
 		{"eval of a missing file", []string{"ganvit", "eval", "--checkpoint", filepath.Join(dir, "none.pt"), "--data", data}, 2, "no such file"},
 		{"test-memory fits", args("ganvit", "test-memory"), 0, ""},

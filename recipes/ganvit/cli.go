@@ -14,6 +14,7 @@ import (
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train/ckpt"
 )
 
 // Recipe is the GAN + ViT recipe on the command line: torchfit ganvit
@@ -246,7 +247,35 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 			return cfg, recipes.Usagef("--gan: %v", err)
 		}
 	}
+	if cm.Resume != "" {
+		return cfg, checkResumed(c, run, cm.Resume)
+	}
 	return cfg, nil
+}
+
+// checkResumed refuses a resumed command's model flags that its
+// checkpoint's models contradict: the GAN's latent size, and the
+// classifier once the file has one (the spectrogram shape is checked
+// where the data is read).
+func checkResumed(c *cli.Context, run *recipes.Run, path string) error {
+	f, err := ckpt.Read(path)
+	if err != nil {
+		return checkpointError(path, err)
+	}
+	defer f.Free()
+	m, err := readMeta(f)
+	if err != nil {
+		return err
+	}
+	stored := []recipes.Stored{{Flag: "latent-dim", Value: m.GAN.Latent}}
+	if f.Has("classifier") {
+		vit := m.ViT.Name
+		if vitName(c.String("vit")) == vit {
+			vit = c.String("vit") // the same model, however named
+		}
+		stored = append(stored, recipes.Stored{Flag: "vit", Value: vit})
+	}
+	return recipes.CheckResumed(c, run.FromFile, path, stored...)
 }
 
 func trainCommand() *cli.Command {

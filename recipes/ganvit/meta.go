@@ -23,9 +23,17 @@ type Meta struct {
 	GANSteps  int       `json:"gan_steps"`
 	Epochs    int       `json:"epochs"` // classifier epochs done
 	Steps     int       `json:"steps"`
-	// GANBatch and Batch are the batches of the next GAN or classifier
-	// epoch already trained: a run stopped by --max-steps in the middle
-	// of an epoch goes on from there when resumed.
+	// GANDone and Done are the examples of the next GAN or classifier
+	// epoch already trained: a run stopped by --max-steps or a signal in
+	// the middle of an epoch goes on from there when resumed, whatever its
+	// effective batch. GANEffective and Effective are the effective
+	// batches the run trained with.
+	GANDone      int `json:"gan_done,omitempty"`
+	Done         int `json:"done,omitempty"`
+	GANEffective int `json:"gan_effective,omitempty"`
+	Effective    int `json:"effective,omitempty"`
+	// GANBatch and Batch are the same positions in batches, in files of
+	// torchfit before GANDone and Done: read, never written.
 	GANBatch     int    `json:"gan_batch,omitempty"`
 	Batch        int    `json:"batch,omitempty"`
 	Unfreeze     string `json:"unfreeze"`

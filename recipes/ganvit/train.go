@@ -531,7 +531,7 @@ func (r *run) trainGAN(ctx context.Context, res *Result) error {
 	r.releaseResume() // the classifier stage loads nothing from a GAN-stage file
 	cfg.logf("GAN training: effective batch %d; discriminator micro-batch %d × %d, generator %d × %d; precision %s; %d epochs",
 		eff, eff/cfg.DAccum, cfg.DAccum, eff/cfg.GAccum, cfg.GAccum, r.prec, cfg.GANEpochs)
-	steps, skip := 0, r.meta.GANBatch
+	steps, skip := 0, r.meta.GANDone+r.meta.GANBatch*eff
 	for epoch := r.meta.GANEpochs + 1; epoch <= cfg.GANEpochs; epoch++ {
 		if err := r.ganEpoch(ctx, epoch, skip, &steps, res); err != nil {
 			return err
@@ -546,14 +546,14 @@ func (r *run) trainGAN(ctx context.Context, res *Result) error {
 }
 
 // ganEpoch trains the GAN's epoch (counted from 1) after its first skip
-// batches and saves a checkpoint; a signal saves where the epoch stands
+// examples and saves a checkpoint; a signal saves where the epoch stands
 // and returns train.ErrInterrupted.
 func (r *run) ganEpoch(ctx context.Context, epoch, skip int, steps *int, res *Result) error {
 	cfg, gan, eff := r.cfg, r.gan, r.cfg.Preset.GANBatch*r.cfg.GANAccum
 	// A loader per epoch, positioned at its start (or, resuming, after
 	// the batches done): the order depends only on (seed, epoch), so a
 	// resumed run sees the same batches.
-	ld, err := r.loader(r.train, r.dd, eff, cfg.Seed, epoch, skip, "GAN ")
+	ld, err := r.loader(r.train, r.dd, eff, r.meta.GANEffective, cfg.Seed, epoch, skip, "GAN ")
 	if err != nil {
 		return err
 	}
@@ -600,10 +600,10 @@ func (r *run) ganEpoch(ctx context.Context, epoch, skip int, steps *int, res *Re
 		res.DLoss, res.GLoss = dSum/float64(n), gSum/float64(n)
 	}
 	res.GANSteps = gan.Steps
-	done := skip + n
-	r.meta.GANEpochs, r.meta.GANBatch, r.meta.GANSteps, r.meta.Stage = epoch, 0, gan.Steps, StageGAN
-	if done < ld.Len() { // stopped by --max-steps or a signal: this epoch is not done
-		r.meta.GANEpochs, r.meta.GANBatch = epoch-1, done
+	r.meta.GANEpochs, r.meta.GANDone, r.meta.GANBatch, r.meta.GANSteps, r.meta.Stage = epoch, 0, 0, gan.Steps, StageGAN
+	r.meta.GANEffective = eff
+	if st := ld.State(); st.Epoch == epoch-1 && st.Batch < ld.Len() { // stopped by --max-steps or a signal: this epoch is not done
+		r.meta.GANEpochs, r.meta.GANDone = epoch-1, skip+n*eff
 	}
 	cfg.logf("GAN epoch %d/%d: %d steps, D loss %.4f, G loss %.4f, %s", epoch, cfg.GANEpochs, n, res.DLoss, res.GLoss, time.Since(start).Round(time.Millisecond))
 	torch.EmptyCache() // the seed's Option 1: after each epoch
@@ -617,24 +617,28 @@ func (r *run) ganEpoch(ctx context.Context, epoch, skip int, steps *int, res *Re
 	return nil
 }
 
-// loader returns epoch's loader (counted from 1), after its first skip
-// batches (done before the checkpoint the run resumed from).
-func (r *run) loader(s *Specs, dd *DeviceData, batch int, seed uint64, epoch, skip int, what string) (*data.Loader[data.Sample, *data.Batch], error) {
+// loader returns epoch's loader (counted from 1) of effective batches
+// batch, after its first skip examples (done before the checkpoint the
+// run resumed from, in effective batches was: 0 when unknown).
+func (r *run) loader(s *Specs, dd *DeviceData, batch, was int, seed uint64, epoch, skip int, what string) (*data.Loader[data.Sample, *data.Batch], error) {
 	o := loaderOpts(r.cfg, dd, batch, seed, epoch-1)
-	ld, err := data.NewLoader[data.Sample, *data.Batch](loaderSource(s, dd), data.Collate, o)
-	if err != nil || skip == 0 {
-		return ld, err
+	src := loaderSource(s, dd)
+	if skip == 0 {
+		return data.NewLoader[data.Sample, *data.Batch](src, data.Collate, o)
 	}
-	if skip >= ld.Len() {
-		ld.Close()
-		return nil, checkpointError(r.cfg.Resume, fmt.Errorf("stopped after batch %d of %sepoch %d, which has %d batches here: the training set or batch size differs from the run's", skip, what, epoch, ld.Len()))
+	if n := src.Len(); skip >= n {
+		return nil, checkpointError(r.cfg.Resume, fmt.Errorf("stopped after example %d of %sepoch %d, which has %d examples here: the training set differs from the run's", skip, what, epoch, n))
 	}
-	ld.Close()
-	o.Resume.Batch = skip
-	if ld, err = data.NewLoader[data.Sample, *data.Batch](loaderSource(s, dd), data.Collate, o); err != nil {
+	o.Resume.Samples, o.Resume.World = skip, 1
+	ld, err := data.NewLoader[data.Sample, *data.Batch](src, data.Collate, o)
+	if err != nil {
 		return nil, err
 	}
-	r.cfg.logf("%sepoch %d: going on after %d of its %d batches done", what, epoch, skip, ld.Len())
+	if was > 0 && was != batch {
+		r.cfg.logf("%sepoch %d: the effective batch changes from the checkpoint's %d to %d; going on after the %d examples done", what, epoch, was, batch, skip)
+	} else {
+		r.cfg.logf("%sepoch %d: going on after %d of its %d batches done", what, epoch, ld.State().Batch, ld.Len())
+	}
 	return ld, nil
 }
 
@@ -727,7 +731,7 @@ func (r *run) trainClassifier(ctx context.Context, res *Result) error {
 	}
 	cfg.logf("classifier training: effective batch %d = micro-batch %d × %d; precision %s; checkpointing %v; %d epochs of %d steps",
 		eff, cfg.MicroBatch, cfg.Accum, r.prec, cfg.GradCheckpointing, cfg.Epochs, perEpoch)
-	steps, skip := 0, r.meta.Batch
+	steps, skip := 0, r.meta.Done+r.meta.Batch*eff
 	for epoch := r.meta.Epochs + 1; epoch <= cfg.Epochs; epoch++ {
 		emitTo(cfg.Events, train.EpochEvent{Epoch: epoch, Epochs: cfg.Epochs, Batches: perEpoch})
 		if err := r.classifierEpoch(ctx, epoch, trainSet, dd, skip, &steps, res); err != nil {
@@ -833,7 +837,7 @@ func (r *run) classifierEpoch(ctx context.Context, epoch int, trainSet *Specs, d
 		}
 		cfg.logf("epoch %d (0-based, the schedule's): unfreezing encoder layers %v; training %s (optimizer state so far %s)", epoch-1, ls, r.vit.Trainable(), torch.FormatBytes(before))
 	}
-	ld, err := r.loader(trainSet, dd, cfg.EffectiveBatch(), cfg.Seed+1, epoch, skip, "classifier ")
+	ld, err := r.loader(trainSet, dd, cfg.EffectiveBatch(), r.meta.Effective, cfg.Seed+1, epoch, skip, "classifier ")
 	if err != nil {
 		return err
 	}
@@ -882,10 +886,10 @@ func (r *run) classifierEpoch(ctx context.Context, epoch int, trainSet *Specs, d
 		cfg.logf("classifier epoch %d/%d: loss %.4f, valid accuracy %.3f (%d/%d), %s", epoch, cfg.Epochs, lossSum/float64(max(1, n)),
 			acc.Value(), acc.Correct, acc.N, time.Since(start).Round(time.Millisecond))
 	}
-	done := skip + n
-	r.meta.Epochs, r.meta.Batch, r.meta.Steps, r.meta.Stage = epoch, 0, cls.Steps, StageClassifier
-	if done < ld.Len() { // stopped by --max-steps or a signal: this epoch is not done
-		r.meta.Epochs, r.meta.Batch = epoch-1, done
+	r.meta.Epochs, r.meta.Done, r.meta.Batch, r.meta.Steps, r.meta.Stage = epoch, 0, 0, cls.Steps, StageClassifier
+	r.meta.Effective = cfg.EffectiveBatch()
+	if st := ld.State(); st.Epoch == epoch-1 && st.Batch < ld.Len() { // stopped by --max-steps or a signal: this epoch is not done
+		r.meta.Epochs, r.meta.Done = epoch-1, skip+n*cfg.EffectiveBatch()
 	}
 	torch.EmptyCache()
 	if err := r.save(clsPath(epoch)); err != nil {

@@ -352,9 +352,19 @@ func TestResumeMidEpoch(t *testing.T) {
 			torch.CollectGarbage()
 			before := torch.MustMemoryStats(torch.CPU).Allocated
 			_, err = Train(context.Background(), fewer)
-			require.ErrorContains(t, err, "stopped after batch 2 of ")
+			require.ErrorContains(t, err, "stopped after example 16 of ")
 			require.True(t, recipes.IsUserError(err), "%T %v", err, err)
 			require.Equal(t, before, torch.MustMemoryStats(torch.CPU).Allocated, "nothing left allocated")
+
+			// Resumed with twice the effective batch: it trains with it,
+			// says so, and goes on after the 16 examples done.
+			lines = nil
+			twice := cfg
+			twice.MaxSteps, twice.Resume, twice.CheckpointDir = 3, stopped.Checkpoint, filepath.Join(t.TempDir(), "ck")
+			twice.GANAccum, twice.Accum = 4, 4
+			_, err = Train(context.Background(), twice)
+			require.NoError(t, err, strings.Join(lines, "\n"))
+			require.Contains(t, strings.Join(lines, "\n"), "the effective batch changes from the checkpoint's 8 to 16; going on after the 16 examples done")
 
 			lines = nil
 			cfg.MaxSteps, cfg.Resume = 0, stopped.Checkpoint
