@@ -169,3 +169,32 @@ func TestProgressIsNilOffTerminal(t *testing.T) {
 	p.Sink(train.EpochEvent{Epoch: 1, Epochs: 1, Batches: 3}) // a nil Progress does nothing
 	p.Finish()
 }
+
+// Off a terminal, a step line every `every` steps (and the first): the
+// epoch, the mean loss and the samples/s over the steps since the last
+// line, the step's learning rate and memory.
+func TestStepLog(t *testing.T) {
+	var sb strings.Builder
+	s := NewStepLog(NewLogger(&sb), 4)
+	s.Sink(train.EpochEvent{Epoch: 1, Epochs: 2, Batches: 5})
+	for step := 1; step <= 9; step++ {
+		if step == 6 {
+			s.Sink(train.EpochEvent{Epoch: 2, Epochs: 2, Batches: 5})
+		}
+		s.Sink(train.StepEvent{StepInfo: train.StepInfo{Step: step, Loss: float64(step), Count: 2, LR: 1e-3 * float64(step),
+			Samples: 8, Duration: 100 * time.Millisecond, Memory: torch.MemStats{Allocated: 3 << 20, PeakAllocated: 5 << 20}}})
+	}
+	stamp := regexp.MustCompile(`(?m)^\[ *\d+\.\ds\] `)
+	require.Equal(t, []string{
+		"step 1 | epoch 1/2 | loss 1.0000 | lr 1.00e-03 | 80.0 samples/s | memory 3.00 MiB (peak 5.00 MiB)",
+		"step 4 | epoch 1/2 | loss 3.0000 | lr 4.00e-03 | 80.0 samples/s | memory 3.00 MiB (peak 5.00 MiB)",
+		"step 8 | epoch 2/2 | loss 6.5000 | lr 8.00e-03 | 80.0 samples/s | memory 3.00 MiB (peak 5.00 MiB)",
+	}, strings.Split(strings.TrimSuffix(stamp.ReplaceAllString(sb.String(), ""), "\n"), "\n"))
+
+	sb.Reset()
+	s.SetEvery(0)
+	s.Sink(train.StepEvent{StepInfo: train.StepInfo{Step: 12}})
+	require.Empty(t, sb.String(), "no lines at cadence 0")
+	var nilLog *StepLog
+	nilLog.Sink(train.StepEvent{StepInfo: train.StepInfo{Step: 1}}) // does nothing
+}

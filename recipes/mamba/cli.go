@@ -258,6 +258,9 @@ func trainCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if cfg.Optim.LoggingSteps > 0 {
+				run.LogSteps(0) // the seed's logging_steps lines say it all, memory included
+			}
 			if run.DryRun {
 				rows, err := Estimate(EstimateConfig{Presets: []EstimatePreset{presetOf("this run", cfg)}, Measure: true, Device: cfg.Device, Scan: cfg.Scan, ScanChunk: cfg.ScanChunk})
 				if err != nil {

@@ -437,8 +437,8 @@ func (p *progress) step(info train.StepInfo) {
 	if o.LoggingSteps > 0 && info.Step%o.LoggingSteps == 0 {
 		el := time.Since(p.window.start).Seconds()
 		p.res.TrainLoss = p.window.loss / p.window.count
-		p.logf("step %d: loss %.4f, lr %.2e, grad norm %.3f, %.0f tokens/s", info.Step, p.res.TrainLoss, info.LR, info.GradNorm,
-			p.window.count/el)
+		p.logf("step %d: loss %.4f, lr %.2e, grad norm %.3f, %.0f tokens/s, memory %s (peak %s)", info.Step, p.res.TrainLoss, info.LR, info.GradNorm,
+			p.window.count/el, torch.FormatBytes(info.Memory.Allocated), torch.FormatBytes(info.Memory.PeakAllocated))
 		p.window.loss, p.window.count, p.window.start = 0, 0, time.Now()
 	}
 	if o.EvalInterval > 0 && info.Step%o.EvalInterval == 0 && p.evalErr == nil {
