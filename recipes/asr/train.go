@@ -364,7 +364,7 @@ func (t *stepTimer) observe(i train.StepInfo) {
 
 func (t *stepTimer) log(logf func(string, ...any), optState int64) {
 	if t.n > 0 {
-		logf("mean step time %.1f ms (steps 2–%d); optimizer state %s by the allocator's count over the first update",
+		logf("mean step time %.1f ms (steps 2–%d); optimizer state %s (its tensors after the first update)",
 			float64(t.total.Microseconds())/1e3/float64(t.n), t.n+1, torch.FormatBytes(optState))
 	}
 }
@@ -570,10 +570,12 @@ func NonFiniteWeights(m nn.Module) []string {
 	return bad
 }
 
-// countedOptimizer measures the CPU allocator's growth over the wrapped
-// optimizer's first Step: the state it creates (its temporaries are freed
-// by the end of the step). Under ZeRO it is the inner optimizer, which
-// updates this rank's parameters only.
+// countedOptimizer measures the state the wrapped optimizer holds after
+// its first Step: the bytes of its state tensors (AdamW's moments and
+// step counts), whether the step created them or a resumed checkpoint
+// loaded them before it (the allocator's growth over the first step,
+// counted before, is 0 after a resume or a restart). Under ZeRO it is the
+// inner optimizer, which holds this rank's share only.
 type countedOptimizer struct {
 	nn.Optimizer
 	steps int
@@ -581,11 +583,22 @@ type countedOptimizer struct {
 }
 
 func (c *countedOptimizer) Step() {
-	before := torch.MustMemoryStats(torch.CPU).Allocated
 	c.Optimizer.Step()
 	if c.steps++; c.steps == 1 {
-		c.grew = torch.MustMemoryStats(torch.CPU).Allocated - before
+		c.grew = stateBytes(c.Optimizer)
 	}
+}
+
+// stateBytes is the bytes of o's per-parameter state tensors ("state.*"
+// in State, not the hyperparameters).
+func stateBytes(o nn.Optimizer) int64 {
+	var n int64
+	for _, st := range o.State() {
+		if strings.HasPrefix(st.Name, "state.") {
+			n += st.T.NBytes()
+		}
+	}
+	return n
 }
 
 // logParallel logs, on rank 0, what the gradient all-reduce cost and each
