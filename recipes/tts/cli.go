@@ -115,8 +115,8 @@ func trainCodecCommand() *cli.Command {
 			if err = userErr(err); err != nil {
 				return err
 			}
-			fmt.Printf("trained the codec %d steps; validation reconstruction MSE %.4f (start %.4f), %d of %d codes in use; peak memory %s; checkpoint %s\n",
-				res.Steps, res.Valid.Recon, res.Start.Recon, res.Valid.CodesUse, cfg.CodecCfg.Codes, torch.FormatBytes(res.PeakMemory), res.Checkpoint)
+			fmt.Printf("trained the codec %s; validation reconstruction MSE %.4f (start %.4f), %d of %d codes in use; peak memory %s; checkpoint %s\n",
+				recipes.Plural(res.Steps, "step"), res.Valid.Recon, res.Start.Recon, res.Valid.CodesUse, cfg.CodecCfg.Codes, torch.FormatBytes(res.PeakMemory), res.Checkpoint)
 			return nil
 		},
 	}
@@ -187,8 +187,8 @@ func trainCommand() *cli.Command {
 				}
 				return nil
 			}
-			fmt.Printf("trained %d steps (micro-batch %d × %d); validation code CE %.3f (start %.3f), code accuracy %.3f, text CE %.3f; peak memory %s; checkpoint %s\n",
-				res.Steps, res.MicroBatch, res.Accum, res.Valid.CodeCE, res.Start.CodeCE, res.Valid.CodeAcc, res.Valid.TextCE,
+			fmt.Printf("trained %s (micro-batch %d × %d); validation code CE %.3f (start %.3f), code accuracy %.3f, text CE %.3f; peak memory %s; checkpoint %s\n",
+				recipes.Plural(res.Steps, "step"), res.MicroBatch, res.Accum, res.Valid.CodeCE, res.Start.CodeCE, res.Valid.CodeAcc, res.Valid.TextCE,
 				torch.FormatBytes(res.PeakMemory), res.Checkpoint)
 			return nil
 		},
