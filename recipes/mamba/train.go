@@ -283,7 +283,7 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	defer free()
 	effective := cfg.EffectiveBatch()
 	total := cmp.Or(cfg.MaxSteps, d.train.Len()/effective*cfg.Epochs)
-	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, max(total, 1), 0.1))
+	sched := nn.NewSchedule(opt, schedule(cfg.Warmup, max(total, 1)))
 	defer sched.Free()
 	p := &progress{cfg: cfg, m: m, d: d, res: &res, cpu0: cpu0, logf: logf, precision: run.Precision.Precision}
 	ls := cfg.Optim.LabelSmoothing
@@ -313,6 +313,18 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	}
 	res.CPUTime = cpuTime() - cpu0
 	return res, nil
+}
+
+// schedule is the run's learning rate: linear warm-up over warmup steps,
+// then a half cosine to 0.1 of the base at step total, counted from the
+// optimizer step being taken (step+1), as many training loops do
+// (nanoGPT's get_lr warms up over it+1): the first step trains at
+// lr/warmup, not at 0 as Hugging Face's get_*_schedule_with_warmup (which
+// count from 0) give it — a 1-step run, or the first step of a 2000-step
+// warm-up, learns something — and the run's last step is at the floor.
+func schedule(warmup, total int) nn.LRLambda {
+	f := nn.WarmupCosineLR(warmup, total, 0.1)
+	return func(step int) float64 { return f(step + 1) }
 }
 
 // lmData is a run's token files and their windows.
