@@ -32,6 +32,8 @@ func TestText(t *testing.T) {
 			"step 3 | memory allocated 3.00 MiB | peak 5.00 MiB | reserved 6.00 MiB"},
 		{"skip", train.SkipEvent{Step: 2, Reason: "inf gradients"}, "step 2: inf gradients; skipping the optimizer step"},
 		{"eval", train.EvalEvent{Step: 9, Epoch: 2, Values: map[string]float64{"wer": 0.5, "cer": 0.25}}, "epoch 2: cer 0.2500, wer 0.5000"},
+		{"eval with the recipe's line", train.EvalEvent{Step: 9, Epoch: 2, Values: map[string]float64{"val_loss": 1}, Text: "step 9: held-out loss 1.0000"},
+			"step 9: held-out loss 1.0000"},
 		{"step", train.StepEvent{StepInfo: train.StepInfo{Step: 1}}, ""},
 		{"checkpoint", train.CheckpointEvent{Step: 1, Path: "x.pt"}, ""},
 	} {

@@ -285,7 +285,8 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	total := cmp.Or(cfg.MaxSteps, d.train.Len()/effective*cfg.Epochs)
 	sched := nn.NewSchedule(opt, schedule(cfg.Warmup, max(total, 1)))
 	defer sched.Free()
-	p := &progress{cfg: cfg, m: m, d: d, res: &res, cpu0: cpu0, logf: logf, precision: run.Precision.Precision}
+	p := &progress{cfg: cfg, m: m, d: d, res: &res, cpu0: cpu0, logf: logf, emit: run.Events(), precision: run.Precision.Precision,
+		perEpoch: max(1, d.train.Len()/effective)}
 	ls := cfg.Optim.LabelSmoothing
 	out, err := run.Fit(ctx, recipes.Job{
 		Model: m, Opt: opt, Sched: sched, Trainer: func(c *train.Config) { c.Count = tokenCount },
@@ -418,6 +419,8 @@ type progress struct {
 	res       *Result
 	cpu0      time.Duration
 	logf      func(string, ...any)
+	emit      train.Sink // the run's events (nil: none)
+	perEpoch  int        // optimizer steps in an epoch
 	precision amp.Precision
 	wallStart time.Time
 	tokens    float64
@@ -468,12 +471,19 @@ func (p *progress) record(step int) error {
 	p.res.Eval = r
 	cpuMin := (cpuTime() - p.cpu0).Minutes()
 	p.res.Curve = append(p.res.Curve, CurvePoint{Step: step, CPUMinutes: cpuMin, Eval: r})
-	if p.cfg.Events != nil {
-		p.cfg.Events(train.EvalEvent{Step: step, Values: map[string]float64{"val_loss": r.Loss, "val_bits_per_char": r.BitsPerChar,
-			"val_perplexity": r.Perplexity, "cpu_minutes": cpuMin}})
+	epoch := 0 // the baseline, before training
+	if step > 0 {
+		epoch = (step-1)/p.perEpoch + 1
 	}
-	p.logf("step %d: held-out loss %.4f nats/token (%.3f bits/char, perplexity %.1f) after %.2f CPU minutes", step, r.Loss,
-		r.BitsPerChar, r.Perplexity, cpuMin)
+	// One event, one line: the recipe's wording is the event's text (the
+	// front end's "epoch N: values" would say it twice).
+	if p.emit == nil {
+		return nil
+	}
+	p.emit(train.EvalEvent{Step: step, Epoch: epoch, Values: map[string]float64{"val_loss": r.Loss, "val_bits_per_char": r.BitsPerChar,
+		"val_perplexity": r.Perplexity, "cpu_minutes": cpuMin},
+		Text: fmt.Sprintf("step %d: held-out loss %.4f nats/token (%.3f bits/char, perplexity %.1f) after %.2f CPU minutes", step, r.Loss,
+			r.BitsPerChar, r.Perplexity, cpuMin)})
 	return nil
 }
 
