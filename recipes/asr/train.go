@@ -148,6 +148,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res Result, err error
 		return er.CER(), loss, err
 	}
 	var lastVals map[string]float64
+	lastAt := -1 // the step lastVals scored
 	timer := &stepTimer{}
 	job := recipes.Job{
 		Model: m, Opt: p.stepper, Sched: sched, Loss: lossFn(m), Trainer: func(c *train.Config) { c.Parallel = p.par },
@@ -158,7 +159,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res Result, err error
 			d.train.SetEpoch(epoch)
 			res.EpochsDone = epoch
 			cer, loss, err := evaluate()
-			lastVals = map[string]float64{"val_cer": cer, "val_loss": loss}
+			lastVals, lastAt = map[string]float64{"val_cer": cer, "val_loss": loss}, timer.last
 			return lastVals, err
 		},
 		Meta: metaDict(d.preset, d.mcfg, d.vocab),
@@ -179,7 +180,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res Result, err error
 	}
 	timer.log(logf, counted.grew)
 	res.Steps, res.MicroBatch, res.Accum, res.OOMEvents, res.PeakMemory = out.Steps, out.MicroBatch, out.Accum, out.OOMEvents, out.PeakMemory
-	if lastVals == nil || res.Interrupted {
+	if lastVals == nil || lastAt != res.Steps || res.Interrupted { // steps after the last epoch's score (--max-steps): score the end
 		res.CER, res.ValidLoss, err = evaluate()
 		return res, err
 	}
@@ -354,9 +355,11 @@ func startRun(cfg TrainConfig, tr *train.Trainer, d corpora, res *Result, evalua
 type stepTimer struct {
 	total time.Duration
 	n     int
+	last  int // the last step seen
 }
 
 func (t *stepTimer) observe(i train.StepInfo) {
+	t.last = i.Step
 	if i.Step > 1 {
 		t.total, t.n = t.total+i.Duration, t.n+1
 	}

@@ -344,7 +344,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	if !p.epochEnd {
 		logf("%s", memoryLine(cfg.Device)) // a run stopped within an epoch
 	}
-	if p.last == nil || res.Budget || res.Interrupted {
+	if p.last == nil || !p.epochEnd || res.Budget || res.Interrupted { // steps after the last epoch's score (--max-steps): score the end
 		s, err := p.validate()
 		if err != nil {
 			return res, err
