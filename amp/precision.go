@@ -106,14 +106,16 @@ func ParsePrecision(s string, device torch.Device) (Choice, error) {
 	return ResolvePrecision(s, device, HostCPU())
 }
 
-// ResolvePrecision resolves a --mixed-precision value for device: fp32
-// (also float32, no, none, off), bf16 (bfloat16), fp16 (float16, half; CUDA,
+// ResolvePrecision resolves a --mixed-precision value for device: "" (not
+// given: fp32, the default), fp32 (also float32, no, none, off), bf16 (bfloat16), fp16 (float16, half; CUDA,
 // or the CPU with libtorch 2.4+: cpu.FP16Autocast), or auto (also on, yes, true): fp16 with a GradScaler on CUDA; on
 // the CPU bf16 where the CPU computes it natively, else fp32 (libtorch
 // emulates bfloat16 there: it saves memory but runs many times slower).
 func ResolvePrecision(s string, device torch.Device, cpu CPU) (Choice, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "fp32", "float32", "no", "none", "off", "false":
+	case "":
+		return Choice{FP32, "the default"}, nil
+	case "fp32", "float32", "no", "none", "off", "false":
 		return Choice{FP32, "asked for"}, nil
 	case "bf16", "bfloat16":
 		if !device.IsCUDA() && !cpu.NativeBF16 {

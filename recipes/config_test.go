@@ -3,10 +3,14 @@ package recipes
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
+
+	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/torch"
 )
 
 // runWith parses args for a train-like command with the shared flags plus
@@ -104,4 +108,34 @@ func TestMemoryLimitReplacesTheDefaultFraction(t *testing.T) {
 	require.Zero(t, cm.MemoryFraction)
 	_, _, err = runWithDefaults(t, d, nil, "--memory-limit", "8GiB", "--memory-fraction", "0.5")
 	require.ErrorContains(t, err, "not both")
+}
+
+// The precision line says "asked for" only when the user chose it (flag,
+// switch or config file); the recipe's fp32 default says so.
+func TestPrecisionAskedForOrDefault(t *testing.T) {
+	cfg := writeFile(t, "c.json", `{"mixed_precision": false}`)
+	for _, tc := range []struct {
+		name string
+		args []string
+		def  string
+		want string
+	}{
+		{"default no", nil, "no", "fp32 (the default)"},
+		{"default auto", nil, "auto", "auto"},
+		{"flag no", []string{"--mixed-precision", "no"}, "no", "fp32 (asked for)"},
+		{"flag fp32", []string{"--mixed-precision", "fp32"}, "auto", "fp32 (asked for)"},
+		{"config file", []string{"--config", cfg}, "auto", "fp32 (asked for)"},
+		{"flag bf16", []string{"--mixed-precision", "bf16"}, "no", "bf16 (asked for"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cm, _, err := runWithDefaults(t, Defaults{MicroBatch: 4, Accum: 1, Epochs: 1, LR: 1e-3, Precision: tc.def}, nil, tc.args...)
+			require.NoError(t, err)
+			ch, err := amp.ParsePrecision(cm.Precision, torch.CPU)
+			require.NoError(t, err)
+			require.Contains(t, ch.String(), strings.TrimSuffix(tc.want, "auto"))
+			if tc.want == "auto" {
+				require.Contains(t, ch.Reason, "auto")
+			}
+		})
+	}
 }

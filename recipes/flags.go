@@ -208,8 +208,15 @@ func ReadCommon(c *cli.Context) (Common, error) {
 		fraction = 0
 	}
 	precision := c.String("mixed-precision")
+	switchSet := false
 	if sv, ok := c.Generic("mixed_precision").(*switchValue); ok && sv.set && !c.IsSet("mixed-precision") {
-		precision = sv.value
+		precision, switchSet = sv.value, true
+	}
+	if !c.IsSet("mixed-precision") && !switchSet {
+		switch strings.ToLower(precision) {
+		case "no", "fp32", "float32", "none", "off", "false":
+			precision = "" // the recipe's fp32 default, not the user's choice: "precision fp32 (the default)"
+		}
 	}
 	cm := Common{
 		Data: c.String("data"), Config: c.String("config"), MicroBatch: c.Int("micro-batch"), Accum: c.Int("grad-accum"),

@@ -46,3 +46,12 @@ func CountLayers(w map[string]*torch.Tensor, prefix string) int {
 	}
 	return len(seen)
 }
+
+// Plural writes a count and its noun, "1 step", "2 steps" (the noun's
+// plural with an s).
+func Plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}

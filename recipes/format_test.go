@@ -35,3 +35,13 @@ func TestCountLayers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { require.Equal(t, tc.want, CountLayers(tc.w, "l.")) })
 	}
 }
+
+func TestPlural(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		noun string
+		want string
+	}{{0, "step", "0 steps"}, {1, "step", "1 step"}, {2, "step", "2 steps"}, {1, "GAN step", "1 GAN step"}, {150, "classifier step", "150 classifier steps"}} {
+		require.Equal(t, tc.want, Plural(tc.n, tc.noun))
+	}
+}

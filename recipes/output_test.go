@@ -1,11 +1,18 @@
 package recipes
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/torchfit/torchfit/report"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train"
 )
 
 // An output path may be new, empty or a file of the kind written; a
@@ -60,4 +67,37 @@ func TestCheckDataOut(t *testing.T) {
 	line, err = CheckDataOut(dir, true, "manifest.jsonl", "meta.json")
 	require.NoError(t, err)
 	require.Contains(t, line, "replacing the data set in "+dir)
+}
+
+// Off a terminal (stderr piped to a file or CI), the front end writes a
+// step line at a steady cadence: step, epoch, loss, lr, samples/s and
+// memory; the other log lines as ever.
+func TestFrontEndStepLinesOffTerminal(t *testing.T) {
+	tty, err := os.CreateTemp(t.TempDir(), "stderr") // a file: not a terminal
+	require.NoError(t, err)
+	defer tty.Close()
+	var log bytes.Buffer
+	fe, err := newFrontEnd(report.NewLogger(&log), tty, "")
+	require.NoError(t, err)
+	fe.events(train.Message{Text: "precision fp32"})
+	fe.events(train.EpochEvent{Epoch: 1, Epochs: 1, Batches: 25})
+	for step := 1; step <= 25; step++ {
+		fe.events(train.StepEvent{StepInfo: train.StepInfo{Step: step, Loss: 2, LR: 1e-3, Samples: 4, Duration: time.Second,
+			Memory: torch.MemStats{Allocated: 1 << 20, PeakAllocated: 2 << 20}}})
+	}
+	require.NoError(t, fe.done())
+	lines := regexp.MustCompile(`step (\d+) \| epoch 1/1 \| loss 2\.0000 \| lr 1\.00e-03 \| 4\.0 samples/s \| memory 1\.00 MiB \(peak 2\.00 MiB\)`).
+		FindAllStringSubmatch(log.String(), -1)
+	var steps []string
+	for _, l := range lines {
+		steps = append(steps, l[1])
+	}
+	require.Equal(t, []string{"1", "10", "20"}, steps, log.String())
+	require.Contains(t, log.String(), "] precision fp32\n")
+
+	r := &Run{steps: fe.steps}
+	r.LogSteps(0) // a recipe with its own step lines
+	log.Reset()
+	fe.events(train.StepEvent{StepInfo: train.StepInfo{Step: 30}})
+	require.Empty(t, log.String())
 }

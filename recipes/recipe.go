@@ -48,8 +48,15 @@ type Run struct {
 	// the command (torchfit launch, torchrun); nil in one process. Only
 	// rank 0 renders events (log lines, progress, the metrics file).
 	Group   *distributed.Group
+	steps   *report.StepLog
 	cleanup []func() error
 }
+
+// LogSteps sets the cadence of the step lines the front end writes when
+// stderr is not a terminal (report.LogEvery steps unless changed; 0: none,
+// for a recipe whose own step lines carry the loss, learning rate, speed
+// and memory).
+func (r *Run) LogSteps(every int) { r.steps.SetEvery(every) }
 
 // Logf writes a log line.
 func (r *Run) Logf(format string, args ...any) {
@@ -121,13 +128,13 @@ func Prepare(c *cli.Context, spec Spec) (*Run, error) {
 		return nil, err
 	}
 	if r.Rank() == 0 {
-		events, done, err := FrontEnd(r.Log, cm.Metrics)
+		fe, err := newFrontEnd(r.Log, os.Stderr, cm.Metrics)
 		if err != nil {
 			r.Close()
 			return nil, err
 		}
-		r.Events = events
-		r.cleanup = append(r.cleanup, done)
+		r.Events, r.steps = fe.events, fe.steps
+		r.cleanup = append(r.cleanup, fe.done)
 	}
 	ctx, stop := report.SignalContext(c.Context)
 	r.Ctx = ctx
@@ -150,24 +157,51 @@ func Reword(err error, fromFile map[string]string) error {
 }
 
 // FrontEnd renders a run's events: log lines on log, a progress bar on
-// stderr when it is a terminal, and the metrics file when metricsPath is
-// set (appended to). done finishes the bar and closes the file.
+// stderr when it is a terminal, a line every report.LogEvery steps (step,
+// epoch, loss, lr, samples/s, memory) when it is not, and the metrics
+// file when metricsPath is set (appended to). done finishes the bar and
+// closes the file.
 func FrontEnd(log *report.Logger, metricsPath string) (events train.Sink, done func() error, err error) {
-	bar := report.NewProgress(os.Stderr)
+	fe, err := newFrontEnd(log, os.Stderr, metricsPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	return fe.events, fe.done, nil
+}
+
+// frontEnd is FrontEnd's parts: steps, the step lines off a terminal (nil
+// on one), for Run.LogSteps.
+type frontEnd struct {
+	events train.Sink
+	steps  *report.StepLog
+	done   func() error
+}
+
+// newFrontEnd is FrontEnd with the progress bar on tty when it is a
+// terminal, step lines on log otherwise.
+func newFrontEnd(log *report.Logger, tty *os.File, metricsPath string) (*frontEnd, error) {
+	bar := report.NewProgress(tty)
+	var steps *report.StepLog
+	var ss train.Sink
+	if bar == nil {
+		steps = report.NewStepLog(log, report.LogEvery)
+		ss = steps.Sink
+	}
 	var metrics *report.Metrics
 	var ms train.Sink
 	if metricsPath != "" {
+		var err error
 		if metrics, err = report.OpenMetrics(metricsPath); err != nil {
-			return nil, nil, Usagef("--metrics: %v", err)
+			return nil, Usagef("--metrics: %v", err)
 		}
 		ms = metrics.Sink
 	}
-	done = func() error {
+	done := func() error {
 		bar.Finish()
 		if err := metrics.Close(); err != nil {
 			return fmt.Errorf("--metrics: %w", err)
 		}
 		return nil
 	}
-	return report.Tee(log.Sink, ms, bar.Sink), done, nil
+	return &frontEnd{events: report.Tee(log.Sink, ss, ms, bar.Sink), steps: steps, done: done}, nil
 }

@@ -25,7 +25,7 @@ func TestBegin(t *testing.T) {
 		limit int64  // the cap while the session runs
 		line  string
 	}{
-		{"plain", func(*Common) {}, "", 0, "precision fp32 (asked for)"},
+		{"plain", func(*Common) {}, "", 0, "precision fp32 (the default)"},
 		{"memory limit", func(c *Common) { c.MemoryLimit = "64MiB" }, "", 64 << 20, "memory limit on cpu: 64MiB"},
 		{"memory fraction", func(c *Common) { c.MemoryFraction = 0.5 }, "", -1, "memory limit on cpu: 0.50 of the device"},
 		{"bad limit", func(c *Common) { c.MemoryLimit = "lots" }, "memory-limit", 0, ""},

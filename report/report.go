@@ -75,6 +75,9 @@ func Text(e train.Event) string {
 	case train.SkipEvent:
 		return e.String()
 	case train.EvalEvent:
+		if e.Text != "" {
+			return e.Text
+		}
 		return fmt.Sprintf("epoch %d: %s", e.Epoch, FormatValues(e.Values))
 	}
 	return ""

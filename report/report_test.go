@@ -32,6 +32,8 @@ func TestText(t *testing.T) {
 			"step 3 | memory allocated 3.00 MiB | peak 5.00 MiB | reserved 6.00 MiB"},
 		{"skip", train.SkipEvent{Step: 2, Reason: "inf gradients"}, "step 2: inf gradients; skipping the optimizer step"},
 		{"eval", train.EvalEvent{Step: 9, Epoch: 2, Values: map[string]float64{"wer": 0.5, "cer": 0.25}}, "epoch 2: cer 0.2500, wer 0.5000"},
+		{"eval with the recipe's line", train.EvalEvent{Step: 9, Epoch: 2, Values: map[string]float64{"val_loss": 1}, Text: "step 9: held-out loss 1.0000"},
+			"step 9: held-out loss 1.0000"},
 		{"step", train.StepEvent{StepInfo: train.StepInfo{Step: 1}}, ""},
 		{"checkpoint", train.CheckpointEvent{Step: 1, Path: "x.pt"}, ""},
 	} {
@@ -168,4 +170,33 @@ func TestProgressIsNilOffTerminal(t *testing.T) {
 	require.Nil(t, p)
 	p.Sink(train.EpochEvent{Epoch: 1, Epochs: 1, Batches: 3}) // a nil Progress does nothing
 	p.Finish()
+}
+
+// Off a terminal, a step line every `every` steps (and the first): the
+// epoch, the mean loss and the samples/s over the steps since the last
+// line, the step's learning rate and memory.
+func TestStepLog(t *testing.T) {
+	var sb strings.Builder
+	s := NewStepLog(NewLogger(&sb), 4)
+	s.Sink(train.EpochEvent{Epoch: 1, Epochs: 2, Batches: 5})
+	for step := 1; step <= 9; step++ {
+		if step == 6 {
+			s.Sink(train.EpochEvent{Epoch: 2, Epochs: 2, Batches: 5})
+		}
+		s.Sink(train.StepEvent{StepInfo: train.StepInfo{Step: step, Loss: float64(step), Count: 2, LR: 1e-3 * float64(step),
+			Samples: 8, Duration: 100 * time.Millisecond, Memory: torch.MemStats{Allocated: 3 << 20, PeakAllocated: 5 << 20}}})
+	}
+	stamp := regexp.MustCompile(`(?m)^\[ *\d+\.\ds\] `)
+	require.Equal(t, []string{
+		"step 1 | epoch 1/2 | loss 1.0000 | lr 1.00e-03 | 80.0 samples/s | memory 3.00 MiB (peak 5.00 MiB)",
+		"step 4 | epoch 1/2 | loss 3.0000 | lr 4.00e-03 | 80.0 samples/s | memory 3.00 MiB (peak 5.00 MiB)",
+		"step 8 | epoch 2/2 | loss 6.5000 | lr 8.00e-03 | 80.0 samples/s | memory 3.00 MiB (peak 5.00 MiB)",
+	}, strings.Split(strings.TrimSuffix(stamp.ReplaceAllString(sb.String(), ""), "\n"), "\n"))
+
+	sb.Reset()
+	s.SetEvery(0)
+	s.Sink(train.StepEvent{StepInfo: train.StepInfo{Step: 12}})
+	require.Empty(t, sb.String(), "no lines at cadence 0")
+	var nilLog *StepLog
+	nilLog.Sink(train.StepEvent{StepInfo: train.StepInfo{Step: 1}}) // does nothing
 }

@@ -49,6 +49,10 @@ type OOMEvent struct {
 type EvalEvent struct {
 	Step, Epoch int
 	Values      map[string]float64
+	// Text, when set, is the evaluation's log line (a recipe's own, the
+	// seed's wording), in place of "epoch N: values": one line for one
+	// evaluation.
+	Text string
 }
 
 // CheckpointEvent reports a checkpoint written (and files pruned).

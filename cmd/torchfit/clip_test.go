@@ -35,7 +35,7 @@ func TestClipFromTheCommandLine(t *testing.T) {
 	r := runCLI(t, bin, "clip", "pretrain", "--data", shapes, "--max-steps", "1", "--checkpoint-dir", pre, "--device", "cpu")
 	require.Zero(t, r.code, r.stderr)
 	preCk := filepath.Join(pre, "checkpoint_step_000001.pt")
-	require.Contains(t, r.stdout, "pretrain: 1 steps (micro-batch 16 × 8, exact)")
+	require.Contains(t, r.stdout, "pretrain: 1 step (micro-batch 16 × 8, exact)")
 	require.FileExists(t, preCk)
 
 	ft := filepath.Join(dir, "ft")
@@ -67,7 +67,7 @@ func TestClipFromTheCommandLine(t *testing.T) {
 			require.Zero(t, r.code, r.stderr)
 			require.Contains(t, r.stderr, "Effective batch size: "+tc.effective+"\n")
 			require.Regexp(t, memory, r.stderr)
-			require.Contains(t, r.stdout, "train: 1 steps (micro-batch "+tc.micro+" × "+tc.accum+", exact)")
+			require.Contains(t, r.stdout, "train: 1 step (micro-batch "+tc.micro+" × "+tc.accum+", exact)")
 			require.FileExists(t, filepath.Join(ck, "checkpoint_step_000001.pt"))
 		})
 	}

@@ -280,8 +280,8 @@ func trainCommand() *cli.Command {
 			if !math.IsNaN(res.CERStart) {
 				start = fmt.Sprintf("start %.3f", res.CERStart)
 			}
-			fmt.Printf("trained %d steps (micro-batch %d × %d); validation CER %.3f (%s), loss %.3f; peak memory %s; checkpoint %s\n",
-				res.Steps, res.MicroBatch, res.Accum, res.CER, start, res.ValidLoss, torch.FormatBytes(res.PeakMemory), res.Checkpoint)
+			fmt.Printf("trained %s (micro-batch %d × %d); validation CER %.3f (%s), loss %.3f; peak memory %s; checkpoint %s\n",
+				recipes.Plural(res.Steps, "step"), res.MicroBatch, res.Accum, res.CER, start, res.ValidLoss, torch.FormatBytes(res.PeakMemory), res.Checkpoint)
 			return nil
 		},
 	}

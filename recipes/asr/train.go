@@ -148,6 +148,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res Result, err error
 		return er.CER(), loss, err
 	}
 	var lastVals map[string]float64
+	lastAt := -1 // the step lastVals scored
 	timer := &stepTimer{}
 	job := recipes.Job{
 		Model: m, Opt: p.stepper, Sched: sched, Loss: lossFn(m), Trainer: func(c *train.Config) { c.Parallel = p.par },
@@ -158,7 +159,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res Result, err error
 			d.train.SetEpoch(epoch)
 			res.EpochsDone = epoch
 			cer, loss, err := evaluate()
-			lastVals = map[string]float64{"val_cer": cer, "val_loss": loss}
+			lastVals, lastAt = map[string]float64{"val_cer": cer, "val_loss": loss}, timer.last
 			return lastVals, err
 		},
 		Meta: metaDict(d.preset, d.mcfg, d.vocab),
@@ -179,7 +180,7 @@ func trainConformer(ctx context.Context, cfg TrainConfig) (res Result, err error
 	}
 	timer.log(logf, counted.grew)
 	res.Steps, res.MicroBatch, res.Accum, res.OOMEvents, res.PeakMemory = out.Steps, out.MicroBatch, out.Accum, out.OOMEvents, out.PeakMemory
-	if lastVals == nil || res.Interrupted {
+	if lastVals == nil || lastAt != res.Steps || res.Interrupted { // steps after the last epoch's score (--max-steps): score the end
 		res.CER, res.ValidLoss, err = evaluate()
 		return res, err
 	}
@@ -354,9 +355,11 @@ func startRun(cfg TrainConfig, tr *train.Trainer, d corpora, res *Result, evalua
 type stepTimer struct {
 	total time.Duration
 	n     int
+	last  int // the last step seen
 }
 
 func (t *stepTimer) observe(i train.StepInfo) {
+	t.last = i.Step
 	if i.Step > 1 {
 		t.total, t.n = t.total+i.Duration, t.n+1
 	}
@@ -364,7 +367,7 @@ func (t *stepTimer) observe(i train.StepInfo) {
 
 func (t *stepTimer) log(logf func(string, ...any), optState int64) {
 	if t.n > 0 {
-		logf("mean step time %.1f ms (steps 2–%d); optimizer state %s by the allocator's count over the first update",
+		logf("mean step time %.1f ms (steps 2–%d); optimizer state %s (its tensors after the first update)",
 			float64(t.total.Microseconds())/1e3/float64(t.n), t.n+1, torch.FormatBytes(optState))
 	}
 }
@@ -570,10 +573,12 @@ func NonFiniteWeights(m nn.Module) []string {
 	return bad
 }
 
-// countedOptimizer measures the CPU allocator's growth over the wrapped
-// optimizer's first Step: the state it creates (its temporaries are freed
-// by the end of the step). Under ZeRO it is the inner optimizer, which
-// updates this rank's parameters only.
+// countedOptimizer measures the state the wrapped optimizer holds after
+// its first Step: the bytes of its state tensors (AdamW's moments and
+// step counts), whether the step created them or a resumed checkpoint
+// loaded them before it (the allocator's growth over the first step,
+// counted before, is 0 after a resume or a restart). Under ZeRO it is the
+// inner optimizer, which holds this rank's share only.
 type countedOptimizer struct {
 	nn.Optimizer
 	steps int
@@ -581,11 +586,22 @@ type countedOptimizer struct {
 }
 
 func (c *countedOptimizer) Step() {
-	before := torch.MustMemoryStats(torch.CPU).Allocated
 	c.Optimizer.Step()
 	if c.steps++; c.steps == 1 {
-		c.grew = torch.MustMemoryStats(torch.CPU).Allocated - before
+		c.grew = stateBytes(c.Optimizer)
 	}
+}
+
+// stateBytes is the bytes of o's per-parameter state tensors ("state.*"
+// in State, not the hyperparameters).
+func stateBytes(o nn.Optimizer) int64 {
+	var n int64
+	for _, st := range o.State() {
+		if strings.HasPrefix(st.Name, "state.") {
+			n += st.T.NBytes()
+		}
+	}
+	return n
 }
 
 // logParallel logs, on rank 0, what the gradient all-reduce cost and each

@@ -147,9 +147,13 @@ func trainCommand(stage string) *cli.Command {
 			case res.Interrupted:
 				how = "interrupted"
 			}
-			fmt.Printf("%s: %d steps (micro-batch %d × %d, %s) in %.1f CPU minutes (%s); validation zero-shot accuracy %.3f (start %.3f), text→image R@1 %.3f, loss %.3f; peak memory %s; checkpoint %s\n",
-				stage, res.Steps, res.MicroBatch, res.Accum, cfg.Mode, res.CPUTime.Minutes(), how,
-				res.Final.ZeroShot, res.Start.ZeroShot, res.Final.R1, res.Final.Loss, torch.FormatBytes(res.PeakMemory), res.Checkpoint)
+			start := "" // a resumed run scores no start
+			if cfg.Resume == "" {
+				start = fmt.Sprintf(" (start %.3f)", res.Start.ZeroShot)
+			}
+			fmt.Printf("%s: %s (micro-batch %d × %d, %s) in %.1f CPU minutes (%s); validation zero-shot accuracy %.3f%s, text→image R@1 %.3f, loss %.3f; peak memory %s; checkpoint %s\n",
+				stage, recipes.Plural(res.Steps, "step"), res.MicroBatch, res.Accum, cfg.Mode, res.CPUTime.Minutes(), how,
+				res.Final.ZeroShot, start, res.Final.R1, res.Final.Loss, torch.FormatBytes(res.PeakMemory), res.Checkpoint)
 			return nil
 		},
 	}

@@ -341,8 +341,10 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	}
 	res.Interrupted = out.Interrupted && (!res.Budget || ctx.Err() != nil)
 	res.Steps, res.MicroBatch, res.Accum, res.PeakMemory = out.Steps, out.MicroBatch, out.Accum, torch.MustMemoryStats(cfg.Device).PeakAllocated
-	logf("%s", memoryLine(cfg.Device))
-	if p.last == nil || res.Budget || res.Interrupted {
+	if !p.epochEnd {
+		logf("%s", memoryLine(cfg.Device)) // a run stopped within an epoch
+	}
+	if p.last == nil || !p.epochEnd || res.Budget || res.Interrupted { // steps after the last epoch's score (--max-steps): score the end
 		s, err := p.validate()
 		if err != nil {
 			return res, err
@@ -461,8 +463,10 @@ func logLoss(cfg TrainConfig, logf func(string, ...any)) {
 	}
 }
 
-// progress is what a run does between steps: the seed's memory lines,
-// validation every EvalEvery steps and at epoch ends, and the CPU budget
+// progress is what a run does between steps: the seed's memory line
+// after each epoch, where its training loop prints it ("GPU Memory -
+// Allocated: X GB, Peak: Y GB" is an epoch's summary, not a step's:
+// --memory-every is the core's "step N | memory" line), validation every EvalEvery steps and at epoch ends, and the CPU budget
 // (training CPU time, validation not counted).
 type progress struct {
 	cfg      TrainConfig
@@ -476,6 +480,9 @@ type progress struct {
 	evalCPU  time.Duration
 	last     *Scores
 	stepErr  error
+	// epochEnd: the seed's memory line was logged after the last step
+	// (at the end of its epoch).
+	epochEnd bool
 }
 
 func (p *progress) cpuTime() time.Duration { return cpuTime() - p.cpuStart - p.evalCPU }
@@ -505,9 +512,7 @@ func (p *progress) begin() error {
 func (p *progress) step(info train.StepInfo) {
 	cfg := p.cfg
 	p.m.ClampLogitScale()
-	if cfg.MemoryEvery > 0 && info.Step%cfg.MemoryEvery == 0 {
-		p.logf("%s", memoryLine(cfg.Device))
-	}
+	p.epochEnd = false
 	if cfg.EvalEvery > 0 && info.Step%cfg.EvalEvery == 0 && info.Step%p.perEpoch != 0 {
 		s, err := p.validate()
 		if err != nil {
@@ -527,6 +532,8 @@ func (p *progress) step(info train.StepInfo) {
 }
 
 func (p *progress) eval(int) (map[string]float64, error) {
+	p.logf("%s", memoryLine(p.cfg.Device))
+	p.epochEnd = true
 	s, err := p.validate()
 	p.last = &s
 	vals := s.Values("val_")

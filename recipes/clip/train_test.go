@@ -2,6 +2,7 @@ package clip
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/train/ckpt"
 )
 
@@ -180,4 +182,30 @@ func mustModel(t *testing.T) *Model {
 	require.NoError(t, err)
 	t.Cleanup(func() { nn.Free(m) })
 	return m
+}
+
+// The seed's memory line is an epoch's summary: none on the steps (25 of
+// them at --memory-every 10 printed it every 2–3 s), one at each epoch's
+// end.
+func TestSeedMemoryLineEachEpoch(t *testing.T) {
+	c, err := Preset("cpu")
+	require.NoError(t, err)
+	m, err := NewModel(c)
+	require.NoError(t, err)
+	defer nn.Free(m)
+	var lines []string
+	p := &progress{cfg: TrainConfig{Common: recipes.Common{Device: torch.CPU, MemoryEvery: 10}}, m: m, res: &Result{}, perEpoch: 100,
+		logf:  func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) },
+		score: func() (Scores, error) { return Scores{}, nil }}
+	for step := 1; step <= 25; step++ {
+		p.step(train.StepInfo{Step: step})
+	}
+	require.Empty(t, lines)
+	_, err = p.eval(1)
+	require.NoError(t, err)
+	require.Len(t, lines, 1)
+	require.Contains(t, lines[0], "GPU Memory - Allocated: ")
+	require.True(t, p.epochEnd)
+	p.step(train.StepInfo{Step: 26})
+	require.False(t, p.epochEnd, "a step after the epoch's line: the run's end logs one")
 }

@@ -305,11 +305,11 @@ func trainCommand() *cli.Command {
 			}
 			var parts []string
 			if cfg.Stage != StageClassifier {
-				parts = append(parts, fmt.Sprintf("trained %d GAN steps (D loss %.4f, G loss %.4f)", res.GANSteps, res.DLoss, res.GLoss))
+				parts = append(parts, fmt.Sprintf("trained %s (D loss %.4f, G loss %.4f)", recipes.Plural(res.GANSteps, "GAN step"), res.DLoss, res.GLoss))
 			}
 			if cfg.Stage != StageGAN {
-				parts = append(parts, fmt.Sprintf("trained %d classifier steps on %d real + %d synthetic spectrograms: valid accuracy %s, test accuracy %s",
-					res.Steps, res.Real, res.Synthetic, accStr(res.ValidAcc), accStr(res.TestAcc)))
+				parts = append(parts, fmt.Sprintf("trained %s on %d real + %d synthetic spectrograms: valid accuracy %s, test accuracy %s",
+					recipes.Plural(res.Steps, "classifier step"), res.Real, res.Synthetic, accStr(res.ValidAcc), accStr(res.TestAcc)))
 			}
 			if res.Interrupted {
 				fmt.Printf("interrupted: %s; checkpoint %s (go on with --resume %[2]s)\n", strings.Join(parts, "; "), res.Checkpoint)

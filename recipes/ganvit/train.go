@@ -881,10 +881,11 @@ func (r *run) classifierEpoch(ctx context.Context, epoch int, trainSet *Specs, d
 			return err
 		}
 		res.ValidAcc = acc.Value()
+		// One event, one line: the recipe's wording is the event's text.
 		emitTo(cfg.Events, train.EvalEvent{Step: cls.Steps, Epoch: epoch, Values: map[string]float64{
-			"train_loss": lossSum / float64(max(1, n)), "valid_accuracy": acc.Value()}})
-		cfg.logf("classifier epoch %d/%d: loss %.4f, valid accuracy %.3f (%d/%d), %s", epoch, cfg.Epochs, lossSum/float64(max(1, n)),
-			acc.Value(), acc.Correct, acc.N, time.Since(start).Round(time.Millisecond))
+			"train_loss": lossSum / float64(max(1, n)), "valid_accuracy": acc.Value()},
+			Text: fmt.Sprintf("classifier epoch %d/%d: loss %.4f, valid accuracy %.3f (%d/%d), %s", epoch, cfg.Epochs, lossSum/float64(max(1, n)),
+				acc.Value(), acc.Correct, acc.N, time.Since(start).Round(time.Millisecond))})
 	}
 	r.meta.Epochs, r.meta.Done, r.meta.Batch, r.meta.Steps, r.meta.Stage = epoch, 0, 0, cls.Steps, StageClassifier
 	r.meta.Effective = cfg.EffectiveBatch()

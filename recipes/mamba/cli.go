@@ -264,6 +264,9 @@ func trainCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if cfg.Optim.LoggingSteps > 0 {
+				run.LogSteps(0) // the seed's logging_steps lines say it all, memory included
+			}
 			if run.DryRun {
 				rows, err := Estimate(EstimateConfig{Presets: []EstimatePreset{presetOf("this run", cfg)}, Measure: true, Device: cfg.Device, Scan: cfg.Scan, ScanChunk: cfg.ScanChunk})
 				if err != nil {
@@ -290,8 +293,8 @@ func trainCommand() *cli.Command {
 			if res.Start.Loss > 0 {
 				start = fmt.Sprintf("start %.3f", res.Start.Loss)
 			}
-			fmt.Printf("trained %d steps (micro-batch %d × %d, %s); held-out loss %.4f nats/token (%s), %.3f bits/char, unigram %.3f; %.0f tokens/s; %.2f CPU minutes; peak memory %s; checkpoint %s\n",
-				res.Steps, res.MicroBatch, res.Accum, res.Precision.Precision, res.Eval.Loss, start, res.Eval.BitsPerChar, res.Eval.Unigram,
+			fmt.Printf("trained %s (micro-batch %d × %d, %s); held-out loss %.4f nats/token (%s), %.3f bits/char, unigram %.3f; %.0f tokens/s; %.2f CPU minutes; peak memory %s; checkpoint %s\n",
+				recipes.Plural(res.Steps, "step"), res.MicroBatch, res.Accum, res.Precision.Precision, res.Eval.Loss, start, res.Eval.BitsPerChar, res.Eval.Unigram,
 				res.TokensPerS, res.CPUTime.Minutes(), torch.FormatBytes(res.PeakMemory), res.Checkpoint)
 			return nil
 		},

@@ -283,9 +283,10 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	defer free()
 	effective := cfg.EffectiveBatch()
 	total := cmp.Or(cfg.MaxSteps, d.train.Len()/effective*cfg.Epochs)
-	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, max(total, 1), 0.1))
+	sched := nn.NewSchedule(opt, schedule(cfg.Warmup, max(total, 1)))
 	defer sched.Free()
-	p := &progress{cfg: cfg, m: m, d: d, res: &res, cpu0: cpu0, logf: logf, precision: run.Precision.Precision}
+	p := &progress{cfg: cfg, m: m, d: d, res: &res, cpu0: cpu0, logf: logf, emit: run.Events(), precision: run.Precision.Precision,
+		perEpoch: max(1, d.train.Len()/effective)}
 	ls := cfg.Optim.LabelSmoothing
 	out, err := run.Fit(ctx, recipes.Job{
 		Model: m, Opt: opt, Sched: sched, Trainer: func(c *train.Config) { c.Count = tokenCount },
@@ -313,6 +314,18 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	}
 	res.CPUTime = cpuTime() - cpu0
 	return res, nil
+}
+
+// schedule is the run's learning rate: linear warm-up over warmup steps,
+// then a half cosine to 0.1 of the base at step total, counted from the
+// optimizer step being taken (step+1), as many training loops do
+// (nanoGPT's get_lr warms up over it+1): the first step trains at
+// lr/warmup, not at 0 as Hugging Face's get_*_schedule_with_warmup (which
+// count from 0) give it — a 1-step run, or the first step of a 2000-step
+// warm-up, learns something — and the run's last step is at the floor.
+func schedule(warmup, total int) nn.LRLambda {
+	f := nn.WarmupCosineLR(warmup, total, 0.1)
+	return func(step int) float64 { return f(step + 1) }
 }
 
 // lmData is a run's token files and their windows.
@@ -406,6 +419,8 @@ type progress struct {
 	res       *Result
 	cpu0      time.Duration
 	logf      func(string, ...any)
+	emit      train.Sink // the run's events (nil: none)
+	perEpoch  int        // optimizer steps in an epoch
 	precision amp.Precision
 	wallStart time.Time
 	tokens    float64
@@ -437,8 +452,8 @@ func (p *progress) step(info train.StepInfo) {
 	if o.LoggingSteps > 0 && info.Step%o.LoggingSteps == 0 {
 		el := time.Since(p.window.start).Seconds()
 		p.res.TrainLoss = p.window.loss / p.window.count
-		p.logf("step %d: loss %.4f, lr %.2e, grad norm %.3f, %.0f tokens/s", info.Step, p.res.TrainLoss, info.LR, info.GradNorm,
-			p.window.count/el)
+		p.logf("step %d: loss %.4f, lr %.2e, grad norm %.3f, %.0f tokens/s, memory %s (peak %s)", info.Step, p.res.TrainLoss, info.LR, info.GradNorm,
+			p.window.count/el, torch.FormatBytes(info.Memory.Allocated), torch.FormatBytes(info.Memory.PeakAllocated))
 		p.window.loss, p.window.count, p.window.start = 0, 0, time.Now()
 	}
 	if o.EvalInterval > 0 && info.Step%o.EvalInterval == 0 && p.evalErr == nil {
@@ -456,12 +471,19 @@ func (p *progress) record(step int) error {
 	p.res.Eval = r
 	cpuMin := (cpuTime() - p.cpu0).Minutes()
 	p.res.Curve = append(p.res.Curve, CurvePoint{Step: step, CPUMinutes: cpuMin, Eval: r})
-	if p.cfg.Events != nil {
-		p.cfg.Events(train.EvalEvent{Step: step, Values: map[string]float64{"val_loss": r.Loss, "val_bits_per_char": r.BitsPerChar,
-			"val_perplexity": r.Perplexity, "cpu_minutes": cpuMin}})
+	epoch := 0 // the baseline, before training
+	if step > 0 {
+		epoch = (step-1)/p.perEpoch + 1
 	}
-	p.logf("step %d: held-out loss %.4f nats/token (%.3f bits/char, perplexity %.1f) after %.2f CPU minutes", step, r.Loss,
-		r.BitsPerChar, r.Perplexity, cpuMin)
+	// One event, one line: the recipe's wording is the event's text (the
+	// front end's "epoch N: values" would say it twice).
+	if p.emit == nil {
+		return nil
+	}
+	p.emit(train.EvalEvent{Step: step, Epoch: epoch, Values: map[string]float64{"val_loss": r.Loss, "val_bits_per_char": r.BitsPerChar,
+		"val_perplexity": r.Perplexity, "cpu_minutes": cpuMin},
+		Text: fmt.Sprintf("step %d: held-out loss %.4f nats/token (%.3f bits/char, perplexity %.1f) after %.2f CPU minutes", step, r.Loss,
+			r.BitsPerChar, r.Perplexity, cpuMin)})
 	return nil
 }
 

@@ -126,8 +126,12 @@ func trainCodecCommand() *cli.Command {
 			if err = userErr(err); err != nil {
 				return err
 			}
-			fmt.Printf("trained the codec %d steps; validation reconstruction MSE %.4f (start %.4f), %d of %d codes in use; peak memory %s; checkpoint %s\n",
-				res.Steps, res.Valid.Recon, res.Start.Recon, res.Valid.CodesUse, cfg.CodecCfg.Codes, torch.FormatBytes(res.PeakMemory), res.Checkpoint)
+			start := "" // a resumed run scores no start
+			if cfg.Resume == "" {
+				start = fmt.Sprintf(" (start %.4f)", res.Start.Recon)
+			}
+			fmt.Printf("trained the codec %s; validation reconstruction MSE %.4f%s, %d of %d codes in use; peak memory %s; checkpoint %s\n",
+				recipes.Plural(res.Steps, "step"), res.Valid.Recon, start, res.Valid.CodesUse, cfg.CodecCfg.Codes, torch.FormatBytes(res.PeakMemory), res.Checkpoint)
 			return nil
 		},
 	}
@@ -217,8 +221,12 @@ func trainCommand() *cli.Command {
 				}
 				return nil
 			}
-			fmt.Printf("trained %d steps (micro-batch %d × %d); validation code CE %.3f (start %.3f), code accuracy %.3f, text CE %.3f; peak memory %s; checkpoint %s\n",
-				res.Steps, res.MicroBatch, res.Accum, res.Valid.CodeCE, res.Start.CodeCE, res.Valid.CodeAcc, res.Valid.TextCE,
+			start := "" // a resumed run scores no start
+			if cfg.Resume == "" {
+				start = fmt.Sprintf(" (start %.3f)", res.Start.CodeCE)
+			}
+			fmt.Printf("trained %s (micro-batch %d × %d); validation code CE %.3f%s, code accuracy %.3f, text CE %.3f; peak memory %s; checkpoint %s\n",
+				recipes.Plural(res.Steps, "step"), res.MicroBatch, res.Accum, res.Valid.CodeCE, start, res.Valid.CodeAcc, res.Valid.TextCE,
 				torch.FormatBytes(res.PeakMemory), res.Checkpoint)
 			return nil
 		},

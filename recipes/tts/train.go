@@ -215,16 +215,17 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 }
 
 // fitRun trains job with t by the shared loop (recipes.Session.Run) and
-// fills res, scoring the validation split
-// after each epoch (the corpus's epoch set first) and at the end when no
-// epoch ended.
+// fills res, scoring the validation split after each epoch (the corpus's
+// epoch set first) and at the end when steps followed the last epoch's
+// score (--max-steps within an epoch) or none ended.
 func fitRun(ctx context.Context, session *recipes.Session, corpus *Corpus, job recipes.Job, t *train.Trainer,
 	evaluate func() (Scores, error), res *Result) (Result, error) {
 	var last *Scores
+	lastAt := -1 // the step last scored
 	job.Eval = func(epoch int) (map[string]float64, error) {
 		corpus.SetEpoch(epoch)
 		s, err := evaluate()
-		last = &s
+		last, lastAt = &s, t.Steps()
 		return s.values(), err
 	}
 	out, err := session.Run(ctx, t, job)
@@ -233,7 +234,7 @@ func fitRun(ctx context.Context, session *recipes.Session, corpus *Corpus, job r
 		return *res, err
 	}
 	res.Steps, res.MicroBatch, res.Accum, res.OOMEvents, res.PeakMemory = out.Steps, out.MicroBatch, out.Accum, out.OOMEvents, out.PeakMemory
-	if last == nil || res.Interrupted {
+	if last == nil || lastAt != res.Steps || res.Interrupted { // --max-steps stops within an epoch: score the end, not the last epoch
 		s, err := evaluate()
 		if err != nil {
 			return *res, err
