@@ -316,16 +316,20 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	return res, nil
 }
 
-// schedule is the run's learning rate: linear warm-up over warmup steps,
-// then a half cosine to 0.1 of the base at step total, counted from the
-// optimizer step being taken (step+1), as many training loops do
-// (nanoGPT's get_lr warms up over it+1): the first step trains at
-// lr/warmup, not at 0 as Hugging Face's get_*_schedule_with_warmup (which
-// count from 0) give it — a 1-step run, or the first step of a 2000-step
-// warm-up, learns something — and the run's last step is at the floor.
+// schedule is the run's learning rate: Hugging Face's cosine schedule
+// (linear warm-up over warmup steps, then a half cosine to 0.1 of the
+// base at step total), except that the warm-up counts the optimizer step
+// being taken (step+1), as nanoGPT's get_lr does: the first step trains
+// at lr/warmup, not at 0 — a 1-step run, or the first step of a 2000-step
+// warm-up, learns something. Without a warm-up it is Hugging Face's.
 func schedule(warmup, total int) nn.LRLambda {
 	f := nn.WarmupCosineLR(warmup, total, 0.1)
-	return func(step int) float64 { return f(step + 1) }
+	return func(step int) float64 {
+		if step < warmup {
+			return float64(step+1) / float64(warmup)
+		}
+		return f(step)
+	}
 }
 
 // lmData is a run's token files and their windows.
