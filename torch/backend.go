@@ -62,7 +62,7 @@ type Fault int
 
 // Faults.
 const (
-	FaultBadAlloc          Fault = 1 // std::bad_alloc, no size: a backend fault
+	FaultBadAlloc          Fault = 1 // std::bad_alloc, no size: a backend fault while the host has memory, else out of memory
 	FaultBadArrayNewLength Fault = 2 // std::bad_array_new_length: a backend fault
 	FaultBrokenPromise     Fault = 3 // std::future_error: a backend fault
 	FaultLibtorchError     Fault = 4 // a c10::Error: an ordinary libtorch error
@@ -74,4 +74,15 @@ const (
 // tests. n = 0 disarms it.
 func InjectFault(f Fault, n int) {
 	check("InjectFault", capi.InjectFault(int(f), int64(n)))
+}
+
+// setExhaustionProbe sets the bytes a std::bad_alloc's classification tries
+// to allocate — out of memory when it cannot, a backend fault when it can
+// (256 MiB) — and returns the previous value; n <= 0 changes nothing. Tests
+// set one no host can give, to take the out-of-memory branch without
+// exhausting memory.
+func setExhaustionProbe(n int64) int64 {
+	prev, err := capi.ExhaustionProbe(n)
+	check("setExhaustionProbe", err)
+	return prev
 }

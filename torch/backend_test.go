@@ -47,6 +47,60 @@ func TestBackendFaultsAreNotOutOfMemory(t *testing.T) {
 	}
 }
 
+// A std::bad_alloc is classified by whether the host has memory left,
+// not by which allocation happened to fail first: with a further
+// allocation impossible (a probe of 2^62 bytes stands in for a host whose
+// memory is gone) it is out of memory, every time; with memory there (the
+// real 256 MiB probe) a backend fault, every time. A bad_array_new_length
+// is a size gone wrong whatever the host has.
+func TestBadAllocIsOutOfMemoryWhenTheHostIsOut(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	x := Ones([]int64{4})
+	defer x.Free()
+	for _, tc := range []struct {
+		name         string
+		fault        Fault
+		exhausted    bool
+		oom, backend bool
+		msg          string
+	}{
+		{"bad_alloc, host out of memory", FaultBadAlloc, true, true, false, "out of host memory"},
+		{"bad_alloc again, host out of memory", FaultBadAlloc, true, true, false, "out of host memory"},
+		{"bad_alloc, memory there", FaultBadAlloc, false, false, true, "std::bad_alloc"},
+		{"bad_array_new_length, host out of memory", FaultBadArrayNewLength, true, false, true, "std::bad_array_new_length"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.exhausted {
+				prev := setExhaustionProbe(1 << 62)
+				defer setExhaustionProbe(prev)
+			}
+			InjectFault(tc.fault, 1)
+			err := Try(func() { x.Add(x).Free() })
+			require.Error(t, err)
+			require.Equal(t, tc.oom, errors.Is(err, ErrOutOfMemory), "%v", err)
+			require.Equal(t, tc.backend, errors.Is(err, ErrBackend), "%v", err)
+			require.Contains(t, err.Error(), tc.msg)
+			var te *Error
+			require.True(t, errors.As(err, &te))
+			require.Equal(t, tc.oom, te.OOM)
+			if tc.oom {
+				require.Equal(t, CPU, te.Device)
+				require.Zero(t, te.Requested, "no size known")
+				require.NotContains(t, err.Error(), "oneDNN")
+			}
+		})
+	}
+	// A stale refusal of 4 PiB left in the CPU stats does not make a
+	// later exhausted bad_alloc an implausible request.
+	require.Error(t, Try(func() { Empty([]int64{1 << 50}).Free() }))
+	prev := setExhaustionProbe(1 << 62)
+	InjectFault(FaultBadAlloc, 1)
+	err := Try(func() { x.Add(x).Free() })
+	setExhaustionProbe(prev)
+	require.ErrorIs(t, err, ErrOutOfMemory)
+}
+
 // The counting allocator's refusal is out of memory; a request past any
 // machine (a corrupt size) is not.
 func TestOutOfMemoryNeedsAPlausibleSize(t *testing.T) {

@@ -14,9 +14,11 @@
 // match errors.Is(err, ErrOutOfMemory) and carry the failed request and the
 // allocator's stats, when the size asked for is plausible (up to 256 TiB).
 // A C++ exception below libtorch's own error handling — a std::bad_alloc
-// that no allocator reported, or a std::future_error, both of which oneDNN
-// 2.6 throws when creating a primitive fails — matches ErrBackend instead:
-// not memory, and the process is not safe to go on. A C++ exception never
+// that no allocator reported while the host has memory left, or a
+// std::future_error, both of which oneDNN 2.6 throws when creating a
+// primitive fails — matches ErrBackend instead: not memory, and the process
+// is not safe to go on. A std::bad_alloc while the host has no memory left
+// (256 MiB more cannot be allocated either) is ErrOutOfMemory. A C++ exception never
 // aborts the process.
 //
 // # Deterministic memory

@@ -8,7 +8,9 @@ import (
 )
 
 // ErrOutOfMemory matches (errors.Is) every out-of-memory error: CUDA's
-// caching allocator, the CPU allocator, or torchfit's CPU memory cap.
+// caching allocator, the CPU allocator, torchfit's CPU memory cap, or a
+// std::bad_alloc while the host has no memory left (a further 256 MiB
+// cannot be allocated either: an address-space cap, strict overcommit).
 var ErrOutOfMemory = errors.New("out of memory")
 
 // ErrFreed is wrapped by the error raised when a released tensor is used.
@@ -16,8 +18,9 @@ var ErrFreed = errors.New("tensor used after Free")
 
 // ErrBackend matches (errors.Is) a fault below libtorch's own error
 // handling: a C++ std::bad_alloc that no allocator reported (no requested
-// size, nothing refused by torchfit's CPU counter or CUDA's allocator) or a
-// std::future_error. libtorch 1.13's oneDNN 2.6 throws these when creating a
+// size, nothing refused by torchfit's CPU counter or CUDA's allocator)
+// while the host still has memory to give, a std::bad_array_new_length, or
+// a std::future_error. libtorch 1.13's oneDNN 2.6 throws these when creating a
 // bf16 matmul primitive fails, and afterwards its primitive cache holds a
 // broken entry. It is not out of memory: a smaller batch does not help, and
 // the process is not safe to go on training. Training loops stop on it.
@@ -72,7 +75,15 @@ func wrapErr(op string, err error) *Error {
 	var ce *capi.Err
 	if errors.As(err, &ce) {
 		e := &Error{Op: op, Msg: ce.Msg, OOM: ce.OOM, Backend: ce.Backend}
-		if e.OOM {
+		switch {
+		case ce.Host:
+			// The host is out of memory; the size that failed first is
+			// not known (not another request's, left in the stats).
+			e.Device = CPU
+			if s, err := MemoryStats(CPU); err == nil {
+				e.Stats = &s
+			}
+		case e.OOM:
 			e.fillOOM()
 			if e.Requested > maxPlausibleRequest {
 				e.OOM = false // an absurd size, not memory running out

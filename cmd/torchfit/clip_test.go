@@ -1,6 +1,11 @@
 package main
 
 import (
+	"bytes"
+	be "encoding/binary"
+	"hash/crc32"
+	"image"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,6 +87,15 @@ func TestClipFromTheCommandLine(t *testing.T) {
 	trainOn := func(data string, extra ...string) []string {
 		return append([]string{"clip", "train", "--data", data, "--checkpoint-dir", ck, "--max-steps", "1", "--device", "cpu"}, extra...)
 	}
+	// Every image of a copy of the data set claims 60000 × 60000 pixels.
+	huge := filepath.Join(dir, "huge")
+	require.NoError(t, os.CopyFS(huge, os.DirFS(cars)))
+	images, err := filepath.Glob(filepath.Join(huge, "images", "*.png"))
+	require.NoError(t, err)
+	require.NotEmpty(t, images)
+	for _, p := range images {
+		require.NoError(t, os.WriteFile(p, pngClaiming(t, 60000, 60000), 0o644))
+	}
 	type badCase struct {
 		name, want string
 		args       []string
@@ -95,6 +109,8 @@ func TestClipFromTheCommandLine(t *testing.T) {
 		{name: "truncated checkpoint", args: trainOn(cars, "--init", truncated), want: "not a readable torch.save file"},
 		{name: "eval of a truncated checkpoint", args: []string{"clip", "eval", "--checkpoint", truncated, "--data", cars}, want: "not a readable torch.save file"},
 		{name: "unknown accumulation", args: trainOn(cars, "--contrastive-accumulation", "sometimes"), want: "contrastive-accumulation"},
+		{name: "train on images claiming 60000 × 60000", args: trainOn(huge), want: "an image of 60000 × 60000 pixels: at most 67108864 pixels"},
+		{name: "eval on images claiming 60000 × 60000", args: []string{"clip", "eval", "--checkpoint", ftCk, "--data", huge}, want: "an image of 60000 × 60000 pixels"},
 		{name: "another run's checkpoints", args: []string{"clip", "train", "--data", cars, "--checkpoint-dir", ft, "--max-steps", "1"}, want: "written by another run"},
 	}
 	if _, err := exec.LookPath("sox"); err == nil {
@@ -130,4 +146,18 @@ func TestClipFromTheCommandLine(t *testing.T) {
 	after, err := os.ReadFile(ftCk)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "another run's checkpoint not overwritten")
+}
+
+// pngClaiming is a 4 × 4 PNG whose header (IHDR, with its CRC) claims
+// w × h pixels.
+func pngClaiming(t *testing.T, w, h int) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, png.Encode(&buf, image.NewRGBA(image.Rect(0, 0, 4, 4))))
+	b := buf.Bytes()
+	require.Equal(t, "IHDR", string(b[12:16]))
+	be.BigEndian.PutUint32(b[16:], uint32(w))
+	be.BigEndian.PutUint32(b[20:], uint32(h))
+	be.BigEndian.PutUint32(b[29:], crc32.ChecksumIEEE(b[12:29]))
+	return b
 }

@@ -76,6 +76,12 @@ func TestSmallBadInputsExitTwo(t *testing.T) {
 		{"mamba eval batch 0", []string{"mamba", "eval", "--checkpoint", "x.pt", "--batch-size", "0", "--device", "cpu"}, "batch-size 0: must be at least 1"},
 		{"mamba eval negative max tokens", []string{"mamba", "eval", "--checkpoint", "x.pt", "--max-tokens", "-5", "--device", "cpu"}, "max-tokens -5: must be at least 0"},
 		{"ganvit huge GAN batch", []string{"ganvit", "train", "--gan-batch-size", "1000000000", "--device", "cpu"}, "gan-batch-size 1000000000: must be in [1, 16777216]"},
+		{"ganvit eval huge generated", []string{"ganvit", "eval", "--checkpoint", "x.pt", "--generated", "1000000000", "--device", "cpu"},
+			"generated 1000000000: must be in [0, 1000000]"},
+		{"ganvit eval huge batch", []string{"ganvit", "eval", "--checkpoint", "x.pt", "--batch-size", "1000000000", "--device", "cpu"},
+			"batch-size 1000000000: must be in [1, 16777216]"},
+		{"tts huge codec crop", []string{"tts", "train-codec", "--data", "nodata", "--crop-frames", "1000000000", "--device", "cpu"},
+			"crop-frames 1000000000: must be a multiple of 2 in [4, 16384]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, out := runInProcess(c.args...)

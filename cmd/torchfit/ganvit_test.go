@@ -47,6 +47,8 @@ func TestGanvitExitStatus(t *testing.T) {
 		{"resume with other mels", append(args("ganvit", "train", "--data", data, "--resume", gan, "--checkpoint-dir", ck), "--n-mels", "32"), 2, "do not match the checkpoint"},
 		{"resume with another latent size", append(args("ganvit", "train", "--data", data, "--resume", gan, "--checkpoint-dir", ck), "--latent-dim", "7"), 2, "--latent-dim 7 (it has "},
 		{"eval with other frames", []string{"ganvit", "eval", "--checkpoint", gan, "--data", data, "--frames", "1292", "--device", "cpu"}, 2, "spectrograms of 16 mels × 1292 frames do not match the checkpoint"},
+		{"eval generating past memory", []string{"ganvit", "eval", "--checkpoint", gan, "--data", data, "--generated", "500000", "--device", "cpu"}, 2,
+			"generated 500000: must be in [0, 381300]"},
 		{"eval of a missing file", []string{"ganvit", "eval", "--checkpoint", filepath.Join(dir, "none.pt"), "--data", data}, 2, "no such file"},
 		{"test-memory fits", args("ganvit", "test-memory"), 0, ""},
 		{"train --dry-run fits", args("ganvit", "train", "--dry-run"), 0, ""},

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -400,16 +401,47 @@ var (
 	imageStd  = [3]float32{0.26862954, 0.26130258, 0.27577711}
 )
 
+// MaxImagePixels bounds an image's pixels (2^26: 8192 × 8192), checked
+// from its header before it is decoded: decoding holds every pixel (a PNG
+// whose header claims 60000 × 60000 asked for 14.4 GB).
+const MaxImagePixels = 1 << 26
+
+// ImageSizeError is an image whose header claims more than MaxImagePixels.
+type ImageSizeError struct {
+	Path          string
+	Width, Height int
+}
+
+func (e *ImageSizeError) Error() string {
+	return fmt.Sprintf("%s: an image of %d × %d pixels: at most %d pixels (8192 × 8192)", e.Path, e.Width, e.Height, MaxImagePixels)
+}
+
+// UserError marks it as the user's input (a command line exits 2).
+func (*ImageSizeError) UserError() {}
+
 // LoadImage decodes an image file, centre-crops it to a square, resizes it
 // to res×res (bilinear) and normalises it as CLIP does: float32 (3, res,
-// res).
+// res). An image of more than MaxImagePixels is an *ImageSizeError,
+// refused from its header before any pixel is decoded.
 func LoadImage(path string, res int) ([]float32, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	img, _, err := image.Decode(bufio.NewReader(f))
+	r := bufio.NewReader(f)
+	cfg, _, err := image.DecodeConfig(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if int64(cfg.Width)*int64(cfg.Height) > MaxImagePixels {
+		return nil, &ImageSizeError{Path: path, Width: cfg.Width, Height: cfg.Height}
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	r.Reset(f)
+	img, _, err := image.Decode(r)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -400,8 +400,8 @@ func evalCommand() *cli.Command {
 			if c.String("checkpoint") == "" {
 				return recipes.Usagef("--checkpoint is required")
 			}
-			if c.Int("batch-size") < 1 || c.Int("generated") < 0 {
-				return recipes.Usagef("--batch-size must be >= 1 and --generated >= 0")
+			if err := checkEvalCounts(c.Int("batch-size"), c.Int("generated")); err != nil {
+				return err
 			}
 			prec, err := amp.ParsePrecision(c.String("mixed-precision"), dev)
 			if err != nil {

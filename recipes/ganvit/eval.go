@@ -9,6 +9,7 @@ import (
 
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/train/ckpt"
 )
@@ -27,6 +28,46 @@ type EvalConfig struct {
 	Seed         uint64
 	Mels, Frames int64 // when non-zero: the shape the caller expects (checked)
 	Log          func(string, ...any)
+}
+
+// Limits on what eval generates: at most MaxGenerated spectrograms per
+// genre, and at most MaxGeneratedBytes of them in all (they are held in
+// memory to be judged): 4 GiB is 1,600 per genre at the seed's 128 mels ×
+// 1292 frames.
+const (
+	MaxGenerated      = 1_000_000
+	MaxGeneratedBytes = 4 << 30
+)
+
+// check refuses settings that cannot be honoured, before anything is
+// loaded: a batch outside [1, recipes.MaxBatch], a count of generated
+// spectrograms below 0 or whose spectrograms of shape would not fit in
+// MaxGeneratedBytes.
+func (c EvalConfig) check(shape Shape) error {
+	if err := checkEvalCounts(c.Batch, c.Generated); err != nil {
+		return err
+	}
+	each := int64(len(Genres)) * max(shape.Size(), 1) * 4 // bytes per spectrogram of each genre
+	if most := int64(MaxGeneratedBytes) / each; int64(c.Generated) > most {
+		return &recipes.ConfigError{Field: "generated", Value: c.Generated,
+			Reason: fmt.Sprintf("must be in [0, %d]: %d genres of spectrograms of %v in at most %s", most, len(Genres), shape, torch.FormatBytes(MaxGeneratedBytes))}
+	}
+	return nil
+}
+
+// checkEvalCounts checks eval's --batch-size and --generated against
+// their ranges (the shape unknown yet): a *recipes.ConfigError saying the
+// range.
+func checkEvalCounts(batch, generated int) error {
+	for _, f := range []struct {
+		name         string
+		v, min, most int
+	}{{"batch-size", batch, 1, recipes.MaxBatch}, {"generated", generated, 0, MaxGenerated}} {
+		if f.v < f.min || f.v > f.most {
+			return &recipes.ConfigError{Field: f.name, Value: f.v, Reason: fmt.Sprintf("must be in [%d, %d]", f.min, f.most)}
+		}
+	}
+	return nil
 }
 
 // GenreRow is how the generator did for one genre.
@@ -110,6 +151,9 @@ func evaluate(ctx context.Context, cfg EvalConfig) (EvalResult, error) {
 	}
 	if want != shape {
 		return res, &ShapeError{Path: cfg.Checkpoint, Want: shape, Have: want}
+	}
+	if err := cfg.check(shape); err != nil {
+		return res, err
 	}
 	specs, err := LoadSpecs(ctx, cfg.Data, cfg.Split, shape, 0)
 	if err != nil {

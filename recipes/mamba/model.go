@@ -59,23 +59,51 @@ func (c ModelConfig) PaddedVocab() int64 {
 	return (c.VocabSize + m - 1) / m * m
 }
 
-// Validate checks the sizes (the caller names the flag or key).
+// Limits on a model's sizes (far above the presets and mamba-ssm's
+// released models: d_model 2560, 64 layers, d_state 16), checked before
+// anything is allocated: a config file, a flag or a checkpoint's
+// description is untrusted.
+const (
+	MaxDModel   = 1 << 13 // d_model and dt_rank
+	MaxLayers   = 1 << 8
+	MaxDState   = 1 << 10
+	MaxExpand   = 1 << 4
+	MaxDInner   = 1 << 16 // expand_factor × d_model, the mixer's width
+	MaxDConv    = 1 << 6
+	MaxVocab    = 1 << 20
+	MaxSeqLimit = 1 << 20 // max_seq_len, the longest sequence the model is meant for
+	MaxPadding  = 1 << 12 // pad_vocab_size_multiple
+)
+
+// Validate checks the sizes (the caller names the flag or key): each in
+// its range, so that nothing absurd is allocated.
 func (c ModelConfig) Validate() error {
-	switch {
-	case c.DModel < 1:
-		return fmt.Errorf("d_model %d: must be at least 1", c.DModel)
-	case c.NLayers < 1:
-		return fmt.Errorf("n_layers %d: must be at least 1", c.NLayers)
-	case c.DState < 1:
-		return fmt.Errorf("d_state %d: must be at least 1", c.DState)
-	case c.Expand < 1:
-		return fmt.Errorf("expand_factor %d: must be at least 1", c.Expand)
-	case c.Dropout < 0 || c.Dropout >= 1 || math.IsNaN(c.Dropout):
+	for _, b := range []struct {
+		name      string
+		v, lo, hi int64
+	}{
+		{"d_model", c.DModel, 1, MaxDModel},
+		{"n_layers", int64(c.NLayers), 1, MaxLayers},
+		{"d_state", c.DState, 1, MaxDState},
+		{"expand_factor", c.Expand, 1, MaxExpand},
+		{"vocab_size", c.VocabSize, 2, MaxVocab},
+		{"max_seq_len", int64(c.MaxSeqLen), 0, MaxSeqLimit},
+		{"d_conv", c.DConv, 1, MaxDConv},
+		{"dt_rank", c.DtRank, 1, MaxDModel},
+		{"pad_vocab_size_multiple", c.PadVocabMultiple, 0, MaxPadding},
+	} {
+		if b.v < b.lo || b.v > b.hi {
+			return fmt.Errorf("%s %d: must be in [%d, %d]", b.name, b.v, b.lo, b.hi)
+		}
+	}
+	if e := c.DInner(); e > MaxDInner {
+		return fmt.Errorf("expand_factor %d × d_model %d = %d: the mixer's width must be at most %d", c.Expand, c.DModel, e, MaxDInner)
+	}
+	if c.Dropout < 0 || c.Dropout >= 1 || math.IsNaN(c.Dropout) {
 		return fmt.Errorf("dropout %v: must be in [0, 1)", c.Dropout)
-	case c.VocabSize < 2:
-		return fmt.Errorf("vocab_size %d: must be at least 2", c.VocabSize)
-	case c.DConv < 1 || c.DtRank < 1:
-		return fmt.Errorf("d_conv %d, dt_rank %d: must be at least 1", c.DConv, c.DtRank)
+	}
+	if !(c.NormEps >= 0) || math.IsInf(c.NormEps, 0) {
+		return fmt.Errorf("norm_epsilon %v: must be a finite number >= 0", c.NormEps)
 	}
 	return nil
 }

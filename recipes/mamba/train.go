@@ -53,8 +53,8 @@ func (c TrainConfig) Validate() error {
 		return &recipes.ConfigError{Field: "vocab-size", Value: c.Model.VocabSize,
 			Reason: fmt.Sprintf("the GPT-2 tokenizer (%s) has %d tokens", TokenizerName, VocabSize)}
 	}
-	if c.SeqLen < 1 {
-		return &recipes.ConfigError{Field: "max-seq-len", Value: c.SeqLen, Reason: "must be at least 1"}
+	if c.SeqLen < 1 || c.SeqLen > MaxSeqLimit {
+		return &recipes.ConfigError{Field: "max-seq-len", Value: c.SeqLen, Reason: fmt.Sprintf("must be in [1, %d]", MaxSeqLimit)}
 	}
 	if c.Model.MaxSeqLen > 0 && c.SeqLen > c.Model.MaxSeqLen {
 		return &recipes.ConfigError{Field: "max-seq-len", Value: c.SeqLen,

@@ -124,6 +124,21 @@ func schedule(cfg *TrainConfig, params []nn.Named, n int) (*nn.Adam, *nn.Schedul
 	return opt, nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, total, 0.05)), total
 }
 
+// MaxCropFrames bounds the codec's training crops: 16384 frames (262 s of
+// audio, 5 MiB of log-mels a crop), far beyond any utterance.
+const MaxCropFrames = 1 << 14
+
+// checkCrop refuses a crop length the codec cannot train on (not a
+// multiple of Down, shorter than two codes) or one past MaxCropFrames,
+// before anything is read or allocated.
+func checkCrop(frames int) error {
+	if frames < 2*Down || frames > MaxCropFrames || frames%Down != 0 {
+		return &recipes.ConfigError{Field: "crop-frames", Value: frames,
+			Reason: fmt.Sprintf("must be a multiple of %d in [%d, %d]", Down, 2*Down, MaxCropFrames)}
+	}
+	return nil
+}
+
 // TrainCodec trains (or resumes) the codec on crops of the training split.
 func TrainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	torch.Main().Do(func() { res, err = trainCodec(ctx, cfg) })
@@ -131,6 +146,9 @@ func TrainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 }
 
 func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
+	if err := checkCrop(cfg.CropFrames); err != nil {
+		return res, err
+	}
 	if err := cfg.check(); err != nil {
 		return res, err
 	}
@@ -142,9 +160,6 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	cfg.Events = session.Events() // after Begin's lines
 	precision := session.Precision
 	res.Precision = precision
-	if cfg.CropFrames < 2*Down || cfg.CropFrames%Down != 0 {
-		return res, &recipes.ConfigError{Field: "crop-frames", Value: cfg.CropFrames, Reason: fmt.Sprintf("must be a multiple of %d, at least %d", Down, 2*Down)}
-	}
 	ccfg := cfg.CodecCfg
 	if cfg.Resume != "" {
 		meta, err := readMeta(cfg.Resume, "codec")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -245,4 +246,35 @@ func TestBadInputs(t *testing.T) {
 	// Punctuation alone is text espeak-ng reads as nothing.
 	_, err := Phonemes(context.Background(), "espeak-ng", "।")
 	require.ErrorIs(t, err, ErrEmptyText)
+}
+
+// A crop length outside [2·Down, MaxCropFrames] (or not a multiple of
+// Down) is a *recipes.ConfigError naming --crop-frames before anything is
+// read: 1,000,000,000 frames asked train-codec for 320 GB a crop.
+func TestCodecCropFramesBounded(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		frames int
+		ok     bool
+	}{
+		{0, false}, {2, false}, {5, false}, {MaxCropFrames + Down, false}, {1_000_000_000, false},
+		{2 * Down, true}, {64, true}, {MaxCropFrames, true},
+	} {
+		cfg := TrainConfig{
+			Common: recipes.Common{Data: filepath.Join(dir, "none"), MicroBatch: 4, Accum: 1, Precision: "no", Device: torch.CPU,
+				Epochs: 1, MaxSteps: 1, LR: 1e-3, CheckpointDir: filepath.Join(dir, "ck"), Seed: 1},
+			CodecCfg: DefaultCodecConfig(), CropFrames: c.frames,
+		}
+		_, err := TrainCodec(context.Background(), cfg)
+		require.Error(t, err, "%d frames", c.frames)
+		require.True(t, recipes.IsUserError(err), "%d frames: %v", c.frames, err)
+		var ce *recipes.ConfigError
+		if c.ok {
+			require.False(t, errors.As(err, &ce) && ce.Field == "crop-frames", "%d frames: %v", c.frames, err)
+			continue
+		}
+		require.ErrorAs(t, err, &ce, "%d frames", c.frames)
+		require.Equal(t, "crop-frames", ce.Field)
+		require.NoDirExists(t, cfg.CheckpointDir)
+	}
 }

@@ -14,6 +14,7 @@
 #endif
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -201,6 +202,23 @@ tf_err backend_error(const char* what) {
   return make_error('B', what);
 }
 
+std::atomic<int64_t> exhaustion_probe{int64_t(256) << 20};
+
+tf_err bad_alloc_error(const char* what) {
+  // Through a volatile pointer: a compiler may otherwise drop an unused
+  // malloc/free pair and assume the allocation succeeded.
+  static void* (*volatile probe_alloc)(size_t) = std::malloc;
+  const int64_t probe = exhaustion_probe.load();
+  void* p = probe > 0 && static_cast<uint64_t>(probe) <= SIZE_MAX ? probe_alloc(static_cast<size_t>(probe)) : nullptr;
+  if (p == nullptr) {
+    const std::string msg = std::string(what) + ": out of host memory (" + std::to_string(probe >> 20) +
+                            " MiB more cannot be allocated either)";
+    return make_error('H', msg.c_str());
+  }
+  std::free(p);
+  return backend_error(what);
+}
+
 }  // namespace tf
 
 extern "C" {
@@ -349,6 +367,13 @@ tf_err tf_library_version(const char* path, char** version, char** mismatch) {
   TF_TRY
   *version = dup_string(tf::library_version(path));
   *mismatch = dup_string(tf::version_mismatch(path));
+  TF_CATCH
+}
+
+tf_err tf_exhaustion_probe(int64_t set, int64_t* prev) {
+  TF_TRY
+  *prev = tf::exhaustion_probe.load();
+  if (set > 0) tf::exhaustion_probe.store(set);
   TF_CATCH
 }
 

@@ -32,6 +32,7 @@ import (
 // Err is an error reported by the shim.
 type Err struct {
 	OOM     bool   // libtorch ran out of memory
+	Host    bool   // out of host memory, no size known (capi.h: "H:"); OOM too
 	Backend bool   // a backend fault (capi.h: "B:"); the process is unsafe
 	Msg     string // libtorch's message, without its C++ backtrace
 }
@@ -46,7 +47,8 @@ func check(e C.tf_err) error {
 	C.tf_free_error(e)
 	err := &Err{Msg: s}
 	if len(s) >= 2 && s[1] == ':' {
-		err.OOM = s[0] == 'O'
+		err.OOM = s[0] == 'O' || s[0] == 'H'
+		err.Host = s[0] == 'H'
 		err.Backend = s[0] == 'B'
 		err.Msg = s[2:]
 	}
@@ -393,6 +395,14 @@ func ThreadProbe() (before, after int, err error) {
 // InjectFault arms a C++ exception of kind (capi.h) in the after-th op call.
 func InjectFault(kind int, after int64) error {
 	return check(C.tf_inject_fault(C.int32_t(kind), C.int64_t(after)))
+}
+
+// ExhaustionProbe returns the bytes a std::bad_alloc's classification
+// tries to allocate (capi.h) and sets it to set when set > 0.
+func ExhaustionProbe(set int64) (prev int64, err error) {
+	var p C.int64_t
+	err = check(C.tf_exhaustion_probe(C.int64_t(set), &p))
+	return int64(p), err
 }
 
 // NumThreads returns libtorch's intra-op thread count.

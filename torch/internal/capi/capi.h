@@ -6,8 +6,11 @@
 //
 // An error string starts with a one-letter kind and a colon:
 //   "O:" out of memory (c10::OutOfMemoryError, CUDA's or the CPU allocator's)
+//   "H:" out of host memory: a std::bad_alloc while the host cannot give a
+//        further probe's worth (tf_exhaustion_probe) either (backend.cc)
 //   "B:" a backend fault: a std::bad_alloc no allocator reported (no size)
-//        or a std::future_error, as oneDNN 2.6 throws when creating a
+//        while memory is there, a std::bad_array_new_length or a
+//        std::future_error, as oneDNN 2.6 throws when creating a
 //        primitive fails; the process is not safe to go on (backend.cc)
 //   "E:" any other libtorch error (c10::Error, std::exception, unknown)
 // followed by libtorch's message without its C++ backtrace.
@@ -219,6 +222,10 @@ tf_err tf_thread_probe(int32_t* before, int32_t* after);
 // std::bad_alloc, 2 std::bad_array_new_length, 3 std::future_error (broken
 // promise), other: a c10::Error. after_calls 0 disarms. For tests.
 tf_err tf_inject_fault(int32_t kind, int64_t after_calls);
+// tf_exhaustion_probe: *prev receives the bytes a std::bad_alloc's
+// classification tries to allocate (out of host memory when it cannot);
+// set > 0 changes it. Tests set one no host can give.
+tf_err tf_exhaustion_probe(int64_t set, int64_t* prev);
 
 #ifdef __cplusplus
 }

@@ -119,6 +119,17 @@ bool is_oom_message(const char* msg);
 // primitive cache: the process is not safe to go on computing.
 tf_err backend_error(const char* what);
 
+// A std::bad_alloc (not a bad_array_new_length, never memory: a size gone
+// negative) is out of host memory when the host is out of memory: when a
+// further exhaustion_probe bytes cannot be allocated either (an address
+// space cap, strict overcommit, memory gone). Then it is an "H:" error,
+// out of memory (exit status 3) whichever allocation happened to fail
+// first, a libtorch tensor's or a small one inside libtorch's CPU code.
+// Otherwise memory is there and the allocation asked for garbage: a backend
+// fault (backend_error), as oneDNN 2.6 throws one.
+tf_err bad_alloc_error(const char* what);
+extern std::atomic<int64_t> exhaustion_probe;
+
 // Fault injection for tests (backend.cc): when armed, the Nth op call from
 // now throws the requested C++ exception inside the shim's try block.
 extern std::atomic<int64_t> fault_countdown;
@@ -152,8 +163,11 @@ inline void ensure_thread() {
     const char* m = e.what_without_backtrace();                               \
     return tf::make_error(tf::is_oom_message(m) ? 'O' : 'E', m);              \
   }                                                                           \
-  catch (const std::bad_alloc& e) {                                           \
+  catch (const std::bad_array_new_length& e) {                               \
     return tf::backend_error(e.what());                                       \
+  }                                                                           \
+  catch (const std::bad_alloc& e) {                                           \
+    return tf::bad_alloc_error(e.what());                                     \
   }                                                                           \
   catch (const std::future_error& e) {                                        \
     return tf::backend_error(e.what());                                       \
