@@ -90,6 +90,8 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 		return usagef("launch: several nodes need a --master-port they all know")
 	case len(c.Command) == 0:
 		return usagef("launch: no command to run")
+	case c.Grace < 0:
+		return usagef("launch: grace period %v: want 0 (the default) or more", c.Grace)
 	case c.MaxRestarts < 0:
 		return usagef("launch: --max-restarts %d: want 0 or more", c.MaxRestarts)
 	case c.MaxRestarts > 0 && c.NNodes > 1:

@@ -30,6 +30,7 @@ func TestLaunch(t *testing.T) {
 		{"nodes without a port", distributed.LaunchConfig{NProc: 1, NNodes: 2, Command: []string{"true"}}, true, 0, 0},
 		{"restarts on several nodes", distributed.LaunchConfig{NProc: 1, NNodes: 2, NodeRank: 1, MasterPort: 29999, MaxRestarts: 1, Command: []string{"true"}}, true, 0, 0},
 		{"no command", distributed.LaunchConfig{NProc: 1}, true, 0, 0},
+		{"negative grace", distributed.LaunchConfig{NProc: 1, Grace: -time.Second, Command: []string{"true"}}, true, 0, 0},
 		{"no such program", distributed.LaunchConfig{NProc: 1, Command: []string{"/nonexistent/torchfit"}}, true, 0, 0},
 		{"foreign master address", distributed.LaunchConfig{NProc: 1, MasterAddr: "192.0.2.1", Command: []string{"true"}}, true, 0, 0},
 		{"all succeed", distributed.LaunchConfig{NProc: 2, Command: append(sh, `test "$WORLD_SIZE" = 2 && test "$TORCHELASTIC_USE_AGENT_STORE" = True`)}, false, 0, 0},

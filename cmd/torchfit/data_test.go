@@ -75,6 +75,9 @@ func TestSmallBadInputsExitTwo(t *testing.T) {
 	}{
 		{"mamba eval batch 0", []string{"mamba", "eval", "--checkpoint", "x.pt", "--batch-size", "0", "--device", "cpu"}, "batch-size 0: must be at least 1"},
 		{"mamba eval negative max tokens", []string{"mamba", "eval", "--checkpoint", "x.pt", "--max-tokens", "-5", "--device", "cpu"}, "max-tokens -5: must be at least 0"},
+		{"launch 0 nodes", []string{"launch", "--nnodes", "0", "--", "asr", "train"}, "--nnodes 0: must be at least 1"},
+		{"launch negative grace", []string{"launch", "--grace", "-1s", "--", "asr", "train"}, "--grace -1s: must be more than 0"},
+		{"launch zero grace", []string{"launch", "--grace", "0", "--", "asr", "train"}, "--grace 0s: must be more than 0"},
 		{"ganvit huge GAN batch", []string{"ganvit", "train", "--gan-batch-size", "1000000000", "--device", "cpu"}, "gan-batch-size 1000000000: must be in [1, 16777216]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
