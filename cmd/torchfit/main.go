@@ -50,6 +50,7 @@ func main() {
 }
 
 func newApp() *cli.App {
+	cli.HelpPrinter, cli.FlagStringer = printHelp, flagString // compact, wrapped help (help.go)
 	app := &cli.App{
 		Name:           "torchfit",
 		Usage:          "Go training on libtorch that fits in memory",
