@@ -64,3 +64,18 @@ func TestLaunch(t *testing.T) {
 		})
 	}
 }
+
+// A rank's error written to its ErrorFileEnv file is the *RankError's
+// Msg: the launcher prints it once (issue 24, item 11: every rank and
+// then the launcher printed it).
+func TestLaunchRankErrorFile(t *testing.T) {
+	var stderr strings.Builder
+	err := distributed.Launch(context.Background(), distributed.LaunchConfig{NProc: 2, Grace: 2 * time.Second, Stdout: &stderr, Stderr: &stderr,
+		Command: []string{"/bin/sh", "-c", `test -n "$` + distributed.ErrorFileEnv + `" && echo "--lr -1: must be a finite number > 0" > "$` + distributed.ErrorFileEnv + `"; exit 2`}})
+	var re *distributed.RankError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, 2, re.Status)
+	require.Equal(t, "--lr -1: must be a finite number > 0", re.Msg)
+	require.Empty(t, stderr.String(), "the ranks printed nothing")
+	require.Equal(t, 1, strings.Count(err.Error(), "--lr -1"), err.Error())
+}
