@@ -79,14 +79,14 @@ func Evaluate(checkpoint, dir, split string, dev torch.Device) (res EvalResult, 
 }
 
 func evaluate(checkpoint, dir, split string, dev torch.Device) (EvalResult, error) {
-	if err := checkCorpusDir(dir); err != nil {
-		return EvalResult{}, err
-	}
 	m, err := LoadModel(checkpoint, dev)
 	if err != nil {
 		return EvalResult{}, err
 	}
 	defer nn.Free(m)
+	if err := checkCorpusDir(dir); err != nil {
+		return EvalResult{}, err
+	}
 	res := EvalResult{NonFinite: NonFiniteWeights(m)}
 	feat, err := NewFeaturizer(16000, 400, 160, int(m.Cfg.NumMels))
 	if err != nil {
@@ -107,7 +107,8 @@ func evaluate(checkpoint, dir, split string, dev torch.Device) (EvalResult, erro
 
 // checkCorpusDir returns a *recipes.ConfigError for a --data that is not a
 // directory (a file, say: opening its manifests would fail with "not a
-// directory", an error the user did not see as theirs).
+// directory", an error the user did not see as theirs). The checkpoint
+// is checked first.
 func checkCorpusDir(dir string) error {
 	st, err := os.Stat(dir)
 	switch {
