@@ -184,8 +184,8 @@ func checkDecodable(path string, in WAVInfo) error {
 	switch {
 	case in.Format != 1 && in.Format != 3:
 		return badWAV("WAV format code %d (%s); torchfit decodes PCM and IEEE float (%s)", in.Format, formatName(in.Format), fix)
-	case in.Format == 1 && (in.BitsPerSample < 1 || in.BitsPerSample > 32):
-		return badWAV("%d-bit PCM; torchfit decodes 8- to 32-bit PCM (%s)", in.BitsPerSample, fix)
+	case in.Format == 1 && (in.BitsPerSample < 8 || in.BitsPerSample > 32 || in.BitsPerSample%8 != 0):
+		return badWAV("%d-bit PCM; torchfit decodes 8-, 16-, 24- and 32-bit PCM (%s)", in.BitsPerSample, fix)
 	case in.Format == 3 && in.BitsPerSample != 32 && in.BitsPerSample != 64:
 		return badWAV("%d-bit float; torchfit decodes 32- and 64-bit float (%s)", in.BitsPerSample, fix)
 	case in.Channels < 1:
@@ -218,7 +218,7 @@ func ReadWAVInfo(path string) (WAVInfo, error) {
 }
 
 // WAVReader streams a WAV file's audio as mono float32 samples at the
-// rate asked of OpenWAV, decoding as it reads: PCM of 8 (unsigned) to 32
+// rate asked of OpenWAV, decoding as it reads: PCM of 8 (unsigned), 16, 24 or 32
 // bits, 32- and 64-bit IEEE float, and WAVE_FORMAT_EXTENSIBLE with those
 // subformats; channels are averaged, and a file at another rate in
 // [MinRate, MaxRate] is resampled (see Resampler; NewResampler refuses a

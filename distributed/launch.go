@@ -8,7 +8,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -54,11 +56,23 @@ type RankError struct {
 	Rank   int
 	Status int
 	Err    error
+	// Msg is the error the rank wrote to its ErrorFileEnv file (a
+	// torchfit command does, instead of printing it): "" when none.
+	Msg string
 }
 
 func (e *RankError) Error() string {
+	if e.Msg != "" {
+		return fmt.Sprintf("%s (rank %d failed, %v; the other ranks were stopped)", e.Msg, e.Rank, e.Err)
+	}
 	return fmt.Sprintf("distributed: launch: rank %d failed: %v (the other ranks were stopped)", e.Rank, e.Err)
 }
+
+// ErrorFileEnv names the file Launch gives each rank for its final error:
+// a rank that writes its one-line error there rather than printing it
+// has it printed once, by the launcher, with its rank — not once per rank
+// that failed the same way and again by the launcher.
+const ErrorFileEnv = "TORCHFIT_ERROR_FILE"
 
 func (e *RankError) Unwrap() error { return e.Err }
 
@@ -90,6 +104,8 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 		return usagef("launch: several nodes need a --master-port they all know")
 	case len(c.Command) == 0:
 		return usagef("launch: no command to run")
+	case c.Grace < 0:
+		return usagef("launch: grace period %v: want 0 (the default) or more", c.Grace)
 	case c.MaxRestarts < 0:
 		return usagef("launch: --max-restarts %d: want 0 or more", c.MaxRestarts)
 	case c.MaxRestarts > 0 && c.NNodes > 1:
@@ -108,8 +124,13 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 	if err != nil {
 		return usagef("launch: %v", err)
 	}
+	errDir, err := os.MkdirTemp("", "torchfit-launch-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(errDir)
 	for attempt := 0; ; attempt++ {
-		rerr, cancelled := c.attempt(ctx, prog, attempt)
+		rerr, cancelled := c.attempt(ctx, prog, attempt, errDir)
 		if rerr == nil || cancelled || attempt >= c.MaxRestarts {
 			if rerr != nil {
 				return rerr
@@ -123,7 +144,7 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 }
 
 // attempt runs the ranks once; cancelled is whether ctx stopped them.
-func (c LaunchConfig) attempt(ctx context.Context, prog string, attempt int) (first *RankError, cancelled bool) {
+func (c LaunchConfig) attempt(ctx context.Context, prog string, attempt int, errDir string) (first *RankError, cancelled bool) {
 	env := c.Env
 	if env == nil {
 		env = os.Environ()
@@ -141,7 +162,8 @@ func (c LaunchConfig) attempt(ctx context.Context, prog string, attempt int) (fi
 		e := Env{Rank: c.NodeRank*c.NProc + l, World: world, LocalRank: l, LocalWorld: c.NProc,
 			MasterAddr: c.MasterAddr, MasterPort: c.MasterPort, AgentStore: true, Attempt: attempt}
 		cmd := exec.Command(prog, c.Command[1:]...)
-		cmd.Env = append(append(append([]string{}, env...), e.Vars()...), "GROUP_RANK="+strconv.Itoa(c.NodeRank))
+		cmd.Env = append(append(append([]string{}, env...), e.Vars()...), "GROUP_RANK="+strconv.Itoa(c.NodeRank),
+			ErrorFileEnv+"="+errorFile(errDir, attempt, l))
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, stdout, stderr
 		cmds[l] = cmd
 	}
@@ -198,6 +220,9 @@ func (c LaunchConfig) attempt(ctx context.Context, prog string, attempt int) (fi
 				if errors.As(x.err, &ee) {
 					first.Status = ee.ExitCode()
 				}
+				if b, err := os.ReadFile(errorFile(errDir, attempt, x.local)); err == nil {
+					first.Msg = strings.TrimSpace(string(b))
+				}
 				stop()
 			}
 		case <-cancel:
@@ -206,4 +231,9 @@ func (c LaunchConfig) attempt(ctx context.Context, prog string, attempt int) (fi
 		}
 	}
 	return first, cancelled
+}
+
+// errorFile is the ErrorFileEnv file of local rank l in an attempt.
+func errorFile(dir string, attempt, l int) string {
+	return filepath.Join(dir, fmt.Sprintf("attempt%d-rank%d", attempt, l))
 }

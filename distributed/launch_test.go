@@ -30,6 +30,7 @@ func TestLaunch(t *testing.T) {
 		{"nodes without a port", distributed.LaunchConfig{NProc: 1, NNodes: 2, Command: []string{"true"}}, true, 0, 0},
 		{"restarts on several nodes", distributed.LaunchConfig{NProc: 1, NNodes: 2, NodeRank: 1, MasterPort: 29999, MaxRestarts: 1, Command: []string{"true"}}, true, 0, 0},
 		{"no command", distributed.LaunchConfig{NProc: 1}, true, 0, 0},
+		{"negative grace", distributed.LaunchConfig{NProc: 1, Grace: -time.Second, Command: []string{"true"}}, true, 0, 0},
 		{"no such program", distributed.LaunchConfig{NProc: 1, Command: []string{"/nonexistent/torchfit"}}, true, 0, 0},
 		{"foreign master address", distributed.LaunchConfig{NProc: 1, MasterAddr: "192.0.2.1", Command: []string{"true"}}, true, 0, 0},
 		{"all succeed", distributed.LaunchConfig{NProc: 2, Command: append(sh, `test "$WORLD_SIZE" = 2 && test "$TORCHELASTIC_USE_AGENT_STORE" = True`)}, false, 0, 0},
@@ -62,4 +63,19 @@ func TestLaunch(t *testing.T) {
 			require.Equal(t, c.cfg.MaxRestarts, strings.Count(log.String(), "restarting"))
 		})
 	}
+}
+
+// A rank's error written to its ErrorFileEnv file is the *RankError's
+// Msg: the launcher prints it once (issue 24, item 11: every rank and
+// then the launcher printed it).
+func TestLaunchRankErrorFile(t *testing.T) {
+	var stderr strings.Builder
+	err := distributed.Launch(context.Background(), distributed.LaunchConfig{NProc: 2, Grace: 2 * time.Second, Stdout: &stderr, Stderr: &stderr,
+		Command: []string{"/bin/sh", "-c", `test -n "$` + distributed.ErrorFileEnv + `" && echo "--lr -1: must be a finite number > 0" > "$` + distributed.ErrorFileEnv + `"; exit 2`}})
+	var re *distributed.RankError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, 2, re.Status)
+	require.Equal(t, "--lr -1: must be a finite number > 0", re.Msg)
+	require.Empty(t, stderr.String(), "the ranks printed nothing")
+	require.Equal(t, 1, strings.Count(err.Error(), "--lr -1"), err.Error())
 }

@@ -99,6 +99,14 @@ type PlanOptions struct {
 	// and measuring the finalists in turn spreads a change in load over
 	// all of them.
 	Rounds int
+	// Exact, for a trainer whose micro-batches are all full (its
+	// effective batch is MicroBatch·Accum), makes only micro-batches that
+	// divide EffectiveBatch eligible: after the search, the largest
+	// divisor at most the largest fitting micro-batch is measured (rather
+	// than the balanced one), and rows such as 3 × 6 for 16 — which would
+	// change the effective batch to 18 — are never chosen (Row.Exact says
+	// which).
+	Exact bool
 	// Report, when set, is called with each row as soon as it is
 	// measured (dry runs of a real model take seconds each: a front end
 	// shows progress with it).
@@ -299,7 +307,11 @@ func Plan(o PlanOptions, m Measure) (Result, error) {
 			if !ck && n == o.MaxMicroBatch {
 				plainReachesMax = true
 			}
-			if b := balanced(eff, n); b < n && !measured[b] {
+			b := balanced(eff, n)
+			if o.Exact {
+				b = divisorAtMost(eff, n)
+			}
+			if b < n && !measured[b] {
 				if _, err := fits(b); err != nil {
 					return res, err
 				}
@@ -307,20 +319,20 @@ func Plan(o PlanOptions, m Measure) (Result, error) {
 		}
 	}
 	for round := 0; round < o.Rounds; round++ {
-		for _, k := range finalists(res.Rows, eff) {
+		for _, k := range finalists(res.Rows, eff, o.Exact) {
 			if err := res.measure(&res.Rows[k], m); err != nil {
 				return res, err
 			}
 		}
 	}
-	best := choose(res.Rows, eff, o.Tolerance)
+	best := choose(res.Rows, eff, o.Tolerance, o.Exact)
 	if best < 0 {
 		return res, fmt.Errorf("%w: effective batch %d in %s (%s usable after a %.0f%% margin)", ErrNoPlan, eff,
 			torch.FormatBytes(o.Budget), torch.FormatBytes(res.Usable), 100*o.Margin)
 	}
 	res.Rows[best].Chosen = true
 	res.Plan = res.Rows[best]
-	res.Why = why(res.Rows, eff, best, o.Tolerance)
+	res.Why = why(res.Rows, eff, best, o.Tolerance, o.Exact)
 	return res, nil
 }
 
@@ -354,9 +366,9 @@ const (
 	maxFinalists = 6
 )
 
-func finalists(rows []Row, e int) []int {
+func finalists(rows []Row, e int, exact bool) []int {
 	var idx []int
-	ok := eligible(rows, e)
+	ok := eligible(rows, e, exact)
 	for k := range rows {
 		if ok[k] {
 			idx = append(idx, k)
@@ -381,12 +393,28 @@ func balanced(e, n int) int {
 	return (e + a - 1) / a
 }
 
-// eligible reports which rows may be chosen: those that fit, except a
+// divisorAtMost is the largest divisor of e that is at most n.
+func divisorAtMost(e, n int) int {
+	for d := min(e, n); d > 1; d-- {
+		if e%d == 0 {
+			return d
+		}
+	}
+	return 1
+}
+
+// Exact reports whether r's micro-batches of MicroBatch, Accum of them,
+// make the effective batch e: false when a trainer with full
+// micro-batches would change it (3 × 6 = 18 for 16).
+func (r Row) Exact(e int) bool { return r.MicroBatch*r.Accum == e }
+
+// eligible reports which rows may be chosen: those that fit (and, with
+// exact, make the effective batch e exactly), except a
 // micro-batch larger than its balanced size when the balanced one (same
 // precision, checkpointing and number of accumulation steps) fits too —
 // it would only take more memory for the same steps (45 + 19 rather than
 // 32 + 32), and a faster time would be noise.
-func eligible(rows []Row, e int) []bool {
+func eligible(rows []Row, e int, exact bool) []bool {
 	type key struct {
 		n    int
 		prec amp.Precision
@@ -401,14 +429,14 @@ func eligible(rows []Row, e int) []bool {
 	ok := make([]bool, len(rows))
 	for k, r := range rows {
 		b := balanced(e, r.MicroBatch)
-		ok[k] = r.Fits && (b == r.MicroBatch || !fits[key{b, r.Precision, r.Checkpointing}])
+		ok[k] = r.Fits && (b == r.MicroBatch || !fits[key{b, r.Precision, r.Checkpointing}]) && (!exact || r.Exact(e))
 	}
 	return ok
 }
 
 // choose returns the index of the row to pick (-1: none fits).
-func choose(rows []Row, e int, tol float64) int {
-	ok := eligible(rows, e)
+func choose(rows []Row, e int, tol float64, exact bool) int {
+	ok := eligible(rows, e, exact)
 	fastest := -1
 	for k, r := range rows {
 		if ok[k] && (fastest < 0 || r.PerBatch < rows[fastest].PerBatch) {
@@ -432,8 +460,8 @@ func choose(rows []Row, e int, tol float64) int {
 	return best
 }
 
-func why(rows []Row, e, best int, tol float64) string {
-	ok := eligible(rows, e)
+func why(rows []Row, e, best int, tol float64, exact bool) string {
+	ok := eligible(rows, e, exact)
 	fastest := best
 	for k, r := range rows {
 		if ok[k] && r.PerBatch < rows[fastest].PerBatch {
@@ -482,28 +510,36 @@ func (r Result) Table(w io.Writer) {
 	})
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tprecision\tcheckpointing\tmicro-batch\taccum\theld\tpeak\tneed\tfits\tmicro-batch time\tupdate\tper effective batch\truns\t")
+	changes := false
 	for _, x := range rows {
 		mark := ""
 		if x.Chosen {
 			mark = "→"
+		}
+		accum := fmt.Sprint(x.Accum)
+		if o.Exact && !x.Exact(o.EffectiveBatch) {
+			accum, changes = accum+"*", true
 		}
 		ck := "no"
 		if x.Checkpointing {
 			ck = "yes"
 		}
 		if x.Err != nil {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t-\t-\t-\tOOM\t-\t-\t-\t%d\t\n", mark, x.Precision, ck, x.MicroBatch, x.Accum, x.Runs)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t-\t-\t-\tOOM\t-\t-\t-\t%d\t\n", mark, x.Precision, ck, x.MicroBatch, accum, x.Runs)
 			continue
 		}
 		fits := "yes"
 		if !x.Fits {
 			fits = "over"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", mark, x.Precision, ck, x.MicroBatch, x.Accum,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", mark, x.Precision, ck, x.MicroBatch, accum,
 			torch.FormatBytes(x.Held), torch.FormatBytes(x.Peak), torch.FormatBytes(x.Need()), fits,
 			fmtDur(x.Micro), fmtDur(x.Update), fmtDur(x.PerBatch), x.Runs)
 	}
 	tw.Flush()
+	if changes {
+		fmt.Fprintf(w, "* micro-batch × accum is not the effective batch %d: it would change it (not chosen)\n", o.EffectiveBatch)
+	}
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "not measured: %s\n", s)
 	}

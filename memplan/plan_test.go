@@ -288,3 +288,28 @@ func TestPlanTable(t *testing.T) {
 	require.Equal(t, "chosen: micro-batch 30 × 2 accumulation steps, fp32, no checkpointing: 10.0 ms per effective batch, "+
 		"needs 70.00 MiB of 90.00 MiB usable (the fastest that fits)", lines[22])
 }
+
+// TestPlanExact: for a trainer whose micro-batches are all full, only
+// micro-batches that divide the effective batch are chosen (issue 24,
+// item 11: asr plan proposed 3 × 6 for an effective batch of 16).
+func TestPlanExact(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		budget int64 // 10 MiB + 2 MiB a sample (fp32), no margin
+		exact  bool
+		want   memplan.Candidate
+	}{
+		{"3 fits: 2 × 8", 16 * mib, true, memplan.Candidate{MicroBatch: 2, Accum: 8, Precision: amp.FP32}},
+		{"5 fits: 4 × 4", 20 * mib, true, memplan.Candidate{MicroBatch: 4, Accum: 4, Precision: amp.FP32}},
+		{"3 fits, not exact: 3 × 6", 16 * mib, false, memplan.Candidate{MicroBatch: 3, Accum: 6, Precision: amp.FP32}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			res, err := memplan.Plan(memplan.PlanOptions{Budget: tc.budget, EffectiveBatch: 16, Margin: memplan.None, Rounds: memplan.None, Exact: tc.exact}, f.measure)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, res.Plan.Candidate, res.String())
+			require.Equal(t, tc.exact, res.Plan.Exact(16))
+			require.Equal(t, tc.exact, strings.Contains(res.String(), "would change it (not chosen)"), res.String())
+		})
+	}
+}

@@ -120,8 +120,8 @@ func SetMemoryFraction(d Device, f float64) error {
 
 // Memory-size bounds of ParseMemory.
 const (
-	// minMemoryBytes is the smallest cap ParseMemory takes as a byte count
-	// without a unit: a smaller bare number is almost always a size whose
+	// minMemoryBytes is the smallest cap ParseMemory takes: less holds
+	// no model, and a smaller bare number is almost always a size whose
 	// unit was forgotten ("6" for 6GiB).
 	minMemoryBytes = 1 << 20
 	// maxMemoryBytes is the largest size ParseMemory accepts (4 EiB).
@@ -135,12 +135,12 @@ var memoryNumber = regexp.MustCompile(`^([0-9]+\.?[0-9]*|\.[0-9]+)(e[+-]?[0-9]+)
 //
 //   - a size with a unit: "6GiB", "512MB", "1.5g", "800 MiB" (B; KB, MB, GB,
 //     TB are powers of 1000; KiB, MiB, GiB, TiB and k, m, g, t powers of
-//     1024), at least one byte;
-//   - a byte count without a unit, at least 1 MiB: "1073741824", "2e9";
+//     1024);
+//   - a byte count without a unit: "1073741824", "2e9";
 //   - a fraction in (0, 1]: a bare number with a '.' ("0.9", "1.0") or one
 //     in (0, 1] ("1").
 //
-// Sizes are at most 2^62 bytes. Anything else — NaN, infinities,
+// Sizes are at least 1 MiB and at most 2^62 bytes. Anything else — NaN, infinities,
 // negative or zero values, a fraction above 1 such as "1.5", unknown units
 // — is an error that says what to write instead.
 func ParseMemory(s string) (bytes int64, fraction float64, err error) {
@@ -194,8 +194,8 @@ func ParseMemory(s string) (bytes int64, fraction float64, err error) {
 		return bad("too large (more than 4 EiB)")
 	case unit == "" && b < minMemoryBytes:
 		return bad("too small: %s bytes without a unit (at least %d; for %s GiB write %sGiB)", shown, minMemoryBytes, shown, shown)
-	case b < 1:
-		return bad("too small: less than one byte")
+	case b < minMemoryBytes:
+		return bad("too small: %s is less than 1 MiB", strings.TrimSpace(s))
 	}
 	return int64(b), 0, nil
 }

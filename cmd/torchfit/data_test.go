@@ -75,6 +75,11 @@ func TestSmallBadInputsExitTwo(t *testing.T) {
 	}{
 		{"mamba eval batch 0", []string{"mamba", "eval", "--checkpoint", "x.pt", "--batch-size", "0", "--device", "cpu"}, "batch-size 0: must be at least 1"},
 		{"mamba eval negative max tokens", []string{"mamba", "eval", "--checkpoint", "x.pt", "--max-tokens", "-5", "--device", "cpu"}, "max-tokens -5: must be at least 0"},
+		{"mamba generate denormal temperature", []string{"mamba", "generate", "--checkpoint", "data_test.go", "--temperature", "1e-320", "--device", "cpu"},
+			"--temperature 1e-320: must be 0 (greedy) or at least 0.001"},
+		{"launch 0 nodes", []string{"launch", "--nnodes", "0", "--", "asr", "train"}, "--nnodes 0: must be at least 1"},
+		{"launch negative grace", []string{"launch", "--grace", "-1s", "--", "asr", "train"}, "--grace -1s: must be more than 0"},
+		{"launch zero grace", []string{"launch", "--grace", "0", "--", "asr", "train"}, "--grace 0s: must be more than 0"},
 		{"ganvit huge GAN batch", []string{"ganvit", "train", "--gan-batch-size", "1000000000", "--device", "cpu"}, "gan-batch-size 1000000000: must be in [1, 16777216]"},
 		{"ganvit eval huge generated", []string{"ganvit", "eval", "--checkpoint", "x.pt", "--generated", "1000000000", "--device", "cpu"},
 			"generated 1000000000: must be in [0, 1000000]"},
@@ -85,6 +90,28 @@ func TestSmallBadInputsExitTwo(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, out := runInProcess(c.args...)
+			require.Equal(t, 2, code, out)
+			requireOneLine(t, out, c.want)
+		})
+	}
+}
+
+// asr eval --data naming a file, not a corpus directory, is the user's
+// error (issue 24, item 11: it was "not a directory", exit 1).
+func TestASREvalDataIsADirectory(t *testing.T) {
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "model.pt")
+	tinyCheckpoint(t, ckpt)
+	file := filepath.Join(dir, "test.jsonl")
+	require.NoError(t, os.WriteFile(file, []byte("{}\n"), 0o644))
+	for _, c := range []struct {
+		name, data, want string
+	}{
+		{"a file", file, "--data \"" + file + "\": not a directory"},
+		{"missing", filepath.Join(dir, "none"), "no such corpus directory"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out := runInProcess("asr", "eval", "--checkpoint", ckpt, "--data", c.data, "--device", "cpu")
 			require.Equal(t, 2, code, out)
 			requireOneLine(t, out, c.want)
 		})

@@ -34,6 +34,14 @@ func launchCommand() *cli.Command {
 			if c.NArg() == 0 {
 				return recipes.Usagef("launch: give the command after --, e.g. torchfit launch --nproc 2 -- asr train --preset tiny")
 			}
+			// Launch reads 0 as its defaults (1 node, LaunchGrace): here 0
+			// is the user's, and refused.
+			if n := c.Int("nnodes"); n < 1 {
+				return &recipes.ConfigError{Field: "nnodes", Value: n, Reason: "must be at least 1"}
+			}
+			if g := c.Duration("grace"); g <= 0 {
+				return &recipes.ConfigError{Field: "grace", Value: g, Reason: "must be more than 0 (a duration: 30s, 2m)"}
+			}
 			self, err := os.Executable()
 			if err != nil {
 				return err

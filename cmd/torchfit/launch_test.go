@@ -243,3 +243,13 @@ func children(t *testing.T, pid int) []string {
 	}
 	return out
 }
+
+// A user error every rank makes is printed once, by the launcher, with the
+// rank's exit status (issue 24, item 11: once per rank, then again).
+func TestLaunchPrintsARankErrorOnce(t *testing.T) {
+	bin := binary(t)
+	r := runCLI(t, bin, "launch", "--nproc", "2", "--", "asr", "train", "--lr", "-1", "--device", "cpu", "--data", t.TempDir())
+	require.Equal(t, 2, r.code, r.stderr)
+	requireOneLine(t, r.stderr, "--lr -1: must be a finite number > 0")
+	require.Contains(t, r.stderr, "rank ")
+}

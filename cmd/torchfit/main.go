@@ -50,6 +50,7 @@ func main() {
 }
 
 func newApp() *cli.App {
+	cli.HelpPrinter, cli.FlagStringer = printHelp, flagString // compact, wrapped help (help.go)
 	app := &cli.App{
 		Name:           "torchfit",
 		Usage:          "Go training on libtorch that fits in memory",
@@ -91,7 +92,12 @@ func exitStatus(err error, w io.Writer) int {
 	if errors.As(err, &ie) && os.Getenv("TORCHFIT_DEBUG") == "1" {
 		fmt.Fprintf(w, "panic: %v\n\n%s\n", ie.value, ie.stack)
 	}
-	fmt.Fprintln(w, "torchfit:", oneLine(err.Error()))
+	line := oneLine(err.Error())
+	// A rank under `torchfit launch` leaves its error to the launcher,
+	// which prints it once (not once per rank, and again itself).
+	if path := os.Getenv(distributed.ErrorFileEnv); path == "" || os.WriteFile(path, []byte(line+"\n"), 0o600) != nil {
+		fmt.Fprintln(w, "torchfit:", line)
+	}
 	var re *distributed.RankError
 	if errors.As(err, &re) && re.Status > 0 {
 		return re.Status // the rank's (2: its user error, printed by it)

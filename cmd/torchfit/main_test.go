@@ -179,6 +179,7 @@ func TestBadHyperparametersExitTwoWithOneLine(t *testing.T) {
 		{"memory limit 1e30", []string{"--memory-limit", "1e30"}, "too large"},
 		{"memory limit in bytes too small", []string{"--memory-limit", "1024"}, "too small"},
 		{"memory limit zero", []string{"--memory-limit", "0"}, "zero"},
+		{"memory limit 1KiB", []string{"--memory-limit", "1KiB"}, "less than 1 MiB"},
 		{"memory limit negative", []string{"--memory-limit", "-1GiB"}, "negative"},
 		{"memory limit unit", []string{"--memory-limit", "6PB"}, `unknown unit "pb"`},
 		{"memory limit in a config", []string{"--config", file("mem.yaml", "memory-limit: 1.5\n")}, "a fraction must be in (0, 1]"},

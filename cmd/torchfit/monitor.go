@@ -110,9 +110,13 @@ func runMonitor(c *cli.Context) error {
 		return recipes.Usagef("give --duration, --pid or a command to watch (or run it on a terminal and stop it with Ctrl-C)")
 	}
 	stdout, stderr := c.App.Writer, c.App.ErrWriter
+	// What is watched (the GPUs, or why none) is said once monitoring
+	// starts: a fault found before it (the log file, the command) is the
+	// only line printed.
+	var notices []string
 	gpu, err := openGPU(c.String("nvml-library"))
 	if errors.Is(err, monitor.ErrNoNVML) {
-		fmt.Fprintf(stderr, "torchfit monitor: %v: monitoring the host only\n", err)
+		notices = append(notices, fmt.Sprintf("torchfit monitor: %v: monitoring the host only", err))
 		gpu = nil
 	} else if err != nil {
 		return err
@@ -120,7 +124,7 @@ func runMonitor(c *cli.Context) error {
 		defer gpu.Close()
 		if gs, err := gpu.Read(); err == nil {
 			for _, g := range gs {
-				fmt.Fprintf(stderr, "torchfit monitor: GPU %d: %s, %.1f GiB\n", g.Index, g.Name, float64(g.MemTotal)/(1<<30))
+				notices = append(notices, fmt.Sprintf("torchfit monitor: GPU %d: %s, %.1f GiB", g.Index, g.Name, float64(g.MemTotal)/(1<<30)))
 			}
 		}
 	}
@@ -153,6 +157,11 @@ func runMonitor(c *cli.Context) error {
 		if err := cmd.Start(); err != nil {
 			return recipes.Usagef("monitor: %v", err)
 		}
+	}
+	for _, n := range notices {
+		fmt.Fprintln(stderr, n)
+	}
+	if cmd != nil {
 		cfg.PID = cmd.Process.Pid
 		done := make(chan struct{})
 		go func() { waitErr = cmd.Wait(); close(done) }()

@@ -114,11 +114,18 @@ func TestMonitorBadInput(t *testing.T) {
 		{"pid and command", []string{"--pid", "1", "--", "true"}, "not both"},
 		{"nothing to stop it", []string{}, "give --duration"},
 		{"command not found", []string{"--duration", "1", "--", "/no/such/command"}, "no such file"},
+		{"log file in no directory", []string{"--duration", "1", "--log-file=" + filepath.Join(exists, "x.csv")}, "--log-file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			code, out := runInProcess(append([]string{"monitor", "--nvml-library", "/nonexistent/libnvidia-ml.so.1"}, c.args...)...)
-			require.Equal(t, 2, code, out)
-			requireOneLine(t, lastLine(out), c.want)
+			// Without a GPU the error is the only line (issue 24, item 11:
+			// the "monitoring the host only" notice came first).
+			app := newApp()
+			var out bytes.Buffer
+			app.ErrWriter = &out
+			err := run(app, append([]string{"torchfit", "monitor", "--nvml-library", "/nonexistent/libnvidia-ml.so.1"}, c.args...))
+			code := exitStatus(err, &out)
+			require.Equal(t, 2, code, out.String())
+			requireOneLine(t, out.String(), c.want)
 		})
 	}
 	b, err := os.ReadFile(exists)

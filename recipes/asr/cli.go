@@ -135,17 +135,27 @@ func planFor(run *recipes.Run, cfg TrainConfig) (memplan.Result, error) {
 	defer session.End()
 	run.Logf("planning for %s: effective batch %d, preset %s (each candidate is a measured dry run)", torch.FormatBytes(b), cfg.MicroBatch*cfg.Accum, preset)
 	return PlanMemory(PlanConfig{Data: cfg.Data, Preset: preset, Device: cfg.Device, Budget: b, EffectiveBatch: cfg.MicroBatch * cfg.Accum,
-		Report: func(r memplan.Row) { run.Logf("  %v: need %s, %s", r.Candidate, torch.FormatBytes(r.Need()), fits(r)) }})
+		Report: func(r memplan.Row) { run.Logf("  %s", planLine(r, cfg.MicroBatch*cfg.Accum)) }})
 }
 
-func fits(r memplan.Row) string {
+// planLine is a measured candidate as the plan reports it: what it needs
+// and whether that fits, or that it ran out of memory (nothing measured);
+// a candidate whose micro-batches do not make the effective batch e is
+// marked as changing it (the plan never chooses one).
+func planLine(r memplan.Row, e int) string {
+	var s string
 	switch {
 	case r.Err != nil:
-		return "out of memory"
+		s = fmt.Sprintf("%v: out of memory", r.Candidate)
 	case r.Fits:
-		return "fits"
+		s = fmt.Sprintf("%v: need %s, fits", r.Candidate, torch.FormatBytes(r.Need()))
+	default:
+		s = fmt.Sprintf("%v: need %s, over the budget", r.Candidate, torch.FormatBytes(r.Need()))
 	}
-	return "over the budget"
+	if !r.Exact(e) {
+		s += fmt.Sprintf(" (%d × %d = %d changes the effective batch %d: not proposed)", r.MicroBatch, r.Accum, r.MicroBatch*r.Accum, e)
+	}
+	return s
 }
 
 func planCommand() *cli.Command {

@@ -3,6 +3,7 @@ package asr
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/torchfit/torchfit/audio"
@@ -83,6 +84,9 @@ func evaluate(checkpoint, dir, split string, dev torch.Device) (EvalResult, erro
 		return EvalResult{}, err
 	}
 	defer nn.Free(m)
+	if err := checkCorpusDir(dir); err != nil {
+		return EvalResult{}, err
+	}
 	res := EvalResult{NonFinite: NonFiniteWeights(m)}
 	feat, err := NewFeaturizer(16000, 400, 160, int(m.Cfg.NumMels))
 	if err != nil {
@@ -99,6 +103,21 @@ func evaluate(checkpoint, dir, split string, dev torch.Device) (EvalResult, erro
 	}
 	res.CER, res.WER, res.N = er.CER(), er.WER(), c.Len()
 	return res, nil
+}
+
+// checkCorpusDir returns a *recipes.ConfigError for a --data that is not a
+// directory (a file, say: opening its manifests would fail with "not a
+// directory", an error the user did not see as theirs). The checkpoint
+// is checked first.
+func checkCorpusDir(dir string) error {
+	st, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return &recipes.ConfigError{Field: "data", Value: dir, Reason: "no such corpus directory (create one with `torchfit asr data --out " + dir + "`)"}
+	case !st.IsDir():
+		return &recipes.ConfigError{Field: "data", Value: dir, Reason: "not a directory: give the corpus directory `torchfit asr data --out DIR` made"}
+	}
+	return nil
 }
 
 // EvaluateSplit scores a checkpoint on a split of a corpus: CER and WER

@@ -132,5 +132,5 @@ func planMemory(c PlanConfig) (memplan.Result, error) {
 			Run(cand.Accum, micro, update)
 	}
 	return memplan.Plan(memplan.PlanOptions{Budget: c.Budget, EffectiveBatch: c.EffectiveBatch, Precisions: precisions,
-		Checkpointing: []bool{false, true}, Report: c.Report}, measure)
+		Checkpointing: []bool{false, true}, Report: c.Report, Exact: true}, measure) // the trainer's micro-batches are all full
 }

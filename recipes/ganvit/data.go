@@ -100,11 +100,36 @@ func (n Norm) Conditions(tempo, brightness float64) [CondDim]float32 {
 	return [CondDim]float32{float32((tempo - n.TempoMean) / n.TempoStd), float32((brightness - n.BrightnessMean) / n.BrightnessStd)}
 }
 
+// ErrClipsTooShort is wrapped by the *DataError for a data set whose
+// clips (by the manifest's seconds) are shorter than the model's frames:
+// the data set is made again with longer clips, --seconds 30 for the GPU
+// presets.
+var ErrClipsTooShort = errors.New("clips too short for the model")
+
+// checkClipLength refuses clips that the manifest says are too short for
+// frames, naming the data set and the --seconds to make it with (not the
+// first clip read, as if that one were bad).
+func checkClipLength(dir string, clips []Clip, frames int64) error {
+	shortest := clips[0]
+	for _, c := range clips {
+		if c.Seconds < shortest.Seconds {
+			shortest = c
+		}
+	}
+	if shortest.Seconds <= 0 || framesFor(shortest.Seconds) >= frames {
+		return nil
+	}
+	need := math.Ceil(secondsFor(frames))
+	return &DataError{filepath.Join(dir, manifestName), fmt.Errorf("%w: clips of %g s give %d frames, the model needs %d: make the data with `torchfit ganvit data --seconds %g --out %s --overwrite`",
+		ErrClipsTooShort, shortest.Seconds, framesFor(shortest.Seconds), frames, need, dir)}
+}
+
 // LoadSpecs reads the clips of a split (all splits for "") from a data
 // directory and computes their spectrograms (the first shape.Frames
 // frames of each clip) on the CPU, in parallel. Conditions are left for
-// Norm.Apply. A clip that cannot be read or is too short is an
-// *audio.Error.
+// Norm.Apply. Clips the manifest says are too short are a *DataError
+// wrapping ErrClipsTooShort; a clip that cannot be read or is shorter
+// than the manifest says is an *audio.Error.
 func LoadSpecs(ctx context.Context, dir, split string, shape Shape, workers int) (*Specs, error) {
 	all, err := ReadManifest(dir)
 	if err != nil {
@@ -118,6 +143,9 @@ func LoadSpecs(ctx context.Context, dir, split string, shape Shape, workers int)
 	}
 	if len(clips) == 0 {
 		return nil, &DataError{filepath.Join(dir, manifestName), fmt.Errorf("no clips in split %q", split)}
+	}
+	if err := checkClipLength(dir, clips, shape.Frames); err != nil {
+		return nil, err
 	}
 	mel, err := NewMel(shape.Mels)
 	if err != nil {

@@ -243,11 +243,16 @@ func TestLoadSpecs(t *testing.T) {
 	dd.Free()
 	require.Equal(t, before, torch.MustMemoryStats(torch.CPU).Allocated)
 
-	// Too short for the shape, and a corrupt clip.
+	// Too short for the shape (issue 24, item 11: the data set, not the
+	// first clip read, and the --seconds to make it with), and a corrupt
+	// clip.
 	_, err = LoadSpecs(context.Background(), dir, SplitTest, Shape{16, 1292}, 2)
+	var de *DataError
+	require.ErrorAs(t, err, &de)
+	require.ErrorIs(t, err, ErrClipsTooShort)
+	require.ErrorContains(t, err, "--seconds 30")
+	require.True(t, recipes.IsUserError(err))
 	var ae *audio.Error
-	require.ErrorAs(t, err, &ae)
-	require.ErrorContains(t, err, "fewer than 1292")
 	cp := copyData(t)
 	clips, err := ReadManifest(cp)
 	require.NoError(t, err)

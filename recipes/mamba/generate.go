@@ -6,8 +6,13 @@ import (
 	"time"
 
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 )
+
+// MinTemperature is the lowest sampling temperature above 0 (greedy): the
+// logits divided by less overflow, and sampling from them fails.
+const MinTemperature = 1e-3
 
 // GenerateConfig is `torchfit mamba generate`.
 type GenerateConfig struct {
@@ -37,15 +42,18 @@ type GenerateResult struct {
 	FirstHalf, SecondHalf time.Duration
 }
 
-// Validate checks the sampling settings.
+// Validate checks the sampling settings: each fault is a
+// *recipes.ConfigError.
 func (c GenerateConfig) Validate() error {
 	switch {
 	case c.MaxNewTokens < 0:
-		return fmt.Errorf("--max-new-tokens %d: must not be negative", c.MaxNewTokens)
+		return &recipes.ConfigError{Field: "max-new-tokens", Value: c.MaxNewTokens, Reason: "must not be negative"}
 	case c.Temperature < 0 || math.IsNaN(c.Temperature) || math.IsInf(c.Temperature, 0):
-		return fmt.Errorf("--temperature %v: must be a finite number ≥ 0", c.Temperature)
+		return &recipes.ConfigError{Field: "temperature", Value: c.Temperature, Reason: "must be a finite number ≥ 0"}
+	case c.Temperature > 0 && c.Temperature < MinTemperature:
+		return &recipes.ConfigError{Field: "temperature", Value: c.Temperature, Reason: fmt.Sprintf("must be 0 (greedy) or at least %g", MinTemperature)}
 	case c.TopK < 0:
-		return fmt.Errorf("--top-k %d: must not be negative", c.TopK)
+		return &recipes.ConfigError{Field: "top-k", Value: c.TopK, Reason: "must not be negative"}
 	}
 	return nil
 }
