@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-		"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/train"
 )
