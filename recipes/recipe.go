@@ -40,7 +40,7 @@ type Run struct {
 	Common
 	Ctx    context.Context // cancelled by SIGINT/SIGTERM: training saves and stops
 	Log    *report.Logger
-	Events train.Sink // log lines and progress bar on stderr, the metrics file when asked
+	Events train.Sink // log lines and progress bar on stderr, the metrics and TensorBoard files when asked
 	// FromFile names the settings the --config file gave (flag name →
 	// file), for messages.
 	FromFile map[string]string
@@ -87,7 +87,7 @@ type Spec struct {
 // Prepare reads a train command's config file and shared flags (the
 // recipe's Spec.Keys), refuses data parallelism the recipe does not offer
 // (Spec.OneProcess), sets libtorch's threads, and opens the run's front end: log lines and a progress bar on stderr,
-// the metrics file. Under a launcher (WORLD_SIZE set) it first joins the
+// the metrics file, the TensorBoard event file. Under a launcher (WORLD_SIZE set) it first joins the
 // data-parallel process group (Run.Group), and only rank 0 opens the front
 // end. Close the Run when the command ends.
 func Prepare(c *cli.Context, spec Spec) (*Run, error) {
@@ -121,7 +121,7 @@ func Prepare(c *cli.Context, spec Spec) (*Run, error) {
 		return nil, err
 	}
 	if r.Rank() == 0 {
-		events, done, err := FrontEnd(r.Log, cm.Metrics)
+		events, done, err := OpenFrontEnd(r.Log, Outputs{Metrics: cm.Metrics, TensorBoard: cm.TensorBoard})
 		if err != nil {
 			r.Close()
 			return nil, err
@@ -153,21 +153,46 @@ func Reword(err error, fromFile map[string]string) error {
 // stderr when it is a terminal, and the metrics file when metricsPath is
 // set (appended to). done finishes the bar and closes the file.
 func FrontEnd(log *report.Logger, metricsPath string) (events train.Sink, done func() error, err error) {
+	return OpenFrontEnd(log, Outputs{Metrics: metricsPath})
+}
+
+// Outputs are the files a run's front end writes besides its log.
+type Outputs struct {
+	Metrics     string // the JSONL metrics file, appended to ("": none)
+	TensorBoard string // a directory for a new TensorBoard event file ("": none)
+}
+
+// OpenFrontEnd is FrontEnd with every output: the metrics file and a
+// TensorBoard event file in out.TensorBoard (report.TensorBoard). done
+// finishes the bar and closes the files.
+func OpenFrontEnd(log *report.Logger, out Outputs) (events train.Sink, done func() error, err error) {
 	bar := report.NewProgress(os.Stderr)
 	var metrics *report.Metrics
 	var ms train.Sink
-	if metricsPath != "" {
-		if metrics, err = report.OpenMetrics(metricsPath); err != nil {
+	if out.Metrics != "" {
+		if metrics, err = report.OpenMetrics(out.Metrics); err != nil {
 			return nil, nil, Usagef("--metrics: %v", err)
 		}
 		ms = metrics.Sink
 	}
+	tb, tbs, err := openTensorBoard(out.TensorBoard)
+	if err != nil {
+		metrics.Close()
+		return nil, nil, err
+	}
+	if tb != nil {
+		log.Printf("TensorBoard events: %s (tensorboard --logdir %s)", tb.Path(), out.TensorBoard)
+	}
 	done = func() error {
 		bar.Finish()
-		if err := metrics.Close(); err != nil {
-			return fmt.Errorf("--metrics: %w", err)
+		merr, terr := metrics.Close(), tb.Close()
+		if merr != nil {
+			return fmt.Errorf("--metrics: %w", merr)
+		}
+		if terr != nil {
+			return fmt.Errorf("--tensorboard: %w", terr)
 		}
 		return nil
 	}
-	return report.Tee(log.Sink, ms, bar.Sink), done, nil
+	return report.Tee(log.Sink, ms, tbs, bar.Sink), done, nil
 }
