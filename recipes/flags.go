@@ -234,7 +234,8 @@ func ReadCommon(c *cli.Context) (Common, error) {
 	return cm, nil
 }
 
-// Validate checks the shared settings' ranges.
+// Validate checks the shared settings' ranges, and that --tensorboard
+// names no file.
 func (c Common) Validate() error {
 	if err := CheckRanges(
 		Between("micro-batch", int64(c.MicroBatch), 1, MaxBatch),

@@ -56,8 +56,8 @@ func (r *Run) Logf(format string, args ...any) {
 	r.Log.Printf(format, args...)
 }
 
-// Close undoes Prepare: the signal handler, the metrics
-// file and the progress bar. It returns the metrics file's write error.
+// Close undoes Prepare: the signal handler, the metrics and TensorBoard
+// files and the progress bar. It returns the files' first write error.
 func (r *Run) Close() error {
 	var first error
 	for i := len(r.cleanup) - 1; i >= 0; i-- {
