@@ -54,6 +54,8 @@ type Common struct {
 	Resume            string
 	Overwrite         bool
 	Metrics           string
+	// TensorBoard is a directory for TensorBoard event files ("": none).
+	TensorBoard       string
 	Workers, Prefetch int
 	Seed              uint64
 	Threads           int
@@ -108,6 +110,7 @@ func Flags(d Defaults) []cli.Flag {
 		&cli.StringFlag{Name: "resume", Aliases: []string{"resume_from_checkpoint"}, Usage: "checkpoint to resume from"},
 		&cli.BoolFlag{Name: "overwrite", Usage: "let this run replace checkpoints of another run in --checkpoint-dir"},
 		&cli.StringFlag{Name: "metrics", Usage: "append per-step metrics (JSONL) here"},
+		&cli.StringFlag{Name: "tensorboard", Usage: "write TensorBoard event files (loss, lr, grad norm, memory, samples/s, evaluations) into this directory: tensorboard --logdir DIR"},
 		&cli.IntFlag{Name: "workers", Aliases: []string{"num_workers", "num-workers"}, Value: d.Workers, Usage: "data loader workers"},
 		&cli.IntFlag{Name: "prefetch", Aliases: []string{"prefetch_factor", "prefetch-factor", "prefetch_buffer_size"}, Value: d.Prefetch, Usage: "batches each worker builds ahead"},
 		&cli.Uint64Flag{Name: "seed", Value: 1},
@@ -224,7 +227,7 @@ func ReadCommon(c *cli.Context) (Common, error) {
 		VRAM: c.String("vram"), AutoBatch: c.Bool("auto-batch") || c.Bool("dry-run"), DryRun: c.Bool("dry-run"),
 		GradCheckpointing: c.Bool("grad-checkpointing"), ClipNorm: c.Float64("clip-norm"), EmptyCacheEvery: c.Int("empty-cache-every"),
 		CheckpointDir: c.String("checkpoint-dir"), CheckpointEvery: c.Int("checkpoint-every"), Resume: c.String("resume"),
-		Overwrite: c.Bool("overwrite"), Metrics: c.String("metrics"), Workers: c.Int("workers"), Prefetch: c.Int("prefetch"),
+		Overwrite: c.Bool("overwrite"), Metrics: c.String("metrics"), TensorBoard: c.String("tensorboard"), Workers: c.Int("workers"), Prefetch: c.Int("prefetch"),
 		Seed: c.Uint64("seed"), Threads: c.Int("threads"), Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"),
 		LR: c.Float64("lr"), Warmup: c.Int("warmup"), MemoryEvery: c.Int("memory-every"), MaxNonFinite: c.Int("max-nonfinite-steps"),
 		ZeRO: c.Bool("zero"), BucketMB: c.Int("bucket-mb"), AllReduceAfterBackward: c.Bool("allreduce-after-backward"),
@@ -238,7 +241,8 @@ func ReadCommon(c *cli.Context) (Common, error) {
 	return cm, nil
 }
 
-// Validate checks the shared settings' ranges.
+// Validate checks the shared settings' ranges, and that --tensorboard
+// names no file.
 func (c Common) Validate() error {
 	if err := CheckRanges(
 		Between("micro-batch", int64(c.MicroBatch), 1, MaxBatch),
@@ -267,6 +271,9 @@ func (c Common) Validate() error {
 		if _, _, err := torch.ParseMemory(c.MemoryLimit); err != nil {
 			return &ConfigError{Field: "memory-limit", Value: c.MemoryLimit, Err: err}
 		}
+	}
+	if err := checkTensorBoardDir(c.TensorBoard); err != nil {
+		return err
 	}
 	if c.MemoryLimit != "" && c.MemoryFraction > 0 {
 		return &ConfigError{Field: "memory-fraction", Value: c.MemoryFraction, Reason: "give --memory-limit or --memory-fraction, not both"}

@@ -77,7 +77,7 @@ func TestFrontEndStepLinesOffTerminal(t *testing.T) {
 	require.NoError(t, err)
 	defer tty.Close()
 	var log bytes.Buffer
-	fe, err := newFrontEnd(report.NewLogger(&log), tty, "")
+	fe, err := newFrontEnd(report.NewLogger(&log), tty, Outputs{})
 	require.NoError(t, err)
 	fe.events(train.Message{Text: "precision fp32"})
 	fe.events(train.EpochEvent{Epoch: 1, Epochs: 1, Batches: 25})

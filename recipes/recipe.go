@@ -40,7 +40,7 @@ type Run struct {
 	Common
 	Ctx    context.Context // cancelled by SIGINT/SIGTERM: training saves and stops
 	Log    *report.Logger
-	Events train.Sink // log lines and progress bar on stderr, the metrics file when asked
+	Events train.Sink // log lines and progress bar on stderr, the metrics and TensorBoard files when asked
 	// FromFile names the settings the --config file gave (flag name →
 	// file), for messages.
 	FromFile map[string]string
@@ -63,8 +63,8 @@ func (r *Run) Logf(format string, args ...any) {
 	r.Log.Printf(format, args...)
 }
 
-// Close undoes Prepare: the signal handler, the metrics
-// file and the progress bar. It returns the metrics file's write error.
+// Close undoes Prepare: the signal handler, the metrics and TensorBoard
+// files and the progress bar. It returns the files' first write error.
 func (r *Run) Close() error {
 	var first error
 	for i := len(r.cleanup) - 1; i >= 0; i-- {
@@ -94,7 +94,7 @@ type Spec struct {
 // Prepare reads a train command's config file and shared flags (the
 // recipe's Spec.Keys), refuses data parallelism the recipe does not offer
 // (Spec.OneProcess), sets libtorch's threads, and opens the run's front end: log lines and a progress bar on stderr,
-// the metrics file. Under a launcher (WORLD_SIZE set) it first joins the
+// the metrics file, the TensorBoard event file. Under a launcher (WORLD_SIZE set) it first joins the
 // data-parallel process group (Run.Group), and only rank 0 opens the front
 // end. Close the Run when the command ends.
 func Prepare(c *cli.Context, spec Spec) (*Run, error) {
@@ -128,7 +128,7 @@ func Prepare(c *cli.Context, spec Spec) (*Run, error) {
 		return nil, err
 	}
 	if r.Rank() == 0 {
-		fe, err := newFrontEnd(r.Log, os.Stderr, cm.Metrics)
+		fe, err := newFrontEnd(r.Log, os.Stderr, Outputs{Metrics: cm.Metrics, TensorBoard: cm.TensorBoard})
 		if err != nil {
 			r.Close()
 			return nil, err
@@ -162,7 +162,20 @@ func Reword(err error, fromFile map[string]string) error {
 // file when metricsPath is set (appended to). done finishes the bar and
 // closes the file.
 func FrontEnd(log *report.Logger, metricsPath string) (events train.Sink, done func() error, err error) {
-	fe, err := newFrontEnd(log, os.Stderr, metricsPath)
+	return OpenFrontEnd(log, Outputs{Metrics: metricsPath})
+}
+
+// Outputs are the files a run's front end writes besides its log.
+type Outputs struct {
+	Metrics     string // the JSONL metrics file, appended to ("": none)
+	TensorBoard string // a directory for a new TensorBoard event file ("": none)
+}
+
+// OpenFrontEnd is FrontEnd with every output: the metrics file and a
+// TensorBoard event file in out.TensorBoard (report.TensorBoard). done
+// finishes the bar and closes the files.
+func OpenFrontEnd(log *report.Logger, out Outputs) (events train.Sink, done func() error, err error) {
+	fe, err := newFrontEnd(log, os.Stderr, out)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -177,9 +190,9 @@ type frontEnd struct {
 	done   func() error
 }
 
-// newFrontEnd is FrontEnd with the progress bar on tty when it is a
+// newFrontEnd is OpenFrontEnd with the progress bar on tty when it is a
 // terminal, step lines on log otherwise.
-func newFrontEnd(log *report.Logger, tty *os.File, metricsPath string) (*frontEnd, error) {
+func newFrontEnd(log *report.Logger, tty *os.File, out Outputs) (*frontEnd, error) {
 	bar := report.NewProgress(tty)
 	var steps *report.StepLog
 	var ss train.Sink
@@ -189,19 +202,31 @@ func newFrontEnd(log *report.Logger, tty *os.File, metricsPath string) (*frontEn
 	}
 	var metrics *report.Metrics
 	var ms train.Sink
-	if metricsPath != "" {
+	if out.Metrics != "" {
 		var err error
-		if metrics, err = report.OpenMetrics(metricsPath); err != nil {
+		if metrics, err = report.OpenMetrics(out.Metrics); err != nil {
 			return nil, Usagef("--metrics: %v", err)
 		}
 		ms = metrics.Sink
 	}
+	tb, tbs, err := openTensorBoard(out.TensorBoard)
+	if err != nil {
+		metrics.Close()
+		return nil, err
+	}
+	if tb != nil {
+		log.Printf("TensorBoard events: %s (tensorboard --logdir %s)", tb.Path(), out.TensorBoard)
+	}
 	done := func() error {
 		bar.Finish()
-		if err := metrics.Close(); err != nil {
-			return fmt.Errorf("--metrics: %w", err)
+		merr, terr := metrics.Close(), tb.Close()
+		if merr != nil {
+			return fmt.Errorf("--metrics: %w", merr)
+		}
+		if terr != nil {
+			return fmt.Errorf("--tensorboard: %w", terr)
 		}
 		return nil
 	}
-	return &frontEnd{events: report.Tee(log.Sink, ss, ms, bar.Sink), steps: steps, done: done}, nil
+	return &frontEnd{events: report.Tee(log.Sink, ss, ms, tbs, bar.Sink), steps: steps, done: done}, nil
 }

@@ -61,7 +61,9 @@
 // Nothing here writes to the terminal: the loop emits events (Message,
 // StepEvent, MemoryEvent, OOMEvent, EvalEvent, CheckpointEvent, EpochEvent,
 // SkipEvent) to a Sink; package report renders them as log lines, a JSONL
-// metrics file and a progress bar.
+// metrics file, TensorBoard event files and a progress bar. Trainer.Step
+// reports each step (StepEvent) whether Fit or a program's own loop calls
+// it.
 //
 // Step, Evaluate, FindBatchSize, the checkpoints and Fit compute on the
 // trainer's libtorch thread (Config.Thread, torch.Main() by default)

@@ -106,6 +106,9 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		events = t.cfg.Events
 	}
 	logf := func(format string, args ...any) { emit(events, Message{Text: fmt.Sprintf(format, args...)}) }
+	// Step reports each step (StepEvent) to Fit's events while Fit runs.
+	t.stepEvents = events
+	defer func() { t.stepEvents = nil }()
 	par := t.cfg.Parallel
 	writer := t.writer()
 	dir := fc.CheckpointDir
@@ -213,6 +216,7 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 	}
 	for ; epoch < fc.Epochs; epoch++ {
 		emit(events, EpochEvent{Epoch: epoch + 1, Epochs: fc.Epochs, Batches: loader.Len()})
+		t.SetEpoch(epoch)
 		interrupted := func() (FitResult, error) {
 			if fc.CheckpointDir == "" {
 				return res, ErrInterrupted
@@ -255,12 +259,11 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 			if err != nil {
 				return res, err
 			}
-			info, err := t.Step(b)
+			_, err = t.Step(b) // reports the StepEvent
 			b.Free()
 			if err != nil {
 				return res, err
 			}
-			emit(events, StepEvent{StepInfo: info, Epoch: epoch})
 			if fc.CheckpointEvery > 0 && t.step%fc.CheckpointEvery == 0 {
 				if err := save(ckpt.StepPath(fc.CheckpointDir, t.step), epoch, true); err != nil {
 					return res, err

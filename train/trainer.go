@@ -146,6 +146,10 @@ type Trainer struct {
 	// nonFinite counts the latest consecutive steps with a non-finite loss.
 	nonFinite int
 	lastLoss  float64
+	// epoch is the epoch StepEvents carry (SetEpoch; Fit sets it), and
+	// stepEvents, while Fit runs, the sink they go to (Fit's events).
+	epoch      int
+	stepEvents Sink
 }
 
 // New returns a trainer for model with optimizer opt and loss function.
@@ -212,9 +216,12 @@ func (t *Trainer) SetSteps(n int) { t.step = n }
 // Step trains on one effective batch (the loader's batch: its size is the
 // window, normally MicroBatch × Accum; a short last batch is fine). The
 // batch stays the caller's. It computes on the trainer's thread
-// (Config.Thread). Once the loss has not been finite for
-// Config.MaxNonFinite consecutive steps, Step returns the step's info with
-// a *NonFiniteError.
+// (Config.Thread). A step that returns no error is reported to
+// Config.Events as a StepEvent (with the epoch of SetEpoch), after OnStep:
+// a program that calls Step itself records its steps with the same sinks
+// as Fit (package report: a metrics file, TensorBoard). Once the loss has
+// not been finite for Config.MaxNonFinite consecutive steps, Step returns
+// the step's info with a *NonFiniteError.
 func (t *Trainer) Step(b *data.Batch) (info StepInfo, err error) {
 	t.Thread().Do(func() { info, err = t.trainStep(b) })
 	return info, err
@@ -288,8 +295,17 @@ func (t *Trainer) trainStep(b *data.Batch) (StepInfo, error) {
 	if n := t.cfg.MaxNonFinite; n > 0 && t.nonFinite >= n {
 		return info, &NonFiniteError{Step: t.step, Count: t.nonFinite, Loss: info.Loss}
 	}
+	events := t.cfg.Events
+	if t.stepEvents != nil {
+		events = t.stepEvents
+	}
+	emit(events, StepEvent{StepInfo: info, Epoch: t.epoch})
 	return info, nil
 }
+
+// SetEpoch sets the epoch that the StepEvents of the next steps carry
+// (counted from 0, as Fit counts them; Fit sets it each epoch).
+func (t *Trainer) SetEpoch(epoch int) { t.epoch = epoch }
 
 // checkpointable says whether a checkpoint of the trainer's state may be
 // written now. A parameter that is NaN or ±Inf is a *NonFiniteError: the
