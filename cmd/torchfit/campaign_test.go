@@ -44,9 +44,6 @@ var pending = map[string]bool{
 	"launch grace negative":                      true, // starts the rank: two lines
 
 	// Faults found by this campaign, not local to fix here.
-	"asr data utterances absurd":              true, // Go fatal error: out of memory (speech.Composer.SentencesFor)
-	"asr data workers negative":               true, // accepted, exit 0
-	"clip data workers negative":              true, // accepted, exit 0
 	"asr train lr 1e-320":                     true, // a subnormal lr is accepted: trains, exit 0
 	"asr train existing checkpoints":          true, // refused after the run's log lines (train.Run's check)
 	"clip train existing checkpoints":         true, // the same
@@ -55,8 +52,6 @@ var pending = map[string]bool{
 	"ganvit eval missing classifier":          true, // "test split: ..." logged before the refusal
 	"mamba train resume of ganvit":            true, // "--vram 8gb: ..." logged before the refusal
 	"tts eval asr of clip":                    true, // writes the eval WAVs before it reads the ASR checkpoint
-	"tts eval limit negative":                 true, // accepted, exit 0
-	"tts eval out is a file":                  true, // exit 1: "mkdir: not a directory"
 	"launch a rank's bad flag":                true, // the rank's line and the launcher's
 	"monitor log-file in a missing directory": true, // "no NVIDIA GPU" warned before the refusal
 }
