@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -45,8 +47,15 @@ type result struct {
 // both returns the exit status and everything printed.
 func (r result) both() (int, string) { return r.code, r.stdout + r.stderr }
 
-func runCLI(t *testing.T, bin string, args ...string) result {
-	cmd := exec.Command(bin, args...)
+func runCLI(t *testing.T, bin string, args ...string) result { return runCLIIn(t, "", bin, args...) }
+
+// runCLIIn is runCLI in working directory dir ("": the test's), where a
+// command's default relative paths (data/asr, checkpoints/...) resolve.
+func runCLIIn(t *testing.T, dir, bin string, args ...string) result {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a command that is not refused may run long
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
 	var so, se strings.Builder
 	cmd.Stdout, cmd.Stderr = &so, &se
 	err := cmd.Run()

@@ -33,6 +33,21 @@ func demoCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			dir := c.String("dir")
+			// Bad flags are refused before anything is synthesised or written.
+			for _, f := range []struct {
+				name string
+				min  int
+			}{{"utterances", 1}, {"epochs", 1}, {"max-steps", 0}} {
+				if v := c.Int(f.name); v < f.min {
+					return &recipes.ConfigError{Field: f.name, Value: v, Reason: fmt.Sprintf("must be at least %d", f.min)}
+				}
+			}
+			if _, err := amp.ParsePrecision(c.String("mixed-precision"), torch.CPU); err != nil {
+				return recipes.Usagef("--mixed-precision: %v", err)
+			}
+			if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+				return recipes.Usagef("--dir %s is not a directory", dir)
+			}
 			log := report.NewLogger(os.Stderr)
 			logf := log.Printf
 			gen := speech.DefaultGenerateConfig()
@@ -56,9 +71,6 @@ func demoCommand() *cli.Command {
 			logf("one step, micro-batch 4 × 2: fp32 peak %s (activations %s) in %.2fs; bf16 autocast peak %s (activations %s) in %.2fs",
 				torch.FormatBytes(m[0].Peak), torch.FormatBytes(m[0].Activations), m[0].Step.Seconds(),
 				torch.FormatBytes(m[1].Peak), torch.FormatBytes(m[1].Activations), m[1].Step.Seconds())
-			if _, err := amp.ParsePrecision(c.String("mixed-precision"), torch.CPU); err != nil {
-				return recipes.Usagef("--mixed-precision: %v", err)
-			}
 			logf("one bf16 step took %.1f× the fp32 step on this CPU", m[1].Step.Seconds()/m[0].Step.Seconds())
 			precision := c.String("mixed-precision") // training logs the choice and why
 			ckdir := filepath.Join(dir, "checkpoints")

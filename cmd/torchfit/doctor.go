@@ -12,7 +12,6 @@ import (
 
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/distributed"
-	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -206,9 +205,6 @@ func doctorCommand() *cli.Command {
 		Usage: "what torchfit runs on: libtorch (version, path, ABI), CUDA (and why not), devices, allocator, CPU, BLAS, distributed",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the facts as JSON"}},
 		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return recipes.Usagef("doctor takes no arguments (got %q)", c.Args().First())
-			}
 			r, err := buildDoctor()
 			if err != nil {
 				return err

@@ -228,6 +228,9 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	if !(c.Float64("gan-lr") > 0) {
 		return TrainConfig{}, &recipes.ConfigError{Field: "gan-lr", Value: c.Float64("gan-lr"), Reason: "must be a finite number > 0"}
 	}
+	if v := c.Int("keep-last"); v < -1 {
+		return TrainConfig{}, &recipes.ConfigError{Field: "keep-last", Value: v, Reason: "must be at least 0, or -1 (all)"}
+	}
 	if c.Int("train-clips") < 0 {
 		return TrainConfig{}, &recipes.ConfigError{Field: "train-clips", Value: c.Int("train-clips"), Reason: "must be >= 0 (0: all)"}
 	}

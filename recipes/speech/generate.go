@@ -72,6 +72,10 @@ func DefaultGenerateConfig() GenerateConfig {
 	}
 }
 
+// MaxUtterances bounds a corpus (about 50 hours of speech), far beyond
+// what the recipes train on.
+const MaxUtterances = 100_000
+
 func (c *GenerateConfig) fill() error {
 	d := DefaultGenerateConfig()
 	if c.OutDir == "" {
@@ -80,7 +84,14 @@ func (c *GenerateConfig) fill() error {
 	if c.Utterances <= 0 {
 		return fmt.Errorf("generate: Utterances = %d, want > 0", c.Utterances)
 	}
-	if c.Workers <= 0 {
+	if c.Utterances > MaxUtterances {
+		// The sentence plan is built in memory first: 10^9 was a Go fatal out-of-memory error.
+		return fmt.Errorf("generate: Utterances = %d, want at most %d", c.Utterances, MaxUtterances)
+	}
+	if c.Workers < 0 {
+		return fmt.Errorf("generate: Workers = %d, want >= 0 (0: all CPUs)", c.Workers)
+	}
+	if c.Workers == 0 {
 		c.Workers = runtime.NumCPU()
 	}
 	if c.ValidFraction == 0 && c.TestFraction == 0 {

@@ -363,6 +363,12 @@ func evalCommand(transcribe Transcriber) *cli.Command {
 			if err != nil {
 				return err
 			}
+			if v := c.Int("limit"); v < 0 {
+				return &recipes.ConfigError{Field: "limit", Value: v, Reason: "must be at least 0 (0: all)"}
+			}
+			if st, err := os.Stat(c.String("out")); err == nil && !st.IsDir() {
+				return recipes.Usagef("--out %s is not a directory: name one for the WAVs and eval.json", c.String("out"))
+			}
 			log := report.NewLogger(os.Stderr)
 			res, err := Evaluate(c.Context, EvalConfig{Checkpoint: c.String("checkpoint"), ASR: c.String("asr"), Transcribe: transcribe, Data: c.String("data"),
 				Split: c.String("split"), Limit: c.Int("limit"), Out: c.String("out"), Device: dev, Sample: o, GLIters: c.Int("griffin-lim-iters"), Logf: log.Printf})
