@@ -16,7 +16,8 @@ type Session struct {
 	Precision amp.Choice
 	cm        Common
 	sink      train.Sink
-	held      []train.Event // Begin's own lines, until the run's first
+	held      []train.Event // the lines before the run starts
+	started   bool
 	undo      []func()
 }
 
@@ -27,9 +28,11 @@ type Session struct {
 // (amp.ParsePrecision, logged with its reason), caps the device's memory
 // (MemoryLimit or MemoryFraction, logged; End lifts the cap) and seeds
 // libtorch's generator (Seed). Every error is the user's (exit status 2).
-// events receives the log lines (nil: none); Begin's own (the precision,
-// the cap) wait for the run's first event, so that a run that then fails
-// on bad input prints its one error line and nothing else. The recipe
+// events receives the log lines (nil: none). The set-up's lines, Begin's
+// own (the precision, the cap) and the recipe's (its model, its data),
+// wait until the run starts (Started, or its first event that is not a
+// log line: an epoch, a step), so that a run that fails on bad input
+// before then prints its one error line and nothing else. The recipe
 // sends its events through Events (or Logf).
 func Begin(cm Common, events train.Sink) (*Session, error) {
 	if err := cm.Validate(); err != nil {
@@ -69,18 +72,29 @@ func (s *Session) emit(e train.Event) {
 	if s.sink == nil {
 		return
 	}
+	if _, line := e.(train.Message); line && !s.started {
+		s.held = append(s.held, e)
+		return
+	}
+	s.Started()
+	s.sink(e)
+}
+
+// Started says the run's set-up is done and its input checked (the
+// checkpoint directory too): the lines held until now are written, and
+// those after as they come. Session.Run calls it before Job.Start; a
+// recipe with its own loop calls it once its checks are done.
+func (s *Session) Started() {
+	s.started = true
 	for _, h := range s.held {
 		s.sink(h)
 	}
 	s.held = nil
-	s.sink(e)
 }
 
-// hold keeps one of Begin's lines until the run's first event.
+// hold keeps one of Begin's lines until the run starts.
 func (s *Session) hold(format string, args ...any) {
-	if s.sink != nil {
-		s.held = append(s.held, train.Message{Text: fmt.Sprintf(format, args...)})
-	}
+	s.emit(train.Message{Text: fmt.Sprintf(format, args...)})
 }
 
 // End lifts the memory cap Begin set.

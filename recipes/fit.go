@@ -103,6 +103,7 @@ func (s *Session) Run(ctx context.Context, tr *train.Trainer, job Job) (Outcome,
 	}
 	var out Outcome
 	start := func() error {
+		s.Started()
 		if job.Start != nil {
 			if err := job.Start(tr); err != nil {
 				return err

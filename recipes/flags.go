@@ -308,8 +308,13 @@ func CheckRanges(rs ...Range) error {
 	return nil
 }
 
+// MinLR is the smallest learning rate a run takes: a weight of about 1
+// moves by less than float32's resolution (2^-24) long before, and
+// subnormal rates (1e-320) are typing slips.
+const MinLR = 1e-12
+
 // CheckStep checks what every optimizer step depends on: an effective
-// batch of at most MaxBatch, a finite learning rate above 0, a finite
+// batch of at most MaxBatch, a finite learning rate of at least MinLR, a finite
 // clipping norm of at least 0 (0: none).
 func CheckStep(batch, accum int, lr, clip float64) error {
 	if n := int64(batch) * int64(accum); n > MaxBatch {
@@ -317,6 +322,9 @@ func CheckStep(batch, accum int, lr, clip float64) error {
 	}
 	if !(lr > 0) || math.IsInf(lr, 0) {
 		return &ConfigError{Field: "lr", Value: lr, Reason: "must be a finite number > 0"}
+	}
+	if lr < MinLR {
+		return &ConfigError{Field: "lr", Value: lr, Reason: fmt.Sprintf("must be at least %g: a smaller step changes no float32 weight", MinLR)}
 	}
 	if !(clip >= 0) || math.IsInf(clip, 0) {
 		return &ConfigError{Field: "clip-norm", Value: clip, Reason: "must be a finite number >= 0 (0: no clipping)"}

@@ -32,6 +32,7 @@ func TestBegin(t *testing.T) {
 		{"bad precision", func(c *Common) { c.Precision = "fp12" }, "mixed-precision", 0, ""},
 		{"no CUDA", func(c *Common) { c.Device = torch.CUDA(0) }, "device", 0, ""},
 		{"bad lr", func(c *Common) { c.LR = 0 }, "lr", 0, ""},
+		{"subnormal lr", func(c *Common) { c.LR = 1e-320 }, "lr", 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.name == "no CUDA" && torch.CUDAAvailable() {
@@ -50,8 +51,9 @@ func TestBegin(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			require.Empty(t, lines, "Begin's lines wait for the run's first event: bad input found next prints one line")
 			s.Logf("model")
+			require.Empty(t, lines, "the set-up's lines wait for the run to start: bad input found next prints one line")
+			s.Started()
 			require.Contains(t, lines, tc.line)
 			require.Equal(t, "model", lines[len(lines)-1])
 			limit := torch.MustMemoryStats(torch.CPU).Limit

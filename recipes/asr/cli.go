@@ -128,6 +128,9 @@ func planFor(run *recipes.Run, cfg TrainConfig) (memplan.Result, error) {
 	if preset == "" {
 		return memplan.Result{}, recipes.Usagef("--plan needs --preset (not --resume)")
 	}
+	if err := checkCorpus(cfg.Data); err != nil {
+		return memplan.Result{}, err
+	}
 	session, err := recipes.Begin(cfg.Common, nil) // the candidates run under the run's memory cap
 	if err != nil {
 		return memplan.Result{}, err

@@ -217,14 +217,23 @@ type corpora struct {
 	collate      func([]data.Sample) (*data.Batch, error)
 }
 
+// checkCorpus refuses a data directory without a training manifest.
+func checkCorpus(dir string) error {
+	manifest := filepath.Join(dir, "train.jsonl")
+	if _, err := os.Stat(manifest); err != nil {
+		return recipes.Usagef("asr: no corpus in %s (%s missing): create one with `torchfit asr data --out %s`", dir, manifest, dir)
+	}
+	return nil
+}
+
 // loadData reads the corpus in cfg.Data and decides the model: a preset
 // (with cfg's overrides) and a vocabulary from the training split, or the
 // checkpoint's when resuming.
 func loadData(cfg TrainConfig) (d corpora, err error) {
-	trainManifest := filepath.Join(cfg.Data, "train.jsonl")
-	if _, err := os.Stat(trainManifest); err != nil {
-		return d, recipes.Usagef("asr: no corpus in %s (%s missing): create one with `torchfit asr data --out %s`", cfg.Data, trainManifest, cfg.Data)
+	if err := checkCorpus(cfg.Data); err != nil {
+		return d, err
 	}
+	trainManifest := filepath.Join(cfg.Data, "train.jsonl")
 	d.preset = cfg.Preset
 	if cfg.Resume != "" {
 		meta, err := ReadModelMeta(cfg.Resume)

@@ -383,7 +383,11 @@ func ReadSet(dir string) (*Set, error) {
 		if kind.ClassOf(it.Attrs) < 0 {
 			return nil, &DataError{dir, fmt.Errorf("manifest.jsonl line %d: attributes %v are no %s class", line, it.Attrs, kind.Name)}
 		}
-		if _, err := os.Stat(filepath.Join(dir, it.File)); err != nil {
+		if err := checkImage(filepath.Join(dir, it.File)); err != nil {
+			var big *ImageSizeError
+			if errors.As(err, &big) {
+				return nil, &DataError{dir, err}
+			}
 			return nil, &DataError{dir, fmt.Errorf("manifest.jsonl line %d: %v", line, err)}
 		}
 		set.Items = append(set.Items, it)
@@ -432,12 +436,8 @@ func LoadImage(path string, res int) ([]float32, error) {
 	}
 	defer f.Close()
 	r := bufio.NewReader(f)
-	cfg, _, err := image.DecodeConfig(r)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if int64(cfg.Width)*int64(cfg.Height) > MaxImagePixels {
-		return nil, &ImageSizeError{Path: path, Width: cfg.Width, Height: cfg.Height}
+	if err := checkHeader(path, r); err != nil {
+		return nil, err
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -448,6 +448,28 @@ func LoadImage(path string, res int) ([]float32, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return pixels(img, res), nil
+}
+
+// checkImage reads an image file's header: an image (PNG, JPEG) of at
+// most MaxImagePixels, or an error (an *ImageSizeError for one larger).
+func checkImage(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return checkHeader(path, bufio.NewReader(f))
+}
+
+func checkHeader(path string, r io.Reader) error {
+	cfg, _, err := image.DecodeConfig(r)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if int64(cfg.Width)*int64(cfg.Height) > MaxImagePixels {
+		return &ImageSizeError{Path: path, Width: cfg.Width, Height: cfg.Height}
+	}
+	return nil
 }
 
 // pixels turns an image into CLIP's normalised (3, res, res) float32.

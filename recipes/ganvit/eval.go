@@ -155,6 +155,24 @@ func evaluate(ctx context.Context, cfg EvalConfig) (EvalResult, error) {
 	if err := cfg.check(shape); err != nil {
 		return res, err
 	}
+	// The judge's file is checked before anything is logged.
+	var jf *ckpt.File
+	var jm Meta
+	if cfg.Classifier != "" {
+		if jf, err = ckpt.Read(cfg.Classifier); err != nil {
+			return res, err
+		}
+		defer jf.Free()
+		if jm, err = readMeta(jf); err != nil {
+			return res, err
+		}
+		if !jf.Has("classifier") {
+			return res, checkpointError(cfg.Classifier, fmt.Errorf("has no classifier"))
+		}
+		if jm.Shape() != shape {
+			return res, &ShapeError{Path: cfg.Classifier, Want: jm.Shape(), Have: shape}
+		}
+	}
 	specs, err := LoadSpecs(ctx, cfg.Data, cfg.Split, shape, 0)
 	if err != nil {
 		return res, err
@@ -180,22 +198,7 @@ func evaluate(ctx context.Context, cfg EvalConfig) (EvalResult, error) {
 		res.Accuracy = &acc
 		judge, res.JudgedBy = v, cfg.Checkpoint+"'s classifier"
 	}
-	if cfg.Classifier != "" {
-		jf, err := ckpt.Read(cfg.Classifier)
-		if err != nil {
-			return res, err
-		}
-		defer jf.Free()
-		jm, err := readMeta(jf)
-		if err != nil {
-			return res, err
-		}
-		if !jf.Has("classifier") {
-			return res, checkpointError(cfg.Classifier, fmt.Errorf("has no classifier"))
-		}
-		if jm.Shape() != shape {
-			return res, &ShapeError{Path: cfg.Classifier, Want: jm.Shape(), Have: shape}
-		}
+	if jf != nil {
 		v, err := NewViT(jm.ViT)
 		if err != nil {
 			return res, checkpointError(cfg.Classifier, err)

@@ -181,6 +181,7 @@ func trainOnThread(ctx context.Context, cfg *TrainConfig) (Result, error) {
 	if err := r.setUp(ctx); err != nil {
 		return res, err
 	}
+	session.Started()
 	torch.ResetPeakMemory(cfg.Device)
 	doGAN := cfg.Stage != StageClassifier && !(r.resume != nil && r.meta.Stage == StageClassifier)
 	if doGAN {

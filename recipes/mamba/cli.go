@@ -181,7 +181,7 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 		}
 	}
 	if vramName != "" {
-		run.Logf("--vram %s: micro-batch %d × accumulation %d, sequences of %d, use_fp16 %v, checkpointing %v",
+		cfg.Settings = fmt.Sprintf("--vram %s: micro-batch %d × accumulation %d, sequences of %d, use_fp16 %v, checkpointing %v",
 			vram.Name, cfg.MicroBatch, cfg.Accum, cfg.SeqLen, fp16, cfg.GradCheckpointing)
 	}
 	return cfg, nil
@@ -437,6 +437,9 @@ func estimateCommand() *cli.Command {
 					name = run.Config
 				case run.VRAM != "":
 					name = "--vram " + run.VRAM
+				}
+				if cfg.Settings != "" {
+					run.Logf("%s", cfg.Settings)
 				}
 				presets = []EstimatePreset{presetOf(name, cfg)}
 			}

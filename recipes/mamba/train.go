@@ -41,7 +41,10 @@ type TrainConfig struct {
 	ScanChunk  int
 	// EvalTokens caps the held-out tokens scored per evaluation (0: all).
 	EvalTokens int
-	Events     train.Sink
+	// Settings says where the settings came from (the --vram row), for
+	// the run's log ("": nothing to say).
+	Settings string
+	Events   train.Sink
 }
 
 // Validate checks the settings a user gives.
@@ -244,6 +247,9 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	}
 	defer run.End()
 	logf := run.Logf
+	if cfg.Settings != "" {
+		logf("%s", cfg.Settings)
+	}
 	res.Precision = run.Precision
 	cpu0 := cpuTime()
 	d, err := openData(cfg)

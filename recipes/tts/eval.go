@@ -22,7 +22,8 @@ import (
 )
 
 // A Transcriber transcribes WAV files with a speech-recognition
-// checkpoint on dev, one text per file, as asr.TranscribeFiles does.
+// checkpoint on dev, one text per file, as asr.TranscribeFiles does; with
+// no files it only checks that it can read the checkpoint.
 type Transcriber func(checkpoint string, files []string, dev torch.Device) ([]string, error)
 
 // EvalConfig is `torchfit tts eval`: intelligibility and mel distance on
@@ -92,6 +93,10 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 	}
 	if cfg.Split == "" {
 		cfg.Split = "test"
+	}
+	// The ASR checkpoint is read before anything is synthesised or written.
+	if _, err := cfg.Transcribe(cfg.ASR, nil, cfg.Device); err != nil {
+		return res, err
 	}
 	var m *Model
 	torch.Main().Do(func() { m, err = LoadModel(cfg.Checkpoint, cfg.Device) })
