@@ -51,10 +51,12 @@ func convertCommand() *cli.Command {
 
 // convert reads IN as recipes.LoadWeights does (a state dict; a torchfit
 // checkpoint's "model", or a dict's "state_dict") and writes its tensors
-// to OUT: a safetensors file when OUT ends in .safetensors, with the
-// checkpoint's "meta" strings as metadata, else a torch.save file, as
-// {"model": ..., "meta": ...} when there is metadata and as a plain state
-// dict otherwise. Either way LoadWeights reads OUT as it read IN.
+// to OUT. A safetensors OUT (by its extension) gets the metadata
+// {"format": "pt"}, as Hugging Face's save_pretrained writes, and a
+// checkpoint's "meta" strings. A torch.save OUT is a plain state dict,
+// unless the metadata names a torchfit recipe: then it is a checkpoint's
+// {"model": ..., "meta": ...} (without "format"). Either way LoadWeights
+// reads OUT as it read IN.
 func convert(in, out string) (int, error) {
 	v, err := recipes.LoadWeights(in)
 	if err != nil {
@@ -65,19 +67,26 @@ func convert(in, out string) (int, error) {
 	if err != nil {
 		return 0, &recipes.CheckpointError{Recipe: "convert", Path: in, Err: err}
 	}
-	if strings.EqualFold(filepath.Ext(out), safetensors.Ext) {
+	switch _, ckpt := meta["recipe"]; {
+	case strings.EqualFold(filepath.Ext(out), safetensors.Ext):
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		meta["format"] = "pt"
 		err = safetensors.Save(out, sd, meta)
-	} else if len(meta) > 0 {
+	case ckpt:
 		md := ptfile.NewDict()
 		for _, k := range slices.Sorted(maps.Keys(meta)) {
-			md.Set(k, meta[k])
+			if k != "format" {
+				md.Set(k, meta[k])
+			}
 		}
 		sdd := &ptfile.Dict{Ordered: true}
 		for _, nt := range sd {
 			sdd.Entries = append(sdd.Entries, ptfile.DictEntry{Key: nt.Name, Value: nt.T})
 		}
 		err = ptfile.Save(out, ptfile.NewDict("model", sdd, "meta", md))
-	} else {
+	default:
 		err = ptfile.SaveTensors(out, sd)
 	}
 	return len(sd), err
