@@ -20,6 +20,7 @@ LIBTORCH_USE_PYTORCH ?=
 TORCH_CXX11_ABI ?=
 TAGS ?=
 FUZZTIME ?= 50000x
+FUZZTIME_SAFETENSORS ?= 20000x
 BENCHTIME ?= 1s
 VENV ?= .venv
 
@@ -185,6 +186,7 @@ gpu-pack: deps
 # deadline to race.
 fuzz: deps
 	$(GO) test $(GOFLAGS_TAGS) ./torch/ptfile -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
+	$(GO) test $(GOFLAGS_TAGS) ./torch/safetensors -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME_SAFETENSORS) -fuzzminimizetime 2s
 
 demo: deps
 	$(GO) run $(GOFLAGS_TAGS) ./cmd/torchfit demo

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/torch/safetensors"
 )
 
 // UserError is implemented by the error types a user causes — a bad flag, a
@@ -90,8 +91,8 @@ func (*ConfigError) UserError() {}
 
 // IsUserError reports whether err was caused by the user: a UserError in
 // its chain, a file that does not exist, or a file that is not a valid
-// torch.save file.
+// torch.save or safetensors file.
 func IsUserError(err error) bool {
 	var ue UserError
-	return errors.As(err, &ue) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, ptfile.ErrBadFile)
+	return errors.As(err, &ue) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, ptfile.ErrBadFile) || errors.Is(err, safetensors.ErrBadFile)
 }

@@ -64,7 +64,7 @@ func newApp() *cli.App {
 	for _, r := range registry {
 		app.Commands = append(app.Commands, recipes.Command(r))
 	}
-	app.Commands = append(app.Commands, launchCommand(), memoryCommand(), plotCommand(), monitorCommand(), doctorCommand())
+	app.Commands = append(app.Commands, launchCommand(), memoryCommand(), plotCommand(), convertCommand(), monitorCommand(), doctorCommand())
 	harden(app.Commands)
 	return app
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -159,3 +160,17 @@ else:
 func WithCPUGradScaler(script string) string {
 	return cpuGradScaler + dedent(script)
 }
+
+// HasModule reports whether Python can import torch and module (say
+// "safetensors", which Debian's Python lacks and the PyTorch 2.11 leg's
+// .venv has), so tests needing it can skip.
+func HasModule(module string) bool {
+	if v, ok := modules.Load(module); ok {
+		return v.(bool)
+	}
+	ok := exec.Command(Python, "-c", "import torch, "+module).Run() == nil
+	modules.Store(module, ok)
+	return ok
+}
+
+var modules sync.Map

@@ -73,7 +73,7 @@ func dataCommand() *cli.Command {
 func trainFlags(d recipes.Defaults) []cli.Flag {
 	return append(recipes.Flags(d),
 		&cli.StringFlag{Name: "preset", Aliases: []string{"model_size", "model-size"}, Usage: "model: cpu (1.7M parameters, the default) or vit-b32 (OpenAI ViT-B/32 shapes); with --init or --resume: the file's"},
-		&cli.StringFlag{Name: "init", Aliases: []string{"pretrained", "init_from"}, Usage: "start from this state dict (Python torch.save(model.state_dict()) with OpenAI CLIP names) or torchfit CLIP checkpoint"},
+		&cli.StringFlag{Name: "init", Aliases: []string{"pretrained", "init_from"}, Usage: "start from this state dict (Python torch.save(model.state_dict()) or a .safetensors file, with OpenAI CLIP names) or torchfit CLIP checkpoint"},
 		&cli.StringFlag{Name: "contrastive-accumulation", Value: Exact, Usage: "exact: the effective batch's contrastive loss by grad cache; naive: each micro-batch's own loss, accumulated (the seed's)"},
 		&cli.Float64Flag{Name: "weight-decay", Value: 0.1, Usage: "AdamW weight decay (not on gains, biases, logit_scale)"},
 		&cli.IntFlag{Name: "eval-every", Usage: "validate every N steps besides each epoch's end (0: epoch ends only)"},

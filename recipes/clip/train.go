@@ -140,11 +140,13 @@ func (w *Weights) Free() {
 
 // ReadWeights reads a torchfit CLIP checkpoint or a CLIP state dict
 // (torch.save(model.state_dict()), a dict with it under "model" or
-// "state_dict", names optionally prefixed "module."). The configuration
+// "state_dict", names optionally prefixed "module."; or a safetensors file
+// of one, as safetensors.torch.save_file(model.state_dict(), path) writes
+// it, read by recipes.LoadWeights). The configuration
 // comes from the checkpoint's description, checked against the weights,
 // or is inferred from a state dict's shapes as OpenAI's build_model does.
 func ReadWeights(path string) (*Weights, error) {
-	v, err := ptfile.Load(path)
+	v, err := recipes.LoadWeights(path)
 	if err != nil {
 		return nil, checkpointError(path, err)
 	}

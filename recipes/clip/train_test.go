@@ -15,6 +15,7 @@ import (
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/torch/safetensors"
 	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/train/ckpt"
 )
@@ -112,6 +113,8 @@ func TestBadInputs(t *testing.T) {
 	}
 	stateDict := filepath.Join(dir, "sd.pt")
 	require.NoError(t, ptfile.SaveTensors(stateDict, named))
+	safeStateDict := filepath.Join(dir, "sd.safetensors")
+	require.NoError(t, safetensors.Save(safeStateDict, named, nil))
 	nn.Free(m)
 	raw, err := os.ReadFile(stateDict)
 	require.NoError(t, err)
@@ -131,6 +134,7 @@ func TestBadInputs(t *testing.T) {
 		{"another shape than --preset", func(c *TrainConfig) { c.Init, c.Preset = stateDict, "cpu" }, "is not preset cpu"},
 		{"a state dict for --resume", func(c *TrainConfig) { c.Resume = stateDict }, "not a torchfit CLIP checkpoint"},
 		{"a truncated file", func(c *TrainConfig) { c.Init = truncated }, "not a readable torch.save file"},
+		{"a safetensors state dict of another shape than --preset", func(c *TrainConfig) { c.Init, c.Preset = safeStateDict, "cpu" }, "is not preset cpu"},
 		{"no data", func(c *TrainConfig) { c.Data = filepath.Join(dir, "none") }, "torchfit clip data"},
 		{"too few images", func(c *TrainConfig) { c.MicroBatch = 64 }, "fewer than one effective batch"},
 		{"an unknown preset", func(c *TrainConfig) { c.Preset = "huge" }, "unknown preset"},

@@ -103,7 +103,7 @@ func trainFlags() []cli.Flag {
 		&cli.IntFlag{Name: "gan-epochs", Value: 10, Usage: "GAN epochs (--epochs are the classifier's)"},
 		&cli.Float64Flag{Name: "gan-lr", Value: 2e-4, Usage: "the GAN's learning rate (Adam, betas 0.5, 0.999)"},
 		&cli.BoolFlag{Name: "data-on-device", Usage: "put the whole data set on the device first, as the seed's notebook did (to measure the mistake)"},
-		&cli.StringFlag{Name: "vit-weights", Usage: "start the classifier from a torchvision ViT state dict (torch.save(model.state_dict()))"},
+		&cli.StringFlag{Name: "vit-weights", Usage: "start the classifier from a torchvision ViT state dict (torch.save(model.state_dict()), or a .safetensors file)"},
 		&cli.IntFlag{Name: "keep-last", Value: 3, Usage: "keep this run's newest N checkpoints of each stage (-1: all)"},
 		&cli.IntFlag{Name: "train-clips", Usage: "train on the first N clips of the training split only (0: all): the low-data regime"},
 	)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	mrand "math/rand/v2"
 	"strings"
@@ -473,14 +474,17 @@ func count(n int64) string {
 	return fmt.Sprint(n)
 }
 
-// loadPretrained loads a torchvision ViT state dict; a head of another
-// number of classes is left as initialised.
+// loadPretrained loads a torchvision ViT state dict (torch.save or
+// safetensors: recipes.LoadStateDict); a head of another number of classes
+// is left as initialised.
 func loadPretrained(v *ViT, path string, logf func(string, ...any)) error {
-	_, sd, err := ptfile.LoadTensors(path)
+	_, sd, err := recipes.LoadStateDict(path)
 	if err != nil {
 		return checkpointError(path, err)
 	}
-	defer ptfile.FreeAll(sd)
+	// The file's tensors, freed at the end; sd may come to hold the
+	// model's own head instead.
+	defer ptfile.FreeAll(maps.Clone(sd))
 	head := v.Heads.Head.Weight.Shape()
 	if w, ok := sd["heads.head.weight"]; ok && fmt.Sprint(w.Shape()) != fmt.Sprint(head) {
 		logf("--vit-weights %s: its head has %v classes, this one %d: the head starts from zero", path, w.Shape()[0], head[0])

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/torch/safetensors"
+)
+
+// weightsFile is what convert writes: a torch.save zip or a safetensors file.
+var weightsFile = recipes.OutputKind{Name: "weights file", Magic: func(b []byte) bool {
+	return bytes.HasPrefix(b, []byte("PK\x03\x04")) || safetensors.Sniff(b)
+}}
+
+func convertCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "convert",
+		Usage:     "convert a state dict or checkpoint between torch.save (.pt) and safetensors (.safetensors, chosen by the output's extension)",
+		ArgsUsage: "IN OUT",
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 2 {
+				return recipes.Usagef("convert takes IN and OUT, %d given", c.NArg())
+			}
+			in, out := c.Args().Get(0), c.Args().Get(1)
+			if err := recipes.CheckOutput("OUT", out, weightsFile); err != nil {
+				return err
+			}
+			n, err := convert(in, out)
+			if err != nil {
+				return err
+			}
+			st, err := os.Stat(out)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("wrote %s: %d tensors, %d bytes\n", out, n, st.Size())
+			return nil
+		},
+	}
+}
+
+// convert reads IN as recipes.LoadWeights does (a state dict; a torchfit
+// checkpoint's "model", or a dict's "state_dict") and writes its tensors
+// to OUT. A safetensors OUT (by its extension) gets the metadata
+// {"format": "pt"}, as Hugging Face's save_pretrained writes, and a
+// checkpoint's "meta" strings. A torch.save OUT is a plain state dict,
+// unless the metadata names a torchfit recipe: then it is a checkpoint's
+// {"model": ..., "meta": ...} (without "format"). Either way LoadWeights
+// reads OUT as it read IN.
+func convert(in, out string) (int, error) {
+	v, err := recipes.LoadWeights(in)
+	if err != nil {
+		return 0, &recipes.CheckpointError{Recipe: "convert", Path: in, Err: err}
+	}
+	defer ptfile.FreeAll(v)
+	sd, meta, err := stateDictOf(v)
+	if err != nil {
+		return 0, &recipes.CheckpointError{Recipe: "convert", Path: in, Err: err}
+	}
+	switch _, ckpt := meta["recipe"]; {
+	case strings.EqualFold(filepath.Ext(out), safetensors.Ext):
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		meta["format"] = "pt"
+		err = safetensors.Save(out, sd, meta)
+	case ckpt:
+		md := ptfile.NewDict()
+		for _, k := range slices.Sorted(maps.Keys(meta)) {
+			if k != "format" {
+				md.Set(k, meta[k])
+			}
+		}
+		sdd := &ptfile.Dict{Ordered: true}
+		for _, nt := range sd {
+			sdd.Entries = append(sdd.Entries, ptfile.DictEntry{Key: nt.Name, Value: nt.T})
+		}
+		err = ptfile.Save(out, ptfile.NewDict("model", sdd, "meta", md))
+	default:
+		err = ptfile.SaveTensors(out, sd)
+	}
+	return len(sd), err
+}
+
+// stateDictOf finds the state dict in a loaded file, and the metadata: the
+// string values of a checkpoint's "meta".
+func stateDictOf(v any) ([]ptfile.NamedTensor, map[string]string, error) {
+	d, ok := v.(*ptfile.Dict)
+	if !ok {
+		return nil, nil, fmt.Errorf("not a state dict or checkpoint (a %T)", v)
+	}
+	var meta map[string]string
+	sdv := any(d)
+	for _, key := range []string{"model", "state_dict"} {
+		if x, ok := d.Get(key); ok {
+			sdv = x
+			if m, ok := d.Get("meta"); ok {
+				if md, ok := m.(*ptfile.Dict); ok {
+					meta = map[string]string{}
+					for _, e := range md.Entries {
+						k, kok := e.Key.(string)
+						s, sok := e.Value.(string)
+						if kok && sok {
+							meta[k] = s
+						}
+					}
+				}
+			}
+			break
+		}
+	}
+	sd, ok := sdv.(*ptfile.Dict)
+	if !ok {
+		return nil, nil, fmt.Errorf("its model is not a state dict (a %T)", sdv)
+	}
+	var named []ptfile.NamedTensor
+	for _, e := range sd.Entries {
+		name, ok := e.Key.(string)
+		t, isT := e.Value.(*torch.Tensor)
+		if !ok || !isT {
+			return nil, nil, fmt.Errorf("the state dict holds %v: %T, not a tensor", e.Key, e.Value)
+		}
+		named = append(named, ptfile.NamedTensor{Name: name, T: t})
+	}
+	return named, meta, nil
+}

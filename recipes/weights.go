@@ -1,0 +1,56 @@
+package recipes
+
+import (
+	"sort"
+
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/torch/safetensors"
+)
+
+// Weights files: what --init, --pretrained and --vit-weights take. A
+// torch.save file (.pt, .pth, .bin) or a safetensors file, told apart by
+// the extension (.safetensors) or else by the first bytes
+// (safetensors.IsFile), so a safetensors file under another name works too.
+
+// LoadWeights reads a weights file as ptfile.Load reads a torch.save file
+// (its value; ptfile.FreeAll releases its tensors). A safetensors file is
+// read as the ordered state dict it holds; when it has metadata, as
+// {"model": state dict, "meta": metadata}, the layout of a torchfit
+// checkpoint, so a checkpoint's description saved as metadata is read as
+// one.
+func LoadWeights(path string) (any, error) {
+	if !safetensors.IsFile(path) {
+		return ptfile.Load(path)
+	}
+	f, err := safetensors.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	sd := &ptfile.Dict{Ordered: true, Entries: make([]ptfile.DictEntry, len(f.Tensors))}
+	for k, nt := range f.Tensors {
+		sd.Entries[k] = ptfile.DictEntry{Key: nt.Name, Value: nt.T}
+	}
+	if len(f.Metadata) == 0 {
+		return sd, nil
+	}
+	keys := make([]string, 0, len(f.Metadata))
+	for k := range f.Metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	meta := &ptfile.Dict{}
+	for _, k := range keys {
+		meta.Entries = append(meta.Entries, ptfile.DictEntry{Key: k, Value: f.Metadata[k]})
+	}
+	return ptfile.NewDict("model", sd, "meta", meta), nil
+}
+
+// LoadStateDict reads a state dict from a weights file, as
+// ptfile.LoadTensors: the names in file order and the tensors by name.
+func LoadStateDict(path string) (names []string, tensors map[string]*torch.Tensor, err error) {
+	if safetensors.IsFile(path) {
+		return safetensors.LoadTensors(path)
+	}
+	return ptfile.LoadTensors(path)
+}
