@@ -68,6 +68,17 @@ func TestTrainLearnsAndSpeaks(t *testing.T) {
 	for _, s := range readSteps(t, filepath.Join(out, "metrics.jsonl")) {
 		require.Equal(t, 8, s.Samples)
 	}
+	// The summary's scores are the run's end, not its last finished
+	// epoch's (12 steps end within an epoch): the final checkpoint,
+	// resumed for no more steps, scores the same; a resumed run reports
+	// no start score of its own.
+	again := cfg
+	again.Resume, again.CheckpointDir, again.Events = res.Checkpoint, filepath.Join(out, "ck2"), nil
+	end, err := Train(context.Background(), again)
+	require.NoError(t, err)
+	require.Equal(t, 12, end.Steps)
+	require.Equal(t, res.Valid, end.Valid)
+	require.Zero(t, end.Start, "no start score measured on resume")
 
 	items := readManifest(t, cfg.Data, "train")
 	wav := filepath.Join(out, "say.wav")
