@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -339,6 +340,17 @@ func TestResumeMidEpoch(t *testing.T) {
 			straight, err := Train(context.Background(), cfg)
 			require.NoError(t, err, strings.Join(lines, "\n"))
 			straightLines := lines
+			// Each epoch's result is one line (it was the log line and the
+			// evaluation event's rendering, twice).
+			for _, e := range []string{"1", "2"} {
+				n := 0
+				for _, l := range lines {
+					if regexp.MustCompile(`(^|\s)epoch ` + e + `(/2)?:`).MatchString(l) {
+						n++
+					}
+				}
+				require.Equal(t, 1, n, "epoch %s's result:\n%s", e, strings.Join(lines, "\n"))
+			}
 
 			lines = nil
 			cfg.CheckpointDir = filepath.Join(t.TempDir(), "ck")
