@@ -342,6 +342,14 @@ func TestBadInputCampaign(t *testing.T) {
 		{"plot garbage metrics", []string{"plot", "--metrics", garbageMetrics}, ""},
 		{"plot out is the metrics", []string{"plot", "--metrics", metrics, "--out", metrics}, ""},
 
+		// convert
+		{"convert one argument", []string{"convert", truncated}, ""},
+		{"convert truncated checkpoint", []string{"convert", truncated, p("o.safetensors")}, ""},
+		{"convert notes", []string{"convert", garbagePt, p("o.safetensors")}, ""},
+		{"convert missing input", []string{"convert", p("none.pt"), p("o.safetensors")}, ""},
+		{"convert onto its input", []string{"convert", asrCk, asrCk}, ""},
+		{"convert onto notes", []string{"convert", asrCk, notes}, ""},
+
 		// monitor
 		{"monitor interval 0", mon("--interval", "0", "--duration", "1"), ""},
 		{"monitor pid and command", mon("--pid", "1", "--", "true"), ""},

@@ -35,6 +35,11 @@ func convertCommand() *cli.Command {
 			if err := recipes.CheckOutput("OUT", out, weightsFile); err != nil {
 				return err
 			}
+			if _, err := os.Stat(out); err == nil {
+				// A checkpoint converted over another (or itself) would lose
+				// its optimizer state: convert only makes new files.
+				return recipes.Usagef("OUT %s exists: convert writes a new file (remove it first, or choose another name)", out)
+			}
 			n, err := convert(in, out)
 			if err != nil {
 				return err
