@@ -110,12 +110,6 @@ func Column(path string, w, panelHeight vg.Length, panels ...Panel) error {
 	return writePNG(path, img)
 }
 
-// Stacked writes top above bottom into a w × h PNG at path (Column with
-// two panels of half the height each).
-func Stacked(path string, w, h vg.Length, top, bottom Panel) error {
-	return Column(path, w, h/2, top, bottom)
-}
-
 // SideBySide writes left beside right into a w × h PNG at path, each
 // legend in a corner of its plot (Panel.LegendTopLeft).
 func SideBySide(path string, w, h vg.Length, left, right Panel) error {

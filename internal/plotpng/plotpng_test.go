@@ -47,14 +47,6 @@ func TestColumn(t *testing.T) {
 	require.Equal(t, 720, h) // 3 × 2.5 in at 96 dpi
 }
 
-func TestStacked(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "stacked.png")
-	require.NoError(t, plotpng.Stacked(path, 8*vg.Inch, 7*vg.Inch, panel("top", 10), panel("bottom", 5)))
-	w, h := decode(t, path)
-	require.Equal(t, 8*96, w) // vgimg's 96 dpi
-	require.Equal(t, 7*96, h)
-}
-
 func TestSideBySide(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "side.png")
 	right := panel("right", 10)
@@ -68,7 +60,7 @@ func TestSideBySide(t *testing.T) {
 // TestWriteFailure: a path in a missing directory fails and leaves nothing.
 func TestWriteFailure(t *testing.T) {
 	dir := t.TempDir()
-	err := plotpng.Stacked(filepath.Join(dir, "no", "x.png"), 8*vg.Inch, 7*vg.Inch, panel("top", 3), panel("bottom", 3))
+	err := plotpng.Column(filepath.Join(dir, "no", "x.png"), 8*vg.Inch, 3*vg.Inch, panel("top", 3), panel("bottom", 3))
 	require.ErrorIs(t, err, os.ErrNotExist)
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
