@@ -356,3 +356,46 @@ func TestMemoryUsedAsNvidiaSMI(t *testing.T) {
 		})
 	}
 }
+
+// TestPanels: the series drawn with and without a GPU, and the
+// utilisation axis from 0 to 100 % however flat the CPU.
+func TestPanels(t *testing.T) {
+	var host, gpu []Sample
+	for i, cpu := range []float64{51.2, 52.4, 51.7, 52.0} {
+		s := Sample{Elapsed: float64(i + 1), CPU: cpu, HostMemUsed: 20 << 30, HostMemTotal: 64 << 30}
+		host = append(host, s)
+		s.PID, s.RSS = 42, 3<<30
+		s.GPUs = []GPU{{Index: 0, MemUsed: uint64(30+i) << 30, MemTotal: 80 << 30, Util: 90}}
+		gpu = append(gpu, s)
+	}
+	for _, tc := range []struct {
+		name      string
+		samples   []Sample
+		mem, util []string
+	}{
+		{"host only", host, []string{"host used"}, []string{"host CPU"}},
+		{"a GPU and a process", gpu, []string{"GPU 0 used", "PID 42 RSS", "host used"}, []string{"GPU 0 utilisation", "host CPU"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ps := panels(tc.samples)
+			require.Len(t, ps, 2)
+			names := func(i int) []string {
+				var out []string
+				for _, s := range ps[i].Series {
+					require.Len(t, s.XYs, len(tc.samples))
+					out = append(out, s.Name)
+				}
+				return out
+			}
+			require.Equal(t, tc.mem, names(0))
+			require.Equal(t, tc.util, names(1))
+			require.Equal(t, "seconds", ps[1].X)
+			lo, hi, ok := ps[1].YRange()
+			require.True(t, ok)
+			require.Equal(t, [2]float64{0, 100}, [2]float64{lo, hi}, "percentages on a 0–100 axis")
+			lo, _, ok = ps[0].YRange()
+			require.True(t, ok)
+			require.Zero(t, lo, "memory from zero")
+		})
+	}
+}

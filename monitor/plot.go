@@ -90,9 +90,8 @@ func readCSV(r io.Reader) ([]Sample, error) {
 	return out, nil
 }
 
-// Plot draws a monitor log into a PNG: memory (GPU used per device, the
-// watched process's RSS, host used) on top, utilisation (GPU, host CPU)
-// below, against seconds.
+// Plot draws a monitor log into a PNG (see panels): memory on top,
+// utilisation below, against seconds.
 func Plot(log, png string) error {
 	samples, err := ReadLog(log)
 	if err != nil {
@@ -101,7 +100,16 @@ func Plot(log, png string) error {
 	if len(samples) == 0 {
 		return fmt.Errorf("monitor: %s has no samples", log)
 	}
-	var mem, use []plotpng.Series
+	return plotpng.Column(png, 10*vg.Inch, 3.2*vg.Inch, panels(samples)...)
+}
+
+// panels are Plot's two panels: memory (GiB from zero: GPU used per
+// device, the watched process's RSS, host used) and utilisation (percent
+// of GPU and host CPU, on a 0–100 % axis, so a CPU between 51 % and 52 %
+// reads as the flat line it is).
+func panels(samples []Sample) []plotpng.Panel {
+	mem := plotpng.Panel{Title: "memory", Y: "GiB", FromZero: true}
+	use := plotpng.Panel{Title: "utilisation", X: "seconds", Y: "%", FromZero: true, Top: 100}
 	gpus := 0
 	for _, s := range samples {
 		gpus = max(gpus, len(s.GPUs))
@@ -114,8 +122,8 @@ func Plot(log, png string) error {
 				util = append(util, plotter.XY{X: s.Elapsed, Y: float64(s.GPUs[i].Util)})
 			}
 		}
-		mem = append(mem, plotpng.Series{Name: fmt.Sprintf("GPU %d used", i), XYs: used})
-		use = append(use, plotpng.Series{Name: fmt.Sprintf("GPU %d utilisation", i), XYs: util})
+		mem.Series = append(mem.Series, plotpng.Series{Name: fmt.Sprintf("GPU %d used", i), XYs: used})
+		use.Series = append(use.Series, plotpng.Series{Name: fmt.Sprintf("GPU %d utilisation", i), XYs: util})
 	}
 	var rss, host, cpu plotter.XYs
 	for _, s := range samples {
@@ -126,11 +134,9 @@ func Plot(log, png string) error {
 		cpu = append(cpu, plotter.XY{X: s.Elapsed, Y: s.CPU})
 	}
 	if len(rss) > 0 {
-		mem = append(mem, plotpng.Series{Name: fmt.Sprintf("PID %d RSS", samples[0].PID), XYs: rss})
+		mem.Series = append(mem.Series, plotpng.Series{Name: fmt.Sprintf("PID %d RSS", samples[0].PID), XYs: rss})
 	}
-	mem = append(mem, plotpng.Series{Name: "host used", XYs: host})
-	use = append(use, plotpng.Series{Name: "host CPU", XYs: cpu})
-	return plotpng.Stacked(png, 8*vg.Inch, 7*vg.Inch,
-		plotpng.Panel{Title: "memory", X: "seconds", Y: "GiB", Series: mem},
-		plotpng.Panel{Title: "utilisation", X: "seconds", Y: "%", Series: use})
+	mem.Series = append(mem.Series, plotpng.Series{Name: "host used", XYs: host})
+	use.Series = append(use.Series, plotpng.Series{Name: "host CPU", XYs: cpu})
+	return []plotpng.Panel{mem, use}
 }

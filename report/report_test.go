@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/plot/plotter"
 
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/train"
@@ -113,34 +114,139 @@ func readJSONL(t *testing.T, path string) []map[string]any {
 	return recs
 }
 
-func TestPlotMetrics(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "metrics.jsonl")
+// writeMetrics writes steps 1..n (loss falling, lr and memory as given)
+// and the evaluations through Metrics, as a training run does.
+func writeMetrics(t *testing.T, n int, lr float64, mem int64, evals map[int]map[string]float64) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "metrics.jsonl")
 	m, err := OpenMetrics(path)
 	require.NoError(t, err)
-	for s := 1; s <= 20; s++ {
-		m.Sink(train.StepEvent{StepInfo: train.StepInfo{Step: s, Loss: 3 / float64(s), Memory: torch.MemStats{Allocated: int64(s) << 20, PeakAllocated: int64(s+2) << 20}}})
+	for s := 1; s <= n; s++ {
+		loss := 3 / float64(s)
+		if s == 2 {
+			loss = math.NaN() // written as null: no point
+		}
+		m.Sink(train.StepEvent{StepInfo: train.StepInfo{Step: s, Loss: loss, LR: lr,
+			Memory: torch.MemStats{Allocated: mem * int64(s), PeakAllocated: mem * int64(s+2), Reserved: mem * int64(s+1)}}})
+		if v, ok := evals[s]; ok {
+			m.Sink(train.EvalEvent{Step: s, Epoch: 1, Values: v})
+		}
 	}
-	m.Sink(train.EvalEvent{Step: 20, Values: map[string]float64{"cer": 0.1}})
 	require.NoError(t, m.Close())
+	return path
+}
 
-	out := filepath.Join(dir, "curves.png")
+type panelWant struct {
+	title    string
+	series   []string
+	fromZero bool
+	top      float64
+}
+
+// TestMetricsPanels: which panels and series a metrics file gives, with
+// and without evaluations.
+func TestMetricsPanels(t *testing.T) {
+	asr := map[int]map[string]float64{10: {"val_cer": 1.0, "val_loss": 2.5}, 20: {"val_cer": 0.7, "val_loss": 2.1}}
+	mamba := map[int]map[string]float64{20: {"val_loss": 2.1, "val_bits_per_char": 3.0, "val_perplexity": 8.2, "cpu_minutes": 0.5}}
+	ganvit := map[int]map[string]float64{20: {"train_loss": 0.9, "valid_accuracy": 0.55}}
+	lossOnly := panelWant{"loss", []string{"training loss"}, false, 0}
+	lr := panelWant{"learning rate", []string{"lr"}, true, 0}
+	mem := panelWant{"memory", []string{"allocated", "peak", "reserved"}, true, 0}
+	for _, tc := range []struct {
+		name  string
+		steps int
+		lr    float64
+		mem   int64
+		evals map[int]map[string]float64
+		want  []panelWant
+		unit  string
+	}{
+		{"steps only", 20, 1e-3, 1 << 20, nil, []panelWant{lossOnly, lr, mem}, "MiB"},
+		{"no lr, no memory (all zero)", 20, 0, 0, nil, []panelWant{lossOnly}, ""},
+		{"asr: CER and validation loss", 20, 1e-3, 1 << 20, asr, []panelWant{
+			{"loss", []string{"training loss", "val_loss"}, false, 0},
+			{"validation", []string{"val_cer"}, true, 1}, lr, mem}, "MiB"},
+		{"mamba: other values get panels, timings none", 20, 1e-3, 1 << 30, mamba, []panelWant{
+			{"loss", []string{"training loss", "val_loss"}, false, 0},
+			{"val_bits_per_char", []string{"val_bits_per_char"}, false, 0},
+			{"val_perplexity", []string{"val_perplexity"}, false, 0}, lr, mem}, "GiB"},
+		{"ganvit: an evaluation's train_loss beside the loss", 20, 1e-3, 1 << 20, ganvit, []panelWant{
+			{"loss", []string{"training loss", "train_loss"}, false, 0},
+			{"validation", []string{"valid_accuracy"}, true, 1}, lr, mem}, "MiB"},
+		{"a long run: the loss smoothed", 60, 1e-3, 0, asr, []panelWant{
+			{"loss", []string{"training loss", "training loss, mean of 5 steps", "val_loss"}, false, 0},
+			{"validation", []string{"val_cer"}, true, 1}, lr}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			panels, err := metricsPanels(writeMetrics(t, tc.steps, tc.lr, tc.mem, tc.evals))
+			require.NoError(t, err)
+			var got []panelWant
+			for _, p := range panels {
+				w := panelWant{title: p.Title, fromZero: p.FromZero, top: p.Top}
+				for _, s := range p.Series {
+					w.series = append(w.series, s.Name)
+				}
+				got = append(got, w)
+			}
+			require.Equal(t, tc.want, got)
+			for i, p := range panels {
+				if i == len(panels)-1 {
+					require.Equal(t, "step", p.X, "the bottom panel names the shared axis")
+				} else {
+					require.Empty(t, p.X)
+				}
+			}
+			loss := panels[0].Series[0]
+			require.Len(t, loss.XYs, tc.steps-1, "the NaN step is left out")
+			for _, s := range panels[0].Series[1:] {
+				if strings.HasPrefix(s.Name, "val_") || s.Name == "train_loss" {
+					require.True(t, s.Points, "evaluations are marked")
+					require.Len(t, s.XYs, len(tc.evals))
+				}
+			}
+			if tc.unit != "" {
+				last := panels[len(panels)-1]
+				require.Equal(t, tc.unit, last.Y)
+				lo, _, ok := last.YRange()
+				require.True(t, ok)
+				require.Zero(t, lo, "memory from zero")
+			}
+			for _, p := range panels {
+				if p.Title == "validation" {
+					lo, hi, ok := p.YRange()
+					require.True(t, ok)
+					require.Equal(t, [2]float64{0, 1}, [2]float64{lo, hi}, "fractions on a 0–1 axis")
+				}
+			}
+		})
+	}
+}
+
+// TestRunningMean: a centred mean, over fewer points at the ends.
+func TestRunningMean(t *testing.T) {
+	var xys plotter.XYs
+	for i, y := range []float64{1, 2, 3, 4, 10} {
+		xys = append(xys, plotter.XY{X: float64(i + 1), Y: y})
+	}
+	got := runningMean(xys, 1)
+	want := []float64{1.5, 2, 3, 17.0 / 3, 7}
+	for i := range want {
+		require.Equal(t, xys[i].X, got[i].X)
+		require.InDelta(t, want[i], got[i].Y, 1e-12)
+	}
+}
+
+func TestPlotMetrics(t *testing.T) {
+	path := writeMetrics(t, 20, 1e-3, 1<<20, map[int]map[string]float64{20: {"cer": 0.1}})
+	out := filepath.Join(t.TempDir(), "curves.png")
 	require.NoError(t, PlotMetrics(path, out))
 	f, err := os.Open(out)
 	require.NoError(t, err)
 	defer f.Close()
 	img, err := png.Decode(f)
 	require.NoError(t, err)
-	require.Equal(t, 8*96, img.Bounds().Dx()) // 8 × 7 inches at vgimg's 96 dpi
-	require.Equal(t, 7*96, img.Bounds().Dy())
-	colours := map[[4]uint32]bool{}
-	for y := 0; y < img.Bounds().Dy(); y += 3 {
-		for x := 0; x < img.Bounds().Dx(); x += 3 {
-			r, g, b, a := img.At(x, y).RGBA()
-			colours[[4]uint32{r, g, b, a}] = true
-		}
-	}
-	require.Greater(t, len(colours), 3, "the picture has axes, text and curves")
+	require.Equal(t, 10*96, img.Bounds().Dx()) // 10 in at vgimg's 96 dpi
+	require.Equal(t, 998, img.Bounds().Dy())   // 4 panels of 2.6 in
 }
 
 func TestPlotMetricsErrors(t *testing.T) {

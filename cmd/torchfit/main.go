@@ -11,7 +11,7 @@
 //	torchfit doctor [--json]           libtorch, CUDA (and why not), devices, allocator, CPU, BLAS
 //	torchfit tts data|train-codec|train|say|eval|memory-test
 //	torchfit monitor [-- command]      GPU (NVML), host CPU and RSS: log, live line, summary
-//	torchfit plot --metrics m.jsonl    loss and memory curves (or a monitor log) to PNG
+//	torchfit plot --metrics m.jsonl    loss, evaluations, lr and memory (or a monitor log) to PNG
 //	torchfit launch --nproc N -- asr train ...   data-parallel training, as torchrun --no-python
 //
 // Errors a user can cause (bad flags, config files, hyperparameters,

@@ -16,7 +16,7 @@ import (
 func plotCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "plot",
-		Usage: "render loss and memory curves from a metrics JSONL file (or a `torchfit monitor` log) to PNG",
+		Usage: "render a metrics JSONL file (loss with the evaluations, lr, memory against the step) or a `torchfit monitor` log (memory, utilisation) to PNG",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "metrics", Aliases: []string{"log"}, Usage: "metrics JSONL written by training (--metrics), or a monitor log (--log-file); required"},
 			&cli.StringFlag{Name: "out", Usage: "PNG to write (default: beside the metrics file, its name with .png)"},

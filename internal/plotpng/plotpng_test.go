@@ -2,11 +2,13 @@ package plotpng_test
 
 import (
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
@@ -33,12 +35,16 @@ func decode(t *testing.T, path string) (int, int) {
 	return img.Bounds().Dx(), img.Bounds().Dy()
 }
 
-func TestStacked(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "stacked.png")
-	require.NoError(t, plotpng.Stacked(path, 8*vg.Inch, 7*vg.Inch, panel("top", 10), panel("bottom", 5)))
+func TestColumn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "column.png")
+	faint := panel("loss", 60)
+	faint.Series[0].Faint, faint.Series[1].Points, faint.Series[1].Colour = true, true, 1
+	dashed := panel("memory", 30)
+	dashed.Series[1].Dashed, dashed.FromZero = true, true
+	require.NoError(t, plotpng.Column(path, 10*vg.Inch, 2.5*vg.Inch, faint, dashed, panel("lr", 0)))
 	w, h := decode(t, path)
-	require.Equal(t, 8*96, w) // vgimg's 96 dpi
-	require.Equal(t, 7*96, h)
+	require.Equal(t, 10*96, w)
+	require.Equal(t, 720, h) // 3 × 2.5 in at 96 dpi
 }
 
 func TestSideBySide(t *testing.T) {
@@ -54,9 +60,106 @@ func TestSideBySide(t *testing.T) {
 // TestWriteFailure: a path in a missing directory fails and leaves nothing.
 func TestWriteFailure(t *testing.T) {
 	dir := t.TempDir()
-	err := plotpng.Stacked(filepath.Join(dir, "no", "x.png"), 8*vg.Inch, 7*vg.Inch, panel("top", 3), panel("bottom", 3))
+	err := plotpng.Column(filepath.Join(dir, "no", "x.png"), 8*vg.Inch, 3*vg.Inch, panel("top", 3), panel("bottom", 3))
 	require.ErrorIs(t, err, os.ErrNotExist)
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Empty(t, entries)
+}
+
+func series(ys ...float64) []plotpng.Series {
+	var xys plotter.XYs
+	for i, y := range ys {
+		xys = append(xys, plotter.XY{X: float64(i), Y: y})
+	}
+	return []plotpng.Series{{Name: "s", XYs: xys}}
+}
+
+// TestYRange: percentages span 0–100 however flat the data; memory
+// starts at zero; other axes hug the data out to round numbers.
+func TestYRange(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		panel  plotpng.Panel
+		lo, hi float64
+		ok     bool
+	}{
+		{"cpu percent", plotpng.Panel{Series: series(51.2, 52.4, 51.7), FromZero: true, Top: 100}, 0, 100, true},
+		{"percent above 100", plotpng.Panel{Series: series(90, 130), FromZero: true, Top: 100}, 0, 150, true},
+		{"the same data unpinned", plotpng.Panel{Series: series(51.2, 52.4, 51.7)}, 51.2, 52.4, true},
+		{"memory from zero", plotpng.Panel{Series: series(31.2, 55.5), FromZero: true}, 0, 60, true},
+		{"negative data from zero", plotpng.Panel{Series: series(-3, 7), FromZero: true}, -4, 8, true},
+		{"fractions", plotpng.Panel{Series: series(0.61, 1), FromZero: true, Top: 1}, 0, 1, true},
+		{"a CER above one", plotpng.Panel{Series: series(1.08, 0.9), FromZero: true, Top: 1}, 0, 1.2, true},
+		{"loss", plotpng.Panel{Series: series(5.2, 1.5)}, 1, 6, true},
+		{"flat", plotpng.Panel{Series: series(3, 3)}, 2.7, 3.3, true},
+		{"NaN skipped", plotpng.Panel{Series: series(math.NaN(), 2, 4)}, 2, 4, true},
+		{"no data", plotpng.Panel{}, 0, 0, false},
+		{"no data, percent", plotpng.Panel{FromZero: true, Top: 100}, 0, 100, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lo, hi, ok := tc.panel.YRange()
+			require.Equal(t, tc.ok, ok)
+			require.InDelta(t, tc.lo, lo, 1e-9)
+			require.InDelta(t, tc.hi, hi, 1e-9)
+		})
+	}
+}
+
+func labels(ticks []plot.Tick) []string {
+	var out []string
+	for _, t := range ticks {
+		if t.Label != "" {
+			out = append(out, t.Label)
+		}
+	}
+	return out
+}
+
+func TestTicks(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		target int
+		lo, hi float64
+		want   []string
+		minors int
+	}{
+		{"steps", 12, 0, 300, []string{"0", "25", "50", "75", "100", "125", "150", "175", "200", "225", "250", "275", "300"}, 48},
+		{"few steps", 12, 0, 80, []string{"0", "10", "20", "30", "40", "50", "60", "70", "80"}, 32},
+		{"percent", 6, 0, 100, []string{"0", "20", "40", "60", "80", "100"}, 15},
+		{"loss", 6, 1, 6, []string{"1", "2", "3", "4", "5", "6"}, 20},
+		{"fraction", 6, 0, 1.2, []string{"0.0", "0.2", "0.4", "0.6", "0.8", "1.0", "1.2"}, 18},
+		{"learning rate", 6, 0, 0.002, []string{"0", "0.0005", "0.001", "0.0015", "0.002"}, 16},
+		{"tiny learning rate", 6, 0, 3e-5, []string{"0", "5e-06", "1e-05", "1.5e-05", "2e-05", "2.5e-05", "3e-05"}, 24},
+		{"seconds", 12, 0, 2.4, []string{"0.0", "0.2", "0.4", "0.6", "0.8", "1.0", "1.2", "1.4", "1.6", "1.8", "2.0", "2.2", "2.4"}, 36},
+		{"start off the grid", 12, 1, 80, []string{"10", "20", "30", "40", "50", "60", "70", "80"}, 32},
+		{"empty span", 6, 3, 3, []string{"3"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ticks := plotpng.Ticks{Target: tc.target}.Ticks(tc.lo, tc.hi)
+			require.Equal(t, tc.want, labels(ticks))
+			require.Len(t, ticks, len(tc.want)+tc.minors)
+			for _, tk := range ticks {
+				require.True(t, tk.Value >= tc.lo-1e-12 && tk.Value <= tc.hi+1e-12, "tick %v outside [%v, %v]", tk.Value, tc.lo, tc.hi)
+			}
+		})
+	}
+}
+
+func TestExtend(t *testing.T) {
+	for _, tc := range []struct{ lo, hi, wantLo, wantHi float64 }{
+		{51.2, 52.4, 51.2, 52.4},
+		{0, 101, 0, 120},
+		{0, 55.5, 0, 60},
+		{1.52, 5.21, 1, 6},
+		{0, 0, 0, 1},
+		{-2, -2, -2.2, -1.8},
+	} {
+		lo, hi := plotpng.Extend(tc.lo, tc.hi, 6)
+		require.InDelta(t, tc.wantLo, lo, 1e-9, "Extend(%v, %v)", tc.lo, tc.hi)
+		require.InDelta(t, tc.wantHi, hi, 1e-9, "Extend(%v, %v)", tc.lo, tc.hi)
+		step := plotpng.Step(lo, hi, 6)
+		require.InDelta(t, 0, math.Remainder(lo, step), 1e-9, "both ends on a tick")
+		require.InDelta(t, 0, math.Remainder(hi, step), 1e-9, "both ends on a tick")
+	}
 }
