@@ -15,6 +15,10 @@ type opDef struct {
 	once           sync.Once
 	op             capi.Op
 	err            error
+	// args are the schema's arguments, parsed on the first call that
+	// passes a nil *Tensor (see checkNils).
+	argsOnce sync.Once
+	args     []schemaArg
 }
 
 func defOp(name, overload string) *opDef { return &opDef{name: name, overload: overload} }
@@ -42,6 +46,7 @@ type call struct {
 	lists [][]*Tensor
 	na    int
 	nar   int
+	nils  uint32 // positions where t was given a nil *Tensor
 }
 
 func (c *call) push(v capi.Val) *call {
@@ -56,6 +61,9 @@ func (c *call) push(v capi.Val) *call {
 // t adds a tensor argument; nil passes None.
 func (c *call) t(x *Tensor) *call {
 	if x == nil {
+		if c.na < maxArgs {
+			c.nils |= 1 << c.na
+		}
 		return c.push(capi.Val{Kind: capi.KNone})
 	}
 	c.ts[c.na] = x
@@ -154,6 +162,9 @@ func (c *call) str(s string) *call {
 // run calls the operator and returns its raw outputs.
 func (c *call) run(d *opDef, outs []capi.Val) (int, uint64) {
 	op := d.resolve()
+	if c.nils != 0 {
+		d.checkNils(op, c.nils)
+	}
 	var arena []int64
 	if c.ext != nil {
 		arena = c.ext // the arguments outgrew the inline arena

@@ -101,7 +101,7 @@ func (t *Tensor) Freed() bool { return t == nil || t.h == nil }
 // handle returns the C handle or panics when t was released.
 func (t *Tensor) handle(op string) capi.Tensor {
 	if t == nil {
-		panic(&Error{Op: op, Msg: "nil tensor"})
+		panic(&Error{Op: op, Msg: "nil tensor", wrapped: ErrNilTensor})
 	}
 	if t.h == nil {
 		panic(&Error{Op: op, Msg: ErrFreed.Error(), wrapped: ErrFreed})

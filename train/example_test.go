@@ -29,7 +29,7 @@ func ExampleTrainer() {
 	opt := nn.NewSGD(nn.Parameters(m), nn.SGDConfig{LR: 0.01})
 	defer opt.Free()
 	loss := func(b *data.Batch) *torch.Tensor {
-		return torch.MSELoss(m.Forward(b.Fields["x"]), b.Fields["y"], torch.ReduceMean)
+		return torch.MSELoss(m.Forward(b.Field("x")), b.Field("y"), torch.ReduceMean)
 	}
 	var log []string
 	tr, _ := train.New(m, opt, loss, train.Config{MicroBatch: 32, Accum: 2, Device: torch.CPU,
@@ -68,7 +68,7 @@ func ExampleEngine_GradCache() {
 	eng, _ := train.NewEngine(train.EngineConfig{MicroBatch: 8, Device: torch.CPU})
 	w, err := eng.GradCache(b, train.CachePass{
 		Embed: func(mb *data.Batch) []*torch.Tensor {
-			return []*torch.Tensor{img.Forward(mb.Fields["img"]), txt.Forward(mb.Fields["txt"])}
+			return []*torch.Tensor{img.Forward(mb.Field("img")), txt.Forward(mb.Field("txt"))}
 		},
 		Loss: func(e []*torch.Tensor) *torch.Tensor { return clip.Forward(e[0], e[1]) },
 	})
@@ -105,15 +105,15 @@ func Example_gan() {
 	var err error
 	for it := 0; it < 3 && err == nil; it++ {
 		_, err = dEng.Backward(b, train.Pass{Scaler: scaler, Reset: dStep.Abandon, Loss: func(mb *data.Batch) *torch.Tensor {
-			fake := gen.Forward(mb.Fields["z"]).Detach()
-			return bce(disc.Forward(mb.Fields["real"]), 1).Add(bce(disc.Forward(fake), 0))
+			fake := gen.Forward(mb.Field("z")).Detach()
+			return bce(disc.Forward(mb.Field("real")), 1).Add(bce(disc.Forward(fake), 0))
 		}})
 		if err == nil {
 			err = torch.TidyErr(func() (err error) { _, err = dStep.Step(); return err })
 		}
 		if err == nil {
 			_, err = gEng.Backward(b, train.Pass{Scaler: scaler, Reset: gStep.Abandon, Loss: func(mb *data.Batch) *torch.Tensor {
-				return bce(disc.Forward(gen.Forward(mb.Fields["z"])), 1)
+				return bce(disc.Forward(gen.Forward(mb.Field("z"))), 1)
 			}})
 		}
 		if err == nil {
@@ -126,4 +126,105 @@ func Example_gan() {
 	fmt.Println("3 iterations:", err == nil, errors.Is(err, torch.ErrOutOfMemory))
 	// Output:
 	// 3 iterations: true false
+}
+
+// block is a residual MLP block: x + fc2(relu(fc1(x))).
+type block struct {
+	nn.Base
+	fc1, fc2 *nn.Linear
+}
+
+// net is a custom module: it embeds nn.Base, and RegisterModule gives each
+// layer its state-dict name (as a PyTorch module's attributes do).
+type net struct {
+	nn.Base
+	in     *nn.Linear
+	blocks *nn.ModuleList[*block]
+	out    *nn.Linear
+}
+
+func newNet(width int64, depth int) *net {
+	m := &net{}
+	m.in = nn.RegisterModule(&m.Base, "in", nn.NewLinear(4, width, true))
+	m.blocks = nn.RegisterModule(&m.Base, "blocks", nn.NewModuleList[*block]())
+	for range depth {
+		b := &block{}
+		b.fc1 = nn.RegisterModule(&b.Base, "fc1", nn.NewLinear(width, 2*width, true))
+		b.fc2 = nn.RegisterModule(&b.Base, "fc2", nn.NewLinear(2*width, width, true))
+		m.blocks.Append(b)
+	}
+	m.out = nn.RegisterModule(&m.Base, "out", nn.NewLinear(width, 1, true))
+	return m
+}
+
+// Forward runs each block under activation checkpointing (torch.Recompute):
+// a block's activations are not kept for backward, which recomputes them.
+func (m *net) Forward(x *torch.Tensor) *torch.Tensor {
+	h := m.in.Forward(x).Relu()
+	for _, b := range m.blocks.Items {
+		h = torch.Recompute(func(in []*torch.Tensor) []*torch.Tensor {
+			return []*torch.Tensor{in[0].Add(b.fc2.Forward(b.fc1.Forward(in[0]).Relu()))}
+		}, h)[0]
+	}
+	return m.out.Forward(h)
+}
+
+// A custom module — nn.Base embedded, layers added with nn.RegisterModule,
+// blocks checkpointed in its forward — trained with train.New and
+// Trainer.Step. The loss reads the batch with Batch.Field, which names a
+// misspelt field instead of passing nil on.
+func Example_customModule() {
+	torch.ManualSeed(0)
+	m := newNet(8, 2)
+	defer nn.Free(m)
+	for _, p := range nn.Parameters(m)[:4] {
+		fmt.Println(p.Name, p.T.Shape())
+	}
+	fmt.Println("parameters:", nn.NumParams(m))
+
+	opt := nn.NewAdamW(nn.Parameters(m), nn.AdamWDefaults(1e-2))
+	defer opt.Free()
+	loss := func(b *data.Batch) *torch.Tensor {
+		return torch.MSELoss(m.Forward(b.Field("x")), b.Field("y"), torch.ReduceMean)
+	}
+	tr, err := train.New(m, opt, loss, train.Config{MicroBatch: 4, Accum: 2, Device: torch.CPU})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b := &data.Batch{Fields: map[string]*torch.Tensor{
+		"x": torch.Randn([]int64{8, 4}).Keep(), "y": torch.Randn([]int64{8, 1}).Keep()}}
+	defer b.Free()
+	var first, last train.StepInfo
+	for k := range 5 {
+		info, err := tr.Step(b)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if k == 0 {
+			first = info
+		}
+		last = info
+	}
+	fmt.Printf("step %d: %d samples in %d micro-batches of %d\n", last.Step, last.Samples, last.Micro, last.MicroBatch)
+	fmt.Println("the loss went down:", last.Loss < first.Loss)
+
+	// A misspelt field is the step's error, naming it.
+	tr.Loss = func(b *data.Batch) *torch.Tensor {
+		return torch.MSELoss(m.Forward(b.Field("inputs")), b.Field("y"), torch.ReduceMean)
+	}
+	_, err = tr.Step(b)
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, data.ErrNoField))
+	// Output:
+	// in.weight [8 4]
+	// in.bias [8]
+	// blocks.0.fc1.weight [16 8]
+	// blocks.0.fc1.bias [16]
+	// parameters: 609
+	// step 5: 8 samples in 2 micro-batches of 4
+	// the loss went down: true
+	// Batch.Field: batch has no field "inputs" (its fields: "x", "y")
+	// true
 }

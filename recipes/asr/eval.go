@@ -35,10 +35,10 @@ func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int, withLoss 
 			mb := b.Slice(0, b.Size(), dev)
 			torch.NoGrad(func() {
 				if withLoss {
-					total, _, _ := m.Loss(mb.Fields["feats"], mb.Lengths["feats"], mb.Fields["tokens"], mb.Lengths["tokens"])
+					total, _, _ := m.Loss(mb.Field("feats"), mb.Length("feats"), mb.Field("tokens"), mb.Length("tokens"))
 					chunkLoss = total.Item() * float64(end-start)
 				}
-				hyps = m.Transcribe(mb.Fields["feats"], mb.Lengths["feats"])
+				hyps = m.Transcribe(mb.Field("feats"), mb.Length("feats"))
 			})
 			return nil
 		})

@@ -111,7 +111,7 @@ func planMemory(c PlanConfig) (memplan.Result, error) {
 			mb := b.Slice(0, b.Size(), c.Device)
 			var loss *torch.Tensor
 			run := func() {
-				loss, _, _ = m.Loss(mb.Fields["feats"], mb.Lengths["feats"], mb.Fields["tokens"], mb.Lengths["tokens"])
+				loss, _, _ = m.Loss(mb.Field("feats"), mb.Length("feats"), mb.Field("tokens"), mb.Length("tokens"))
 			}
 			if cand.Precision != amp.FP32 {
 				amp.Autocast(c.Device, cand.Precision.DType(), run)

@@ -551,7 +551,7 @@ func (p *progress) eval(int) (map[string]float64, error) {
 // losses are computed in float32 outside autocast.
 func Objectives(m *Model, dev torch.Device) (embed train.EmbedFunc, batchLoss train.BatchLoss, microLoss train.LossFunc) {
 	embed = func(mb *data.Batch) []*torch.Tensor {
-		return []*torch.Tensor{m.EncodeImage(mb.Fields["image"]), m.EncodeText(mb.Fields["text"])}
+		return []*torch.Tensor{m.EncodeImage(mb.Field("image")), m.EncodeText(mb.Field("text"))}
 	}
 	batchLoss = func(embs []*torch.Tensor) *torch.Tensor { return m.Loss(embs[0], embs[1]) }
 	microLoss = func(mb *data.Batch) *torch.Tensor {

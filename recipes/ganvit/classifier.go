@@ -90,8 +90,8 @@ func (c *Classifier) Free() {
 
 // Loss is the cross-entropy of a micro-batch (fields spec, label).
 func (c *Classifier) Loss(mb *data.Batch) *torch.Tensor {
-	x := Images(mb.Fields["spec"], c.V.Cfg.Image)
-	return torch.CrossEntropy(c.V.Forward(x), mb.Fields["label"], nil, torch.ReduceMean, -100, 0)
+	x := Images(mb.Field("spec"), c.V.Cfg.Image)
+	return torch.CrossEntropy(c.V.Forward(x), mb.Field("label"), nil, torch.ReduceMean, -100, 0)
 }
 
 // Step trains on one effective batch.
@@ -169,14 +169,14 @@ func Predict(ctx context.Context, v *ViT, s *Specs, dev torch.Device, prec amp.P
 			torch.NoGrad(func() {
 				torch.Tidy(func() {
 					var logits *torch.Tensor
-					run := func() { logits = v.Forward(Images(b.Fields["spec"].ToDevice(dev), v.Cfg.Image)) }
+					run := func() { logits = v.Forward(Images(b.Field("spec").ToDevice(dev), v.Cfg.Image)) }
 					if prec != amp.FP32 && prec != "" {
 						amp.Autocast(dev, prec.DType(), run)
 					} else {
 						run()
 					}
 					pred = logits.Argmax(1, false).ToDevice(torch.CPU).Int64s()
-					labels = b.Fields["label"].ToDevice(torch.CPU).Int64s()
+					labels = b.Field("label").ToDevice(torch.CPU).Int64s()
 				})
 			})
 		})

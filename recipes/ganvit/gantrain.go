@@ -165,7 +165,7 @@ func (t *GAN) abandon() {
 }
 
 func (t *GAN) dLoss(mb *data.Batch) *torch.Tensor {
-	x, c, y, z := mb.Fields["spec"], mb.Fields["cond"], mb.Fields["label"], mb.Fields["z"]
+	x, c, y, z := mb.Field("spec"), mb.Field("cond"), mb.Field("label"), mb.Field("z")
 	var fake *torch.Tensor
 	torch.NoGrad(func() { fake = t.G.Forward(z, c, y) }) // no generator activations kept
 	real := bce(t.D.Forward(x, c, y), 1)
@@ -173,7 +173,7 @@ func (t *GAN) dLoss(mb *data.Batch) *torch.Tensor {
 }
 
 func (t *GAN) gLoss(mb *data.Batch) *torch.Tensor {
-	c, y, z := mb.Fields["cond"], mb.Fields["label"], mb.Fields["z"]
+	c, y, z := mb.Field("cond"), mb.Field("label"), mb.Field("z")
 	return bce(t.D.Forward(t.G.Forward(z, c, y), c, y), 1)
 }
 

@@ -197,7 +197,7 @@ func (w windows) Get(i int) (data.Sample, error) {
 }
 
 // tokenCount is the engine's CountFunc: the micro-batch's target tokens.
-func tokenCount(mb *data.Batch) float64 { return float64(mb.Fields["y"].Numel()) }
+func tokenCount(mb *data.Batch) float64 { return float64(mb.Field("y").Numel()) }
 
 // ParamGroups splits the model's parameters for AdamW as the recipe trains
 // it: weight decay wd for the projections and the convolution, none for
@@ -296,7 +296,7 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	ls := cfg.Optim.LabelSmoothing
 	out, err := run.Fit(ctx, recipes.Job{
 		Model: m, Opt: opt, Sched: sched, Trainer: func(c *train.Config) { c.Count = tokenCount },
-		Loss:    func(b *data.Batch) *torch.Tensor { return m.Loss(b.Fields["x"], b.Fields["y"], ls) },
+		Loss:    func(b *data.Batch) *torch.Tensor { return m.Loss(b.Field("x"), b.Field("y"), ls) },
 		Dataset: d.train, Collate: data.Collate,
 		Ready: func(tr *train.Trainer) { tr.OnStep = p.step },
 		Start: func(*train.Trainer) error { return p.begin() },

@@ -74,15 +74,15 @@ type Losses struct {
 func (m *Model) Losses(b *data.Batch) Losses {
 	cfg := m.GPT.Cfg
 	var codes *torch.Tensor
-	torch.NoGrad(func() { codes = m.Codec.Encode(b.Fields["mel"]) })
-	ids, cidx := b.Fields["ids"], b.Fields["code_idx"]
+	torch.NoGrad(func() { codes = m.Codec.Encode(b.Field("mel")) })
+	ids, cidx := b.Field("ids"), b.Field("code_idx")
 	filled := torch.Where(cidx.GeScalar(0), codes.Gather(1, cidx.ClampMin(0)), ids)
-	lat := m.GPT.Cond.Forward(b.Fields["cond"], b.Lengths["cond"].Int64s())
-	h := m.GPT.Forward(lat, m.GPT.Embed(filled, b.Fields["kind"], b.Fields["pos"]), nil)
+	lat := m.GPT.Cond.Forward(b.Field("cond"), b.Length("cond").Int64s())
+	h := m.GPT.Forward(lat, m.GPT.Embed(filled, b.Field("kind"), b.Field("pos")), nil)
 	n, l := cfg.CondLatents, ids.Size(1)
 	hp := h.Narrow(1, n, l-1)
 	tgt := filled.Narrow(1, 1, l-1)
-	tk := b.Fields["tk"].Narrow(1, 1, l-1)
+	tk := b.Field("tk").Narrow(1, 1, l-1)
 	ignore := torch.FullLike(tgt, -100)
 	isText, isCode := tk.EqScalar(kindText), tk.EqScalar(kindAudio)
 	textT := torch.Where(isText, tgt, ignore).Reshape(-1)
@@ -109,7 +109,7 @@ func (m *Model) Loss(b *data.Batch) *torch.Tensor { return m.Losses(b).Total }
 // CountCodes is the train.CountFunc of Loss: the micro-batch's code
 // targets (codes and audio stops).
 func CountCodes(mb *data.Batch) float64 {
-	return mb.Fields["tk"].EqScalar(kindAudio).Sum().Item()
+	return mb.Field("tk").EqScalar(kindAudio).Sum().Item()
 }
 
 // ---- checkpoints ------------------------------------------------------------

@@ -195,7 +195,7 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	job := recipes.Job{
 		Model: c, Opt: opt, Sched: sched,
 		Loss: func(b *data.Batch) *torch.Tensor {
-			l := c.Loss(b.Fields["mel"])
+			l := c.Loss(b.Field("mel"))
 			usage.observe(l.Codes, l.Z)
 			return l.Total
 		},
@@ -339,7 +339,7 @@ func scoreCodec(c *Codec, ds data.Dataset[data.Sample], dev torch.Device) (Score
 			if err != nil {
 				return err
 			}
-			mel := b.Fields["mel"].ToDevice(dev)
+			mel := b.Field("mel").ToDevice(dev)
 			torch.NoGrad(func() {
 				l := c.Loss(mel)
 				sum += l.Recon.Item() * float64(end-start)

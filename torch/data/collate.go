@@ -1,7 +1,9 @@
 package data
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/torchfit/torchfit/torch"
 )
@@ -34,6 +36,69 @@ func (b *Batch) Size() int {
 		return int(t.Size(0))
 	}
 	return 0
+}
+
+// ErrNoField is matched (errors.Is) by the error for a batch field that is
+// not there: see Batch.Field.
+var ErrNoField = errors.New("no such batch field")
+
+// FieldError is the error for a field a batch does not have. Field and
+// Length panic with a *torch.Error that wraps it (errors.As reaches it), as
+// tensor math panics: a training step returns it as the step's error.
+type FieldError struct {
+	Name    string   // the field asked for
+	Lengths bool     // asked for the field's lengths (Length), not the field
+	Have    []string // what the batch has: its fields, or its padded fields for Length; sorted
+}
+
+func (e *FieldError) Error() string {
+	what, have := "field", "its fields"
+	if e.Lengths {
+		what, have = "lengths for field", "it has lengths for"
+	}
+	list := "none"
+	if len(e.Have) > 0 {
+		q := make([]string, len(e.Have))
+		for k, h := range e.Have {
+			q[k] = fmt.Sprintf("%q", h)
+		}
+		list = strings.Join(q, ", ")
+	}
+	return fmt.Sprintf("batch has no %s %q (%s: %s)", what, e.Name, have, list)
+}
+
+// Is makes errors.Is(err, ErrNoField) true.
+func (e *FieldError) Is(target error) bool { return target == ErrNoField }
+
+// Field returns the batched field name. A field the batch does not have (a
+// misspelt name in a loss function, say) panics with a *torch.Error wrapping
+// a *FieldError that names it and lists the fields the batch has, where
+// indexing Fields would give nil and a later operator would fail without
+// saying which field was missing.
+func (b *Batch) Field(name string) *torch.Tensor {
+	var fields map[string]*torch.Tensor
+	if b != nil {
+		fields = b.Fields
+	}
+	t, ok := fields[name]
+	if !ok {
+		panic(torch.WrapError("Batch.Field", &FieldError{Name: name, Have: sortedKeys(fields)}))
+	}
+	return t
+}
+
+// Length returns the lengths of the padded field name (int64 [B]). A field
+// that has none panics as Field does, listing the fields that have lengths.
+func (b *Batch) Length(name string) *torch.Tensor {
+	var lengths map[string]*torch.Tensor
+	if b != nil {
+		lengths = b.Lengths
+	}
+	t, ok := lengths[name]
+	if !ok {
+		panic(torch.WrapError("Batch.Length", &FieldError{Name: name, Lengths: true, Have: sortedKeys(lengths)}))
+	}
+	return t
 }
 
 // Slice returns samples [i, j) as a new batch on device. On the CPU its
