@@ -146,6 +146,9 @@ func (z *ZeRO) ZeroGrad() { z.inner.ZeroGrad() }
 // Groups returns the wrapped optimizer's groups (every parameter).
 func (z *ZeRO) Groups() []*nn.Group { return z.inner.Groups() }
 
+// Kind returns the wrapped optimizer's PyTorch class name (nn.KindOf).
+func (z *ZeRO) Kind() string { return nn.KindOf(z.inner) }
+
 // Parameters returns every parameter (GradScaler unscales all gradients,
 // clipping sees all).
 func (z *ZeRO) Parameters() []*torch.Tensor { return z.inner.Parameters() }

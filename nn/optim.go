@@ -226,6 +226,19 @@ func finiteNonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
 
 func (o *optimBase) Groups() []*Group { return o.groups }
 
+// Kind returns the PyTorch class the optimizer is: "SGD", "Adam" or
+// "AdamW" (checkpoints write its state_dict layout, train/ckpt).
+func (o *optimBase) Kind() string { return o.kind }
+
+// KindOf returns o's PyTorch class name (o.Kind() for an optimizer that
+// has one, wrappers included), or "" when o does not say.
+func KindOf(o Optimizer) string {
+	if k, ok := o.(interface{ Kind() string }); ok {
+		return k.Kind()
+	}
+	return ""
+}
+
 func (o *optimBase) Parameters() []*torch.Tensor {
 	var out []*torch.Tensor
 	for _, g := range o.groups {

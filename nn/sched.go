@@ -149,6 +149,30 @@ func (s *Schedule) State() []Named {
 	return out
 }
 
+// BaseLRs returns every group's base learning rate (PyTorch's base_lrs).
+func (s *Schedule) BaseLRs() []float64 { return append([]float64(nil), s.base...) }
+
+// SetState sets the step (PyTorch's last_epoch) and the base learning
+// rates (one per group), and the groups' learning rates for that step, as
+// LoadState does from named tensors. A step below 0 or another number of
+// base rates than of groups is an error and changes nothing.
+func (s *Schedule) SetState(lastEpoch int, baseLRs []float64) error {
+	if lastEpoch < 0 {
+		return fmt.Errorf("nn: Schedule.SetState: last_epoch %d", lastEpoch)
+	}
+	if len(baseLRs) != len(s.base) {
+		return fmt.Errorf("nn: Schedule.SetState: %d base learning rates for %d parameter groups", len(baseLRs), len(s.base))
+	}
+	s.step, s.base = lastEpoch, append([]float64(nil), baseLRs...)
+	for k, g := range s.opt.Groups() {
+		if k < len(s.base) {
+			g.InitialLR = s.base[k]
+		}
+	}
+	s.apply()
+	return nil
+}
+
 // LoadState restores the step and base learning rates and sets the
 // groups' learning rates for that step. Unknown or missing keys are
 // errors and change nothing.
@@ -187,14 +211,7 @@ func (s *Schedule) LoadState(sd map[string]*torch.Tensor) error {
 	if err != nil {
 		return fmt.Errorf("nn: Schedule.LoadState: %w", err)
 	}
-	s.step, s.base = step, base
-	for k, g := range s.opt.Groups() {
-		if k < len(base) {
-			g.InitialLR = base[k]
-		}
-	}
-	s.apply()
-	return nil
+	return s.SetState(step, base)
 }
 
 // Free releases the tensors State made.

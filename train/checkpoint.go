@@ -8,13 +8,19 @@ import (
 )
 
 // Checkpoint is what a training checkpoint holds besides the tensors:
-// where the run is. The file is a torch.save dict (Python can read it with
-// torch.load, weights_only=True included):
+// where the run is. The file is a torch.save dict (Python's torch.load
+// reads it; with weights_only=True on PyTorch 2.x, not on 1.13, whose
+// weights_only refuses every float, PyTorch's own optimizer state
+// included: package ckpt). Its parts are PyTorch's own state dicts, so a
+// Python loop resumes from it with load_state_dict, and LoadCheckpoint
+// resumes from a Python torch.save of the same keys:
 //
 //	model       OrderedDict of the model's state dict
-//	optimizer   dict of the optimizer's named state (nn.Optimizer.State)
-//	scheduler   dict (when a schedule is attached)
-//	scaler      dict: scale, growth_tracker, ...
+//	optimizer   the optimizer's state_dict(): {"state": {0: {...}, ...}, "param_groups": [...]}
+//	            (parameters numbered as nn.Parameters(model) orders them, when
+//	            the optimizer was made over those, groups in order)
+//	scheduler   LambdaLR's state_dict() (when a schedule is attached)
+//	scaler      GradScaler's state_dict(): scale, _growth_tracker, ...
 //	rng_state   uint8 tensor: the CPU generator
 //	loader      dict: epoch, batch, seed (the next batch to train on)
 //	step, epoch, micro_batch, accum, effective_batch   ints
@@ -124,7 +130,7 @@ func (t *Trainer) loadCheckpoint(path string) (Checkpoint, error) {
 	if err := f.CheckModule("model", t.Model); err != nil {
 		return Checkpoint{}, err
 	}
-	if _, err := f.Tensors("optimizer"); err != nil {
+	if err := f.CheckOptimizer("optimizer", t.Opt); err != nil {
 		return Checkpoint{}, err
 	}
 	var c Checkpoint

@@ -98,6 +98,9 @@ func (o *Offload) ZeroGrad() {
 // Groups returns the inner optimizer's groups (schedules set their LR).
 func (o *Offload) Groups() []*nn.Group { return o.inner.Groups() }
 
+// Kind returns the inner optimizer's PyTorch class name (nn.KindOf).
+func (o *Offload) Kind() string { return nn.KindOf(o.inner) }
+
 // Parameters returns the device parameters (whose gradients a GradScaler
 // unscales and the loop clips).
 func (o *Offload) Parameters() []*torch.Tensor { return o.params }

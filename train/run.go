@@ -403,7 +403,7 @@ func (r *Run) Load(f *ckpt.File, keys ...string) error {
 		case nn.Module:
 			err = f.CheckModule(p.key, v)
 		case nn.Optimizer:
-			_, err = f.Tensors(p.key)
+			err = f.CheckOptimizer(p.key, v)
 		default:
 			if !f.Has(p.key) {
 				_, err = f.Tensors(p.key) // the file's own error for a missing key

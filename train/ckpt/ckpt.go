@@ -6,9 +6,10 @@
 // choice, and the single-model trainer uses PyTorch's usual ones:
 //
 //	model       OrderedDict: a module's state dict (Writer.Module)
-//	optimizer   dict: an optimizer's named state (Writer.Optimizer)
-//	scheduler   dict: a schedule's state (Writer.Schedule)
-//	scaler      dict: a GradScaler's state (Writer.Scaler)
+//	optimizer   dict: the optimizer's state_dict() as PyTorch's (Writer.Optimizer):
+//	            {"state": {0: {"step", "exp_avg", ...}, ...}, "param_groups": [...]}
+//	scheduler   dict: LambdaLR's state_dict() (Writer.Schedule)
+//	scaler      dict: GradScaler's state_dict() (Writer.Scaler)
 //	rng_state   uint8 tensor: the CPU generator (Writer.RNG)
 //	loader      dict: epoch, batch, seed of the next batch (Writer.Loader);
 //	            samples, world too for a data-parallel run's sharded loader
@@ -21,6 +22,20 @@
 // File's methods restore each part, checking names and shapes before
 // anything changes, so a file of another model is refused with the first
 // mismatch named and nothing modified.
+//
+// The optimizer, scheduler and scaler parts are PyTorch's own state_dict()
+// layouts, so a Python loop resumes a torchfit run with
+// model.load_state_dict(ck["model"]), opt.load_state_dict(ck["optimizer"]),
+// sched.load_state_dict(ck["scheduler"]) and
+// scaler.load_state_dict(ck["scaler"]), and torchfit resumes from a Python
+// torch.save of those (Read accepts PyTorch's layouts and torchfit's
+// older flat ones: "state.<param>.exp_avg", "param_groups.0.lr", ...).
+//
+// torch.load(path, weights_only=True) opens these files on PyTorch 2.x.
+// PyTorch 1.13's weights_only unpickler has no BINFLOAT opcode ("Unsupported
+// operand 71"): it refuses any Python float, so every checkpoint with an
+// optimizer (lr, betas) or scaler (scale), as it refuses PyTorch's own
+// torch.save(opt.state_dict()); weights_only=False opens them there.
 package ckpt
 
 import (
@@ -31,6 +46,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
@@ -72,30 +88,41 @@ func namedDict(ns []nn.Named, ordered bool) *ptfile.Dict {
 // Module adds m's state dict (an OrderedDict, as PyTorch's).
 func (w *Writer) Module(key string, m nn.Module) { w.d.Set(key, namedDict(nn.StateDict(m), true)) }
 
-// Optimizer adds o's named state.
-func (w *Writer) Optimizer(key string, o nn.Optimizer) { w.d.Set(key, namedDict(o.State(), false)) }
+// Optimizer adds o's state as PyTorch's optimizer state_dict() (so
+// torch.optim's load_state_dict takes it): "state", a dict from parameter
+// index to its buffers ("step", "exp_avg", ... as 0-d and parameter-shaped
+// tensors), and "param_groups", a list of dicts of the hyperparameters,
+// "params" the indices. Parameters are numbered across the groups in
+// order (o.Groups()), as PyTorch numbers them: a Python optimizer made
+// over the same parameters in the same order and groups loads it. The
+// keys are those of the loaded libtorch's PyTorch (1.13's or 2.x's). An
+// optimizer PyTorch has no layout for (nn.KindOf gives none) is written
+// as torchfit's flat named state.
+func (w *Writer) Optimizer(key string, o nn.Optimizer) {
+	d, err := optimizerDict(o)
+	if err != nil {
+		panic(fmt.Sprintf("ckpt: Optimizer(%q): %v", key, err)) // State's own keys: a bug
+	}
+	if d == nil {
+		w.d.Set(key, namedDict(o.State(), false))
+		return
+	}
+	w.d.Set(key, d)
+}
 
-// Schedule adds s's state (nothing when s is nil).
+// Schedule adds s's state as LambdaLR's state_dict() (last_epoch,
+// base_lrs, _last_lr, _step_count, ...; lr_lambdas None, as PyTorch saves
+// a function), nothing when s is nil.
 func (w *Writer) Schedule(key string, s *nn.Schedule) {
 	if s != nil {
-		w.d.Set(key, namedDict(s.State(), false))
+		w.d.Set(key, scheduleDict(s))
 	}
 }
 
-// Scaler adds a GradScaler's state (scale, growth tracker, settings).
-func (w *Writer) Scaler(key string, s *amp.GradScaler) {
-	sc := ptfile.NewDict()
-	st := s.State()
-	keys := make([]string, 0, len(st))
-	for k := range st {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		sc.Set(k, st[k])
-	}
-	w.d.Set(key, sc)
-}
+// Scaler adds a GradScaler's state as PyTorch's GradScaler.state_dict():
+// scale, growth_factor, backoff_factor, growth_interval, _growth_tracker;
+// an empty dict for a disabled scaler.
+func (w *Writer) Scaler(key string, s *amp.GradScaler) { w.d.Set(key, scalerDict(s)) }
 
 // RNG adds the CPU generator's state as rng_state.
 func (w *Writer) RNG() { w.d.Set("rng_state", torch.RNGState()) }
@@ -250,34 +277,106 @@ func (f *File) Module(key string, m nn.Module) error {
 	return nil
 }
 
-// Optimizer loads part key into o.
-func (f *File) Optimizer(key string, o nn.Optimizer) error {
-	st, err := f.Tensors(key)
+// optimizerState returns part key as o.LoadState's named tensors, from
+// PyTorch's state_dict() layout or torchfit's flat one (files written
+// before PyTorch's); free releases what it made.
+func (f *File) optimizerState(key string, o nn.Optimizer) (sd map[string]*torch.Tensor, free func(), err error) {
+	x, ok := f.d.Get(key)
+	if !ok {
+		return nil, nil, f.fail("no %q entry", key)
+	}
+	d, ok := x.(*ptfile.Dict)
+	if !ok {
+		return nil, nil, f.fail("%q is a %T, not a dict", key, x)
+	}
+	if !isPyTorchOptimizer(d) {
+		sd, err := f.Tensors(key)
+		return sd, func() {}, err
+	}
+	if e := torch.Try(func() { sd, free, err = optimizerFromPyTorch(d, o) }); e != nil {
+		err = e // a tensor error (a freed tensor)
+	}
+	if err != nil {
+		return nil, nil, f.fail("%s: %w", key, err)
+	}
+	return sd, free, nil
+}
+
+// CheckOptimizer reports whether part key is an optimizer state o can
+// load (groups, parameters, shapes), without changing o.
+func (f *File) CheckOptimizer(key string, o nn.Optimizer) error {
+	sd, free, err := f.optimizerState(key, o)
 	if err != nil {
 		return err
 	}
-	if err := o.LoadState(st); err != nil {
-		return f.fail("%s: %v", key, err)
+	defer free()
+	index, _, shapes := paramIndex(o)
+	for k, t := range sd {
+		rest, ok := strings.CutPrefix(k, "state.")
+		i := strings.LastIndexByte(rest, '.')
+		if !ok || i < 0 {
+			continue
+		}
+		p, ok := index[rest[:i]]
+		if !ok {
+			return f.fail("%s: state of a parameter %q this optimizer does not have", key, rest[:i])
+		}
+		if buf := rest[i+1:]; buf != "step" && fmt.Sprint(t.Shape()) != fmt.Sprint(shapes[p]) {
+			return f.fail("%s: it was saved from another model: %s has shape %v, the parameter %v", key, k, t.Shape(), shapes[p])
+		}
 	}
 	return nil
 }
 
-// Schedule loads part key into s, when the file has it.
+// Optimizer loads part key into o: PyTorch's state_dict() layout (what
+// Writer.Optimizer writes, or Python's torch.save of opt.state_dict()) or
+// torchfit's older flat named state.
+func (f *File) Optimizer(key string, o nn.Optimizer) error {
+	sd, free, err := f.optimizerState(key, o)
+	if err != nil {
+		return err
+	}
+	defer free()
+	if err := o.LoadState(sd); err != nil {
+		return f.fail("%s: %w", key, err)
+	}
+	return nil
+}
+
+// Schedule loads part key into s, when the file has it: a PyTorch
+// scheduler's state_dict() (last_epoch and base_lrs are what s keeps) or
+// torchfit's older flat state.
 func (f *File) Schedule(key string, s *nn.Schedule) error {
 	if s == nil || !f.Has(key) {
 		return nil
+	}
+	x, _ := f.d.Get(key)
+	if d, ok := x.(*ptfile.Dict); ok {
+		if _, torchLayout := d.Get("base_lrs"); torchLayout {
+			last, base, err := scheduleFromPyTorch(d)
+			if err == nil {
+				err = s.SetState(last, base)
+			}
+			if err != nil {
+				return f.fail("%s: %w", key, err)
+			}
+			return nil
+		}
 	}
 	st, err := f.Tensors(key)
 	if err != nil {
 		return err
 	}
 	if err := s.LoadState(st); err != nil {
-		return f.fail("%s: %v", key, err)
+		return f.fail("%s: %w", key, err)
 	}
 	return nil
 }
 
-// Scaler loads part key into s when the file's scaler was enabled.
+// Scaler loads part key into s when the file's scaler was enabled: a
+// GradScaler.state_dict() (scale, _growth_tracker; empty when disabled)
+// or torchfit's older layout (scale, growth_tracker, enabled). s keeps
+// its own growth factor, backoff factor and interval.
 func (f *File) Scaler(key string, s *amp.GradScaler) error {
 	x, ok := f.d.Get(key)
 	if !ok {
@@ -290,17 +389,15 @@ func (f *File) Scaler(key string, s *amp.GradScaler) error {
 	st := map[string]float64{}
 	for _, e := range d.Entries {
 		k, _ := e.Key.(string)
-		switch n := e.Value.(type) {
-		case float64:
-			st[k] = n
-		case int64:
-			st[k] = float64(n)
+		if n, ok := number(e.Value); ok {
+			st[strings.TrimPrefix(k, "_")] = n // PyTorch's _growth_tracker
 		}
 	}
-	if st["enabled"] == 1 {
-		if err := s.LoadState(st); err != nil {
-			return f.fail("%s: %v", key, err)
-		}
+	if enabled, old := st["enabled"]; old && enabled != 1 || len(st) == 0 {
+		return nil
+	}
+	if err := s.LoadState(st); err != nil {
+		return f.fail("%s: %w", key, err)
 	}
 	return nil
 }
