@@ -174,3 +174,14 @@ func HasModule(module string) bool {
 }
 
 var modules sync.Map
+
+// SkipWithout skips t with one line when Python cannot import module: the
+// reference models no one here wrote (open_clip, transformers, torchaudio)
+// are in the PyTorch 2.11 leg's .venv (third_party/torch2/requirements.txt),
+// not in Debian's Python with torch 1.13.
+func SkipWithout(t testing.TB, module string) {
+	t.Helper()
+	if !HasModule(module) {
+		t.Skipf("%s cannot import %s (the PyTorch 2.11 leg's .venv has it: make test-torch2)", Python, module)
+	}
+}

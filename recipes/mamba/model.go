@@ -3,6 +3,7 @@ package mamba
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/scan"
@@ -327,6 +328,30 @@ func NewLM(c ModelConfig) (*LM, error) {
 	head.Weight = head.RegisterParam("weight", bb.Embedding.Weight) // tied: the same tensor
 	m.LMHead = nn.RegisterModule(&m.Base, "lm_head", head)
 	return m, nil
+}
+
+// FromHF renames a state dict of Hugging Face transformers'
+// MambaForCausalLM (MambaModel under backbone.) to this model's names,
+// mamba-ssm's: transformers calls the embedding backbone.embeddings, every
+// other name (backbone.layers.N.norm, .mixer.in_proj, conv1d, x_proj,
+// dt_proj, A_log, D, out_proj, backbone.norm_f, the tied lm_head) is the
+// same. The tensors are not copied. transformers' MambaConfig maps as
+// hidden_size → d_model, state_size → d_state, expand → expand_factor,
+// conv_kernel → d_conv, time_step_rank → dt_rank ("auto" is ⌈d_model/16⌉
+// in both), layer_norm_epsilon → norm_epsilon; its vocab_size is the
+// embedding's rows (a multiple of pad_vocab_size_multiple loads here
+// unchanged). use_bias (in_proj and out_proj biases) has no counterpart
+// here: such a state dict has keys this model lacks and a strict load
+// refuses it.
+func FromHF(sd map[string]*torch.Tensor) map[string]*torch.Tensor {
+	out := make(map[string]*torch.Tensor, len(sd))
+	for k, t := range sd {
+		if rest, ok := strings.CutPrefix(k, "backbone.embeddings."); ok {
+			k = "backbone.embedding." + rest
+		}
+		out[k] = t
+	}
+	return out
 }
 
 // Hidden returns the final normalised hidden states (batch, length,
