@@ -247,13 +247,13 @@ func (in *ganInstance) Export(path string, check *ptfile.Dict) error {
 	if err != nil {
 		return err
 	}
-	var sd []ptfile.NamedTensor
+	var sd torch.StateDict
 	for _, m := range []struct {
 		prefix string
 		mod    nn.Module
 	}{{"generator.", in.g}, {"discriminator.", in.d}} {
 		for _, p := range nn.StateDict(m.mod) {
-			sd = append(sd, ptfile.NamedTensor{Name: m.prefix + p.Name, T: p.T})
+			sd = append(sd, torch.Named{Name: m.prefix + p.Name, T: p.T})
 		}
 	}
 	batch := ptfile.NewDict("spec", in.b.Fields["spec"], "cond", in.b.Fields["cond"], "label", in.b.Fields["label"], "z", in.z)

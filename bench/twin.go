@@ -243,11 +243,7 @@ func (s *SingleModel) Export(path string, check *ptfile.Dict) error {
 	if err != nil {
 		return err
 	}
-	var sd []ptfile.NamedTensor
-	for _, p := range nn.StateDict(s.Model) {
-		sd = append(sd, ptfile.NamedTensor{Name: p.Name, T: p.T})
-	}
-	d := ptfile.NewDict("spec", string(js), "model", sd, "batch", s.PyBatch)
+	d := ptfile.NewDict("spec", string(js), "model", nn.StateDict(s.Model), "batch", s.PyBatch)
 	if check != nil {
 		d.Set("check", check)
 	}

@@ -155,7 +155,7 @@ func (z *ZeRO) Parameters() []*torch.Tensor { return z.inner.Parameters() }
 
 // State returns the whole state on rank 0 between GatherState and its
 // release; otherwise this rank's part.
-func (z *ZeRO) State() []nn.Named {
+func (z *ZeRO) State() torch.StateDict {
 	if z.gathered != nil {
 		return z.gathered
 	}

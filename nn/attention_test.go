@@ -105,10 +105,7 @@ func TestAttentionMatchPyTorch(t *testing.T) {
 func TestTransformerEncoderLayersStartIdentical(t *testing.T) {
 	torch.Tidy(func() {
 		e := nn.NewTransformerEncoder(nn.DefaultTransformerConfig(8, 2), 3, false)
-		sd := map[string]*torch.Tensor{}
-		for _, p := range nn.StateDict(e) {
-			sd[p.Name] = p.T
-		}
+		sd := nn.StateDict(e).Map()
 		require.Len(t, sd, 3*12)
 		for name, v := range sd {
 			if name[:9] == "layers.0." {

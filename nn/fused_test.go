@@ -76,7 +76,7 @@ func TestFusedAdamWMatchesPyTorch100Steps(t *testing.T) {
 			torch.ManualSeed(11)
 			var ps []Named
 			for k, s := range shapes {
-				ps = append(ps, Named{string(rune('a' + k)), torch.Randn(s).Keep()})
+				ps = append(ps, Named{Name: string(rune('a' + k)), T: torch.Randn(s).Keep()})
 			}
 			defer optimFree(ps)
 			opt := NewAdamWGroups([]ParamGroup{{Params: ps[:1]}, ParamGroup{Params: ps[1:]}.WithWeightDecay(0)},
@@ -127,7 +127,7 @@ func TestFusedAdamFallsBack(t *testing.T) {
 		torch.ManualSeed(5)
 		p := torch.Randn([]int64{4, 3}, torch.Float64).Keep()
 		defer p.Free()
-		opt := NewAdamW([]Named{{"p", p}}, AdamWDefaults(0.1))
+		opt := NewAdamW([]Named{{Name: "p", T: p}}, AdamWDefaults(0.1))
 		defer opt.Free()
 		for s := 0; s < 3; s++ {
 			torch.Tidy(func() { p.SetGrad(p.MulScalar(0.5)) })
@@ -194,7 +194,7 @@ func runFusedCase(t *testing.T, mk func([]Named) *Adam, fused bool, threads int)
 	torch.ManualSeed(21)
 	var ps []Named
 	for k, s := range fusedCaseShapes {
-		ps = append(ps, Named{string(rune('a' + k)), torch.Randn(s).Keep()})
+		ps = append(ps, Named{Name: string(rune('a' + k)), T: torch.Randn(s).Keep()})
 	}
 	defer optimFree(ps)
 	opt := mk(ps)

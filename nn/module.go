@@ -19,11 +19,8 @@ type Layer interface {
 	Forward(x *torch.Tensor) *torch.Tensor
 }
 
-// Named is a tensor with its state-dict name.
-type Named struct {
-	Name string
-	T    *torch.Tensor
-}
+// Named is a tensor with its state-dict name (torch.Named).
+type Named = torch.Named
 
 type child struct {
 	name string
@@ -53,7 +50,7 @@ func (b *Base) RegisterParam(name string, t *torch.Tensor) *torch.Tensor {
 			t.SetRequiresGrad(true)
 		}
 	}
-	b.params = append(b.params, Named{name, t})
+	b.params = append(b.params, Named{Name: name, T: t})
 	return t
 }
 
@@ -64,7 +61,7 @@ func (b *Base) RegisterBuffer(name string, t *torch.Tensor, persistent bool) *to
 	if t != nil {
 		t.Keep()
 	}
-	b.buffers = append(b.buffers, Named{name, t})
+	b.buffers = append(b.buffers, Named{Name: name, T: t})
 	if !persistent {
 		if b.nonPersistent == nil {
 			b.nonPersistent = map[string]bool{}
@@ -129,7 +126,7 @@ func Parameters(m Module) []Named {
 		for _, p := range b.params {
 			if p.T != nil && !seen[p.T] {
 				seen[p.T] = true
-				out = append(out, Named{join(prefix, p.Name), p.T})
+				out = append(out, Named{Name: join(prefix, p.Name), T: p.T})
 			}
 		}
 	})
@@ -151,7 +148,7 @@ func Buffers(m Module) []Named {
 	walk("", m, func(prefix string, b *Base) {
 		for _, p := range b.buffers {
 			if p.T != nil {
-				out = append(out, Named{join(prefix, p.Name), p.T})
+				out = append(out, Named{Name: join(prefix, p.Name), T: p.T})
 			}
 		}
 	})
@@ -160,20 +157,20 @@ func Buffers(m Module) []Named {
 
 // StateDict returns parameters and persistent buffers by name, in
 // PyTorch's order (per module: parameters, then buffers, then children).
-// The tensors are m's own (not copies).
-func StateDict(m Module) []Named {
-	var out []Named
+// The tensors are m's own (not copies): do not Free it.
+func StateDict(m Module) torch.StateDict {
+	var out torch.StateDict
 	var rec func(prefix string, m Module)
 	rec = func(prefix string, m Module) {
 		b := m.base()
 		for _, p := range b.params {
 			if p.T != nil {
-				out = append(out, Named{join(prefix, p.Name), p.T})
+				out = append(out, Named{Name: join(prefix, p.Name), T: p.T})
 			}
 		}
 		for _, p := range b.buffers {
 			if p.T != nil && !b.nonPersistent[p.Name] {
-				out = append(out, Named{join(prefix, p.Name), p.T})
+				out = append(out, Named{Name: join(prefix, p.Name), T: p.T})
 			}
 		}
 		for _, c := range b.children {
@@ -193,11 +190,13 @@ type LoadReport struct {
 }
 
 // LoadStateDict copies values from sd into m's parameters and buffers (in
-// place, under NoGrad). Shape mismatches are errors. With strict, missing
-// or unexpected keys are errors too; otherwise they are reported.
-func LoadStateDict(m Module, sd map[string]*torch.Tensor, strict bool) (LoadReport, error) {
+// place, under NoGrad); sd's tensors stay the caller's. Shape mismatches
+// are errors. With strict, missing or unexpected keys are errors too;
+// otherwise they are reported.
+func LoadStateDict(m Module, state torch.StateDict, strict bool) (LoadReport, error) {
 	var rep LoadReport
 	own := StateDict(m)
+	sd := state.Map()
 	have := map[string]bool{}
 	for _, p := range own {
 		have[p.Name] = true

@@ -48,7 +48,7 @@ type Optimizer interface {
 	// "state.<param name>.<buffer>" (see each optimizer). The tensors are
 	// the optimizer's own, not copies: do not free or modify them; they
 	// are valid until the next Step, State, LoadState or Free.
-	State() []Named
+	State() torch.StateDict
 	// LoadState restores what State returned (values are copied; the
 	// map's tensors stay the caller's). Everything is checked before
 	// anything changes: unknown keys, missing hyperparameters, shape
@@ -213,7 +213,7 @@ func newOptimBase(kind string, groups []ParamGroup, lr, wd float64, fill func(g 
 			}
 			o.names[p.T] = name
 			o.byName[name] = p.T
-			g.Params = append(g.Params, Named{name, p.T})
+			g.Params = append(g.Params, Named{Name: name, T: p.T})
 			idx++
 		}
 		o.groups = append(o.groups, g)
@@ -294,12 +294,12 @@ func (o *optimBase) hpTensor(key string, v float64) *torch.Tensor {
 	return t
 }
 
-func (o *optimBase) State() []Named {
-	var out []Named
+func (o *optimBase) State() torch.StateDict {
+	var out torch.StateDict
 	for gi, g := range o.groups {
 		for _, h := range o.hypers {
 			key := fmt.Sprintf("param_groups.%d.%s", gi, h.name)
-			out = append(out, Named{key, o.hpTensor(key, h.get(g))})
+			out = append(out, Named{Name: key, T: o.hpTensor(key, h.get(g))})
 		}
 	}
 	for _, g := range o.groups {
@@ -315,11 +315,11 @@ func (o *optimBase) State() []Named {
 				} else {
 					st.stepT.FillIn(float64(st.step))
 				}
-				out = append(out, Named{prefix + "step", st.stepT})
+				out = append(out, Named{Name: prefix + "step", T: st.stepT})
 			}
 			for _, k := range o.bufKeys {
 				if b := st.bufs[k]; b != nil {
-					out = append(out, Named{prefix + k, b})
+					out = append(out, Named{Name: prefix + k, T: b})
 				}
 			}
 		}

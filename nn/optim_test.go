@@ -60,7 +60,7 @@ func optimGrad(k, step int) []float32 {
 func optimParams() []Named {
 	ps := make([]Named, len(optimShapes))
 	for k, s := range optimShapes {
-		ps[k] = Named{s.name, torch.FromSlice(optimInit(k), s.shape).Keep().SetRequiresGrad(true)}
+		ps[k] = Named{Name: s.name, T: torch.FromSlice(optimInit(k), s.shape).Keep().SetRequiresGrad(true)}
 	}
 	return ps
 }
@@ -465,11 +465,11 @@ func TestOptimMemoryFlat(t *testing.T) {
 
 func TestDecayGroups(t *testing.T) {
 	ps := []Named{
-		{"enc.weight", torch.Zeros([]int64{3, 3}).Keep()},
-		{"enc.bias", torch.Zeros([]int64{3}).Keep()},
-		{"norm.weight", torch.Ones([]int64{3}).Keep()},
-		{"emb.weight", torch.Zeros([]int64{5, 3}).Keep()},
-		{"proj.bias", torch.Zeros([]int64{1, 3}).Keep()}, // 2-d, but a bias
+		{Name: "enc.weight", T: torch.Zeros([]int64{3, 3}).Keep()},
+		{Name: "enc.bias", T: torch.Zeros([]int64{3}).Keep()},
+		{Name: "norm.weight", T: torch.Ones([]int64{3}).Keep()},
+		{Name: "emb.weight", T: torch.Zeros([]int64{5, 3}).Keep()},
+		{Name: "proj.bias", T: torch.Zeros([]int64{1, 3}).Keep()}, // 2-d, but a bias
 	}
 	defer optimFree(ps)
 	gs := DecayGroups(ps, 0.1)
@@ -491,7 +491,7 @@ func TestDecayGroups(t *testing.T) {
 }
 
 func TestOptimConfigPanics(t *testing.T) {
-	ps := []Named{{"w", torch.Zeros([]int64{2}).Keep()}}
+	ps := []Named{{Name: "w", T: torch.Zeros([]int64{2}).Keep()}}
 	defer optimFree(ps)
 	for k, f := range []func(){
 		func() { NewSGD(ps, SGDConfig{LR: 0.1, Nesterov: true}) },

@@ -131,20 +131,20 @@ func (s *Schedule) LRs(step int) []float64 {
 // State returns "last_epoch" (0-d int64) and "base_lrs.<i>" (0-d
 // float64). The tensors are the schedule's own, valid until the next
 // State, LoadState or Free.
-func (s *Schedule) State() []Named {
+func (s *Schedule) State() torch.StateDict {
 	if s.stepT == nil {
 		s.stepT = torch.Scalar(float64(s.step), torch.Int64).Keep()
 	} else {
 		s.stepT.FillIn(float64(s.step))
 	}
-	out := []Named{{"last_epoch", s.stepT}}
+	out := torch.StateDict{{Name: "last_epoch", T: s.stepT}}
 	for k, b := range s.base {
 		if k == len(s.baseT) {
 			s.baseT = append(s.baseT, torch.Scalar(b, torch.Float64).Keep())
 		} else {
 			s.baseT[k].FillIn(b)
 		}
-		out = append(out, Named{"base_lrs." + strconv.Itoa(k), s.baseT[k]})
+		out = append(out, Named{Name: "base_lrs." + strconv.Itoa(k), T: s.baseT[k]})
 	}
 	return out
 }

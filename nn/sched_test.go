@@ -63,8 +63,8 @@ emit(out)
 func schedOpt() (*SGD, func()) {
 	p, q := torch.Zeros([]int64{1}).Keep(), torch.Zeros([]int64{1}).Keep()
 	opt := NewSGDGroups([]ParamGroup{
-		ParamGroup{Params: []Named{{"p", p}}}.WithLR(schedBaseLRs[0]),
-		ParamGroup{Params: []Named{{"q", q}}}.WithLR(schedBaseLRs[1]),
+		ParamGroup{Params: []Named{{Name: "p", T: p}}}.WithLR(schedBaseLRs[0]),
+		ParamGroup{Params: []Named{{Name: "q", T: q}}}.WithLR(schedBaseLRs[1]),
 	}, SGDConfig{LR: 1})
 	return opt, func() { opt.Free(); p.Free(); q.Free() }
 }

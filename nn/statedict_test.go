@@ -13,39 +13,30 @@ func seqModel() *nn.Sequential {
 	return nn.NewSequential(nn.NewLinear(5, 4, true), nn.NewBatchNorm1d(4), nn.NewReLU())
 }
 
-func sdMap(m nn.Module) map[string]*torch.Tensor {
-	out := map[string]*torch.Tensor{}
-	for _, p := range nn.StateDict(m) {
-		out[p.Name] = p.T
-	}
-	return out
-}
-
 func TestLoadStateDict(t *testing.T) {
 	torch.Tidy(func() {
 		src, dst := seqModel(), seqModel()
-		full := sdMap(src)
-		require.Len(t, full, 7) // 0.weight, 0.bias, 1.weight, 1.bias, 1.running_mean, 1.running_var, 1.num_batches_tracked
+		full := nn.StateDict(src)
+		require.Equal(t, []string{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var", "1.num_batches_tracked"}, full.Names())
+		w, ok := full.Get("0.weight")
+		require.True(t, ok)
+		require.Same(t, src.Layers[0].(*nn.Linear).Weight, w)
+		_, ok = full.Get("2.weight")
+		require.False(t, ok)
 
-		missing := map[string]*torch.Tensor{}
-		for k, v := range full {
-			if k != "1.running_var" {
-				missing[k] = v
+		var missing torch.StateDict
+		for _, p := range full {
+			if p.Name != "1.running_var" {
+				missing = append(missing, p)
 			}
 		}
-		extra := map[string]*torch.Tensor{"2.weight": torch.Ones([]int64{4})}
-		for k, v := range full {
-			extra[k] = v
-		}
-		badShape := map[string]*torch.Tensor{}
-		for k, v := range full {
-			badShape[k] = v
-		}
-		badShape["0.weight"] = torch.Zeros([]int64{4, 6})
+		extra := append(torch.StateDict{{Name: "2.weight", T: torch.Ones([]int64{4})}}, full...)
+		badShape := append(torch.StateDict(nil), full...)
+		badShape[0].T = torch.Zeros([]int64{4, 6})
 
 		cases := []struct {
 			name       string
-			sd         map[string]*torch.Tensor
+			sd         torch.StateDict
 			strict     bool
 			wantErr    string
 			missing    []string
@@ -71,8 +62,9 @@ func TestLoadStateDict(t *testing.T) {
 			})
 		}
 		// After the successful loads dst equals src.
-		for k, v := range sdMap(dst) {
-			require.True(t, v.Equal(full[k]), k)
+		want := full.Map()
+		for _, p := range nn.StateDict(dst) {
+			require.True(t, p.T.Equal(want[p.Name]), p.Name)
 		}
 	})
 }

@@ -46,9 +46,9 @@ func LoadWeights(path string) (any, error) {
 	return ptfile.NewDict("model", sd, "meta", meta), nil
 }
 
-// LoadStateDict reads a state dict from a weights file, as
-// ptfile.LoadTensors: the names in file order and the tensors by name.
-func LoadStateDict(path string) (names []string, tensors map[string]*torch.Tensor, err error) {
+// LoadStateDict reads a state dict from a weights file (safetensors or
+// torch.save), in file order, as ptfile.LoadTensors; Free releases it.
+func LoadStateDict(path string) (torch.StateDict, error) {
 	if safetensors.IsFile(path) {
 		return safetensors.LoadTensors(path)
 	}

@@ -106,7 +106,7 @@ func (o *Offload) Kind() string { return nn.KindOf(o.inner) }
 func (o *Offload) Parameters() []*torch.Tensor { return o.params }
 
 // State returns the inner optimizer's state (on the CPU).
-func (o *Offload) State() []nn.Named { return o.inner.State() }
+func (o *Offload) State() torch.StateDict { return o.inner.State() }
 
 // LoadState restores the inner optimizer's state and, with master
 // weights, refreshes the host copies from the device parameters (a

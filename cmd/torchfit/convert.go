@@ -86,11 +86,7 @@ func convert(in, out string) (int, error) {
 				md.Set(k, meta[k])
 			}
 		}
-		sdd := &ptfile.Dict{Ordered: true}
-		for _, nt := range sd {
-			sdd.Entries = append(sdd.Entries, ptfile.DictEntry{Key: nt.Name, Value: nt.T})
-		}
-		err = ptfile.Save(out, ptfile.NewDict("model", sdd, "meta", md))
+		err = ptfile.Save(out, ptfile.NewDict("model", sd, "meta", md))
 	default:
 		err = ptfile.SaveTensors(out, sd)
 	}
@@ -99,7 +95,7 @@ func convert(in, out string) (int, error) {
 
 // stateDictOf finds the state dict in a loaded file, and the metadata: the
 // string values of a checkpoint's "meta".
-func stateDictOf(v any) ([]ptfile.NamedTensor, map[string]string, error) {
+func stateDictOf(v any) (torch.StateDict, map[string]string, error) {
 	d, ok := v.(*ptfile.Dict)
 	if !ok {
 		return nil, nil, fmt.Errorf("not a state dict or checkpoint (a %T)", v)
@@ -128,14 +124,14 @@ func stateDictOf(v any) ([]ptfile.NamedTensor, map[string]string, error) {
 	if !ok {
 		return nil, nil, fmt.Errorf("its model is not a state dict (a %T)", sdv)
 	}
-	var named []ptfile.NamedTensor
+	var named torch.StateDict
 	for _, e := range sd.Entries {
 		name, ok := e.Key.(string)
 		t, isT := e.Value.(*torch.Tensor)
 		if !ok || !isT {
 			return nil, nil, fmt.Errorf("the state dict holds %v: %T, not a tensor", e.Key, e.Value)
 		}
-		named = append(named, ptfile.NamedTensor{Name: name, T: t})
+		named = append(named, torch.Named{Name: name, T: t})
 	}
 	return named, meta, nil
 }

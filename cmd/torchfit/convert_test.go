@@ -17,13 +17,13 @@ import (
 // dtype, then name), a checkpoint's meta as metadata and back.
 func TestConvertRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	named := []ptfile.NamedTensor{
+	named := torch.StateDict{
 		{Name: "w", T: torch.FromSlice([]float32{1.5, -2, 3.25, 0}, []int64{2, 2})},
 		{Name: "b", T: torch.FromSlice([]float32{1, 0.5}, nil, torch.BFloat16)},
 		{Name: "steps", T: torch.FromSlice([]int64{7}, []int64{})},
 		{Name: "mask", T: torch.FromSlice([]bool{true, false}, nil)},
 	}
-	defer ptfile.FreeAll(named)
+	defer named.Free()
 	for _, tc := range []struct {
 		name string
 		save func(path string) error
@@ -69,12 +69,14 @@ func TestConvertRoundTrip(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, ws, ws2, "safetensors → .pt → safetensors is the same file")
 			if tc.meta["recipe"] == "" {
-				_, back, err := ptfile.LoadTensors(b)
+				back, err := ptfile.LoadTensors(b)
 				require.NoError(t, err)
-				defer ptfile.FreeAll(back)
+				defer back.Free()
 				require.Len(t, back, len(named))
 				for _, nt := range named {
-					require.Equal(t, nt.T.Float64s(), back[nt.Name].Float64s(), nt.Name)
+					got, ok := back.Get(nt.Name)
+					require.True(t, ok, nt.Name)
+					require.Equal(t, nt.T.Float64s(), got.Float64s(), nt.Name)
 				}
 				return
 			}
@@ -94,7 +96,7 @@ func TestConvertRefuses(t *testing.T) {
 	good := filepath.Join(dir, "w.safetensors")
 	x := torch.FromSlice([]float32{1, 2}, nil)
 	defer x.Free()
-	require.NoError(t, safetensors.Save(good, []ptfile.NamedTensor{{Name: "x", T: x}}, nil))
+	require.NoError(t, safetensors.Save(good, torch.StateDict{{Name: "x", T: x}}, nil))
 	full, err := os.ReadFile(good)
 	require.NoError(t, err)
 	damaged := filepath.Join(dir, "damaged.safetensors")

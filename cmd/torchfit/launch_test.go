@@ -51,11 +51,11 @@ func modelWeights(t *testing.T, path string) map[string][]float32 {
 	ws, err := f.Tensors("model")
 	require.NoError(t, err)
 	out := map[string][]float32{}
-	for k, w := range ws {
-		if strings.Contains(k, "running_") || strings.Contains(k, "num_batches") {
+	for _, w := range ws {
+		if strings.Contains(w.Name, "running_") || strings.Contains(w.Name, "num_batches") {
 			continue
 		}
-		out[k] = torch.ToSlice[float32](w)
+		out[w.Name] = torch.ToSlice[float32](w.T)
 	}
 	return out
 }

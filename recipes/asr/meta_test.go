@@ -33,10 +33,7 @@ func craftCheckpoint(t *testing.T, edit func(*modelMeta)) string {
 	}
 	b, err := json.Marshal(meta)
 	require.NoError(t, err)
-	var sd []ptfile.NamedTensor
-	for _, p := range nn.StateDict(m) {
-		sd = append(sd, ptfile.NamedTensor{Name: p.Name, T: p.T})
-	}
+	sd := nn.StateDict(m)
 	path := filepath.Join(t.TempDir(), "crafted.pt")
 	require.NoError(t, ptfile.Save(path, ptfile.NewDict("model", sd, "meta", ptfile.NewDict("recipe", "asr", "model", string(b)))))
 	return path

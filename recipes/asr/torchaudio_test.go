@@ -36,17 +36,17 @@ var torchaudioNames = []struct{ from, to string }{
 // fromTorchaudio renames torchaudio.models.Conformer's state dict
 // (conformer_layers.N.…) to the names within the recipe's encoder.layers
 // (N.…).
-func fromTorchaudio(sd map[string]*torch.Tensor) map[string]*torch.Tensor {
-	out := make(map[string]*torch.Tensor, len(sd))
-	for k, t := range sd {
-		num, name, _ := strings.Cut(strings.TrimPrefix(k, "conformer_layers."), ".")
+func fromTorchaudio(sd torch.StateDict) torch.StateDict {
+	out := make(torch.StateDict, 0, len(sd))
+	for _, p := range sd {
+		num, name, _ := strings.Cut(strings.TrimPrefix(p.Name, "conformer_layers."), ".")
 		for _, r := range torchaudioNames {
 			if rest, ok := strings.CutPrefix(name, r.from); ok {
 				name = r.to + rest
 				break
 			}
 		}
-		out[num+"."+name] = t
+		out = append(out, torch.Named{Name: num + "." + name, T: p.T})
 	}
 	return out
 }
@@ -136,18 +136,19 @@ func TestTorchaudioConformerBlocks(t *testing.T) {
 	defer nn.Free(m)
 	nn.To(m, torch.CPU, torch.Float64)
 	layers := m.Encoder.Layers
-	_, sd, err := ptfile.LoadTensors(sdPath)
+	sd, err := ptfile.LoadTensors(sdPath)
 	require.NoError(t, err)
-	defer ptfile.FreeAll(sd)
+	defer sd.Free()
 	_, err = nn.LoadStateDict(layers, fromTorchaudio(sd), true)
 	require.NoError(t, err, "torchaudio's layers load strictly into encoder.layers")
-	_, ref, err := ptfile.LoadTensors(xPath)
+	refSD, err := ptfile.LoadTensors(xPath)
 	require.NoError(t, err)
-	defer ptfile.FreeAll(ref)
-	_, refGrads, err := ptfile.LoadTensors(gradPath)
+	defer refSD.Free()
+	ref := refSD.Map()
+	refAfter, err := ptfile.LoadTensors(gradPath)
 	require.NoError(t, err)
-	defer ptfile.FreeAll(refGrads)
-	after := fromTorchaudio(refGrads)
+	defer refAfter.Free()
+	after := fromTorchaudio(refAfter).Map()
 
 	run := func(n int, mask *torch.Tensor) *torch.Tensor {
 		x := ref["x"]

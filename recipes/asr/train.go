@@ -415,7 +415,7 @@ const (
 // readCheckpoint loads an ASR checkpoint once and returns its model
 // description and weights, checked against each other. free releases the
 // weights.
-func readCheckpoint(path string) (meta modelMeta, weights map[string]*torch.Tensor, free func(), err error) {
+func readCheckpoint(path string) (meta modelMeta, weights torch.StateDict, free func(), err error) {
 	f, err := ckpt.Read(path)
 	if err != nil {
 		var ce *ckpt.Error
@@ -424,7 +424,7 @@ func readCheckpoint(path string) (meta modelMeta, weights map[string]*torch.Tens
 		}
 		return meta, nil, nil, checkpointError(path, ce.Err)
 	}
-	bad := func(format string, args ...any) (modelMeta, map[string]*torch.Tensor, func(), error) {
+	bad := func(format string, args ...any) (modelMeta, torch.StateDict, func(), error) {
 		f.Free()
 		return meta, nil, nil, checkpointError(path, fmt.Errorf(format, args...))
 	}
@@ -446,7 +446,7 @@ func readCheckpoint(path string) (meta modelMeta, weights map[string]*torch.Tens
 		}
 		return bad("model weights: %v", err)
 	}
-	if err := checkMeta(meta, weights); err != nil {
+	if err := checkMeta(meta, weights.Map()); err != nil {
 		return bad("%v", err)
 	}
 	return meta, weights, f.Free, nil

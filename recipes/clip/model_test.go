@@ -129,11 +129,7 @@ with torch.no_grad():
 	require.Less(t, dt, 1e-5)
 
 	// The other way: Go's state dict into Python, strictly.
-	var named []ptfile.NamedTensor
-	for _, p := range nn.StateDict(m) {
-		named = append(named, ptfile.NamedTensor{Name: p.Name, T: p.T})
-	}
-	require.NoError(t, ptfile.SaveTensors(in["go_path"].(string), named))
+	require.NoError(t, ptfile.SaveTensors(in["go_path"].(string), nn.StateDict(m)))
 	var back struct{ Img [][]float64 }
 	pyref.Run(t, `
 import importlib.util
@@ -236,11 +232,7 @@ func TestInferPresets(t *testing.T) {
 		}
 		m, err := NewModel(c)
 		require.NoError(t, err)
-		sd := map[string]*torch.Tensor{}
-		for _, p := range nn.StateDict(m) {
-			sd[p.Name] = p.T
-		}
-		got, err := Infer(sd)
+		got, err := Infer(nn.StateDict(m).Map())
 		require.NoError(t, err)
 		require.Equal(t, c, got, name)
 		t.Logf("preset %s: %d parameters", name, nn.NumParams(m))

@@ -123,9 +123,10 @@ func TestOpenCLIPLoads(t *testing.T) {
 			}
 			require.ElementsMatch(t, ref.Keys, names, "the same names (open_clip's blocks list ln_1 before attn)")
 
-			_, x, err := ptfile.LoadTensors(xPath)
+			xs, err := ptfile.LoadTensors(xPath)
 			require.NoError(t, err)
-			defer ptfile.FreeAll(x)
+			defer xs.Free()
+			x := xs.Map()
 			var img, txt, logits []float64
 			torch.NoGrad(func() {
 				torch.Tidy(func() {
@@ -149,11 +150,7 @@ func TestOpenCLIPLoads(t *testing.T) {
 			}
 
 			goPath := filepath.Join(dir, "go.pt")
-			var named []ptfile.NamedTensor
-			for _, p := range nn.StateDict(m) {
-				named = append(named, ptfile.NamedTensor{Name: p.Name, T: p.T})
-			}
-			require.NoError(t, ptfile.SaveTensors(goPath, named))
+			require.NoError(t, ptfile.SaveTensors(goPath, nn.StateDict(m)))
 			var back struct{ Img, Txt [][]float64 }
 			pyref.Run(t, `
 				import os, logging

@@ -9,7 +9,6 @@ import (
 
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
-	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/torch/safetensors"
 )
 
@@ -23,10 +22,9 @@ func TestReadWeightsSafetensors(t *testing.T) {
 	m, err := NewModel(twinConfig)
 	require.NoError(t, err)
 	defer nn.Free(m)
-	var named []ptfile.NamedTensor
+	named := nn.StateDict(m)
 	want := map[string][]float64{}
-	for _, p := range nn.StateDict(m) {
-		named = append(named, ptfile.NamedTensor{Name: p.Name, T: p.T})
+	for _, p := range named {
 		want[p.Name] = p.T.Float64s()
 	}
 	for _, tc := range []struct {

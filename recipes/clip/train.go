@@ -126,8 +126,8 @@ func checkpointError(path string, err error) error {
 
 // Weights are a model's description and state dict read from a file.
 type Weights struct {
-	Meta    modelMeta // Config always set; Words, Preset only from torchfit checkpoints
-	Tensors map[string]*torch.Tensor
+	Meta    modelMeta       // Config always set; Words, Preset only from torchfit checkpoints
+	Tensors torch.StateDict // in file order, "module." prefixes removed
 	free    func()
 }
 
@@ -170,16 +170,15 @@ func ReadWeights(path string) (*Weights, error) {
 	if !ok {
 		return fail("its model is not a state dict")
 	}
-	w.Tensors = map[string]*torch.Tensor{}
 	for _, e := range sd.Entries {
 		name, ok := e.Key.(string)
 		t, isT := e.Value.(*torch.Tensor)
 		if !ok || !isT {
 			return fail("the state dict holds %v: %T, not a tensor", e.Key, e.Value)
 		}
-		w.Tensors[strings.TrimPrefix(name, "module.")] = t
+		w.Tensors = append(w.Tensors, torch.Named{Name: strings.TrimPrefix(name, "module."), T: t})
 	}
-	inferred, err := Infer(w.Tensors)
+	inferred, err := Infer(w.Tensors.Map())
 	if err != nil {
 		if m, ok := d.Get("meta"); ok {
 			if md, ok := m.(*ptfile.Dict); ok {

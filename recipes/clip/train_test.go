@@ -107,10 +107,7 @@ func TestBadInputs(t *testing.T) {
 	small := twinConfig
 	m, err := NewModel(small)
 	require.NoError(t, err)
-	var named []ptfile.NamedTensor
-	for _, p := range nn.StateDict(m) {
-		named = append(named, ptfile.NamedTensor{Name: p.Name, T: p.T})
-	}
+	named := nn.StateDict(m)
 	stateDict := filepath.Join(dir, "sd.pt")
 	require.NoError(t, ptfile.SaveTensors(stateDict, named))
 	safeStateDict := filepath.Join(dir, "sd.safetensors")

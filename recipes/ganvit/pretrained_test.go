@@ -30,10 +30,7 @@ func TestPretrainedSafetensors(t *testing.T) {
 	src, err := NewViT(tinyViT(2))
 	require.NoError(t, err)
 	defer nn.Free(src)
-	var named []ptfile.NamedTensor
-	for _, p := range nn.StateDict(src) {
-		named = append(named, ptfile.NamedTensor{Name: p.Name, T: p.T})
-	}
+	named := nn.StateDict(src)
 	for _, tc := range []struct {
 		name, file string
 		classes    int64

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	mrand "math/rand/v2"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
-	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/train"
 	"github.com/torchfit/torchfit/train/ckpt"
 )
@@ -478,19 +476,22 @@ func count(n int64) string {
 // safetensors: recipes.LoadStateDict); a head of another number of classes
 // is left as initialised.
 func loadPretrained(v *ViT, path string, logf func(string, ...any)) error {
-	_, sd, err := recipes.LoadStateDict(path)
+	file, err := recipes.LoadStateDict(path)
 	if err != nil {
 		return checkpointError(path, err)
 	}
-	// The file's tensors, freed at the end; sd may come to hold the
-	// model's own head instead.
-	defer ptfile.FreeAll(maps.Clone(sd))
+	defer file.Free()
+	sd := file // or, with another head, the model's own head instead of the file's
 	head := v.Heads.Head.Weight.Shape()
-	if w, ok := sd["heads.head.weight"]; ok && fmt.Sprint(w.Shape()) != fmt.Sprint(head) {
+	if w, ok := file.Get("heads.head.weight"); ok && fmt.Sprint(w.Shape()) != fmt.Sprint(head) {
 		logf("--vit-weights %s: its head has %v classes, this one %d: the head starts from zero", path, w.Shape()[0], head[0])
-		delete(sd, "heads.head.weight")
-		delete(sd, "heads.head.bias")
-		sd["heads.head.weight"], sd["heads.head.bias"] = v.Heads.Head.Weight, v.Heads.Head.Bias
+		sd = nil
+		for _, p := range file {
+			if p.Name != "heads.head.weight" && p.Name != "heads.head.bias" {
+				sd = append(sd, p)
+			}
+		}
+		sd = append(sd, torch.Named{Name: "heads.head.weight", T: v.Heads.Head.Weight}, torch.Named{Name: "heads.head.bias", T: v.Heads.Head.Bias})
 	}
 	if _, err := nn.LoadStateDict(v, sd, true); err != nil {
 		return checkpointError(path, fmt.Errorf("not a torchvision ViT of this shape (%s): %w", v.Cfg.Name, err))

@@ -60,14 +60,15 @@ func TestViTLoadsTorchvisionB16(t *testing.T) {
 	}
 	require.Equal(t, want.Keys, names, "state-dict names and order")
 
-	_, sd, err := ptfile.LoadTensors(sdPath)
+	sd, err := ptfile.LoadTensors(sdPath)
 	require.NoError(t, err)
-	defer ptfile.FreeAll(sd)
+	defer sd.Free()
 	_, err = nn.LoadStateDict(v, sd, true)
 	require.NoError(t, err)
-	_, xs, err := ptfile.LoadTensors(xPath)
+	inputs, err := ptfile.LoadTensors(xPath)
 	require.NoError(t, err)
-	defer ptfile.FreeAll(xs)
+	defer inputs.Free()
+	xs := inputs.Map()
 	nn.SetTraining(v, false)
 	var got []float64
 	torch.NoGrad(func() {
@@ -83,9 +84,10 @@ func TestViTLoadsTorchvisionB16(t *testing.T) {
 	t.Logf("vit_b_16 (86M parameters, %s), 2 images: max |Go − torchvision| logit difference %.2e", want.Versions, worst)
 	require.LessOrEqual(t, worst, 1e-4)
 
-	_, grads, err := ptfile.LoadTensors(gradPath)
+	gradSD, err := ptfile.LoadTensors(gradPath)
 	require.NoError(t, err)
-	defer ptfile.FreeAll(grads)
+	defer gradSD.Free()
+	grads := gradSD.Map()
 	nn.SetTraining(v, true)
 	params := nn.Parameters(v)
 	require.Len(t, params, len(grads))
@@ -149,13 +151,13 @@ func TestViTGradientsMatchTorchvision(t *testing.T) {
 			require.NoError(t, err)
 			defer nn.Free(v)
 			nn.To(v, torch.CPU, torch.Float64)
-			sd := map[string]*torch.Tensor{}
+			var sd torch.StateDict
 			for _, p := range nn.StateDict(v) {
-				sd[p.Name] = torch.FromSlice(ref.SD[p.Name], p.T.Shape()).Keep()
+				sd = append(sd, torch.Named{Name: p.Name, T: torch.FromSlice(ref.SD[p.Name], p.T.Shape()).Keep()})
 			}
 			_, err = nn.LoadStateDict(v, sd, true)
 			require.NoError(t, err)
-			ptfile.FreeAll(sd)
+			sd.Free()
 			v.Checkpointing = tc.checkpoint
 			if tc.freeze {
 				v.FreezeBackbone()

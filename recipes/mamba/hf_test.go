@@ -81,19 +81,13 @@ func TestHFMambaLoads(t *testing.T) {
 			m, err := NewLM(cfg)
 			require.NoError(t, err)
 			defer nn.Free(m)
-			_, hf, err := ptfile.LoadTensors(sdPath)
+			hf, err := ptfile.LoadTensors(sdPath)
 			require.NoError(t, err)
-			defer ptfile.FreeAll(hf)
-			require.Contains(t, hf, "backbone.embeddings.weight", "transformers' name for the embedding")
+			defer hf.Free()
+			require.Contains(t, hf.Names(), "backbone.embeddings.weight", "transformers' name for the embedding")
 			_, err = nn.LoadStateDict(m, hf, true)
 			require.Error(t, err, "transformers' names as they are do not load strictly")
-			var names, renamed []string
-			for _, p := range nn.StateDict(m) {
-				names = append(names, p.Name)
-			}
-			for k := range FromHF(hf) {
-				renamed = append(renamed, k)
-			}
+			names, renamed := nn.StateDict(m).Names(), FromHF(hf).Names()
 			require.Len(t, ref.Keys, len(hf))
 			require.ElementsMatch(t, names, renamed, "the same names once renamed (in another order)")
 			_, err = nn.LoadStateDict(m, FromHF(hf), true)
@@ -123,10 +117,10 @@ func TestHFMambaLoads(t *testing.T) {
 
 			nn.SetTraining(m, true)
 			m.Scan = scan.Fused(4)
-			_, grads, err := ptfile.LoadTensors(gradPath)
+			grads, err := ptfile.LoadTensors(gradPath)
 			require.NoError(t, err)
-			defer ptfile.FreeAll(grads)
-			wantGrads := FromHF(grads)
+			defer grads.Free()
+			wantGrads := FromHF(grads).Map()
 			require.Len(t, nn.Parameters(m), len(wantGrads), "the tied head's weight is the embedding's, listed once")
 			torch.Tidy(func() {
 				l := x.Size(1) - 1

@@ -343,13 +343,13 @@ func NewLM(c ModelConfig) (*LM, error) {
 // unchanged). use_bias (in_proj and out_proj biases) has no counterpart
 // here: such a state dict has keys this model lacks and a strict load
 // refuses it.
-func FromHF(sd map[string]*torch.Tensor) map[string]*torch.Tensor {
-	out := make(map[string]*torch.Tensor, len(sd))
-	for k, t := range sd {
-		if rest, ok := strings.CutPrefix(k, "backbone.embeddings."); ok {
-			k = "backbone.embedding." + rest
+func FromHF(sd torch.StateDict) torch.StateDict {
+	out := make(torch.StateDict, len(sd))
+	for k, p := range sd {
+		if rest, ok := strings.CutPrefix(p.Name, "backbone.embeddings."); ok {
+			p.Name = "backbone.embedding." + rest
 		}
-		out[k] = t
+		out[k] = p
 	}
 	return out
 }

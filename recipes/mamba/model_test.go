@@ -69,14 +69,9 @@ emit({'logits': t2l(logits), 'keys': list(m.state_dict().keys()), 'loss': loss.i
 		names = append(names, p.Name)
 	}
 	require.Equal(t, out.Keys, names, "state-dict names and order")
-	v, err := ptfile.Load(path)
+	sd, err := ptfile.LoadTensors(path)
 	require.NoError(t, err)
-	defer ptfile.FreeAll(v)
-	d := v.(*ptfile.Dict)
-	sd := map[string]*torch.Tensor{}
-	for _, k := range d.Keys() {
-		sd[k.(string)] = d.Tensor(k)
-	}
+	defer sd.Free()
 	_, err = nn.LoadStateDict(m, sd, true)
 	require.NoError(t, err)
 	nn.SetTraining(m, false)

@@ -145,7 +145,7 @@ func runMemoryTest(ctx context.Context, cfg TrainConfig, sizes []int, d time.Dur
 	return res, nil
 }
 
-func memoryTestOne(ctx context.Context, cfg TrainConfig, cc CodecConfig, codecW map[string]*torch.Tensor, gcfg GPTConfig, tr *Corpus, n int, d time.Duration, row *MemoryTestRow) (err error) {
+func memoryTestOne(ctx context.Context, cfg TrainConfig, cc CodecConfig, codecW torch.StateDict, gcfg GPTConfig, tr *Corpus, n int, d time.Duration, row *MemoryTestRow) (err error) {
 	defer func() {
 		st := torch.MustMemoryStats(cfg.Device)
 		row.PeakAllocated, row.PeakReserved = st.PeakAllocated, st.PeakReserved

@@ -151,7 +151,7 @@ func readMeta(path, kind string) (modelMeta, error) {
 	return meta, nil
 }
 
-func readCheckpoint(path, kind string) (meta modelMeta, weights map[string]*torch.Tensor, free func(), err error) {
+func readCheckpoint(path, kind string) (meta modelMeta, weights torch.StateDict, free func(), err error) {
 	f, err := ckpt.Read(path)
 	if err != nil {
 		var ce *ckpt.Error
@@ -160,7 +160,7 @@ func readCheckpoint(path, kind string) (meta modelMeta, weights map[string]*torc
 		}
 		return meta, nil, nil, checkpointError(path, ce.Err)
 	}
-	bad := func(format string, args ...any) (modelMeta, map[string]*torch.Tensor, func(), error) {
+	bad := func(format string, args ...any) (modelMeta, torch.StateDict, func(), error) {
 		f.Free()
 		return meta, nil, nil, checkpointError(path, fmt.Errorf(format, args...))
 	}
@@ -185,7 +185,7 @@ func readCheckpoint(path, kind string) (meta modelMeta, weights map[string]*torc
 	if weights, err = f.Tensors("model"); err != nil {
 		return bad("model weights: %v", err)
 	}
-	if err := checkMeta(meta, weights); err != nil {
+	if err := checkMeta(meta, weights.Map()); err != nil {
 		return bad("%v", err)
 	}
 	return meta, weights, f.Free, nil

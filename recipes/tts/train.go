@@ -469,7 +469,7 @@ func buildGPT(cfg *TrainConfig) (_ *gptRun, err error) {
 	gcfg := cfg.GPT
 	var vocab *Vocab
 	var ccfg CodecConfig
-	var codecW map[string]*torch.Tensor
+	var codecW torch.StateDict
 	codecFile := cfg.Codec
 	if cfg.Resume != "" {
 		meta, err := readMeta(cfg.Resume, "gpt")

@@ -42,9 +42,9 @@ func TestSaveKillHelper(t *testing.T) {
 	for iter := 1; ; iter++ {
 		torch.Tidy(func() {
 			v := float64(iter)
-			sd := []ptfile.NamedTensor{
-				{"a", torch.Full([]int64{n}, v)},
-				{"b", torch.Full([]int64{n / 1024, 1024}, -v)},
+			sd := torch.StateDict{
+				{Name: "a", T: torch.Full([]int64{n}, v)},
+				{Name: "b", T: torch.Full([]int64{n / 1024, 1024}, -v)},
 			}
 			if err := ptfile.Save(path, ptfile.NewDict("iter", iter, "model", sd)); err != nil {
 				t.Fatal(err)

@@ -5,6 +5,8 @@
 //
 //	err := ptfile.Save("model.pt", ptfile.NewDict("model", stateDict, "step", 100))
 //	v, err := ptfile.Load("model.pt") // *ptfile.Dict; ptfile.FreeAll(v) releases its tensors
+//	err = ptfile.SaveTensors("sd.pt", nn.StateDict(m)) // torch.save(m.state_dict(), "sd.pt")
+//	sd, err := ptfile.LoadTensors("sd.pt")             // a torch.StateDict; sd.Free() releases it
 //
 // # Values
 //
@@ -14,7 +16,7 @@
 // _metadata, kept in Attrs), tuple to Tuple, list to []any, int to int64,
 // float to float64, str to string, bool, None to nil, a dtype to
 // torch.DType and a device to torch.Device. Save also takes Go maps, slices,
-// any integer type and []NamedTensor (a state dict).
+// any integer type and torch.StateDict (written as an OrderedDict).
 //
 // # Writing
 //

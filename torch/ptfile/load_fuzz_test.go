@@ -58,7 +58,7 @@ func FuzzLoad(f *testing.F) {
 		torch.FromSlice([]float32{1, 2, 3, 4}, []int64{2, 2}),
 		ptfile.NewDict("w", torch.FromSlice([]int64{1, 2}, nil), "step", 3, "lr", 0.5, "name", "x",
 			"l", []any{true, nil, ptfile.Tuple{1, -70000}}, "k", ptfile.NewDict(0, int64(1)<<40)),
-		[]ptfile.NamedTensor{{"a", torch.FromSlice([]float32{1, 2}, nil, torch.BFloat16)}, {"b", torch.FromSlice([]bool{true}, []int64{})}},
+		torch.StateDict{{Name: "a", T: torch.FromSlice([]float32{1, 2}, nil, torch.BFloat16)}, {Name: "b", T: torch.FromSlice([]bool{true}, []int64{})}},
 	}
 	for _, s := range seeds {
 		b, err := ptfile.SaveBytes(s)

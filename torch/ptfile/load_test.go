@@ -78,11 +78,10 @@ func TestLoadPythonFiles(t *testing.T) {
 		require.Equal(t, torch.Int64, nbt.DType())
 		require.Empty(t, nbt.Shape())
 
-		names, m, err := ptfile.LoadTensors(filepath.Join(dir, "sd.pt"))
+		tensors, err := ptfile.LoadTensors(filepath.Join(dir, "sd.pt"))
 		require.NoError(t, err)
-		defer ptfile.FreeAll(m)
-		require.Equal(t, []string{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var", "1.num_batches_tracked"}, names)
-		require.Len(t, m, 7)
+		defer tensors.Free()
+		require.Equal(t, []string{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var", "1.num_batches_tracked"}, tensors.Names())
 	})
 
 	t.Run("views share storage", func(t *testing.T) {
@@ -152,9 +151,10 @@ emit(diffs)
 func TestLoadTorch2File(t *testing.T) {
 	const path = "testdata/torch2_state_dict.pt"
 	data := readFile(t, path)
-	names, m, err := ptfile.LoadTensors(path)
+	sd, err := ptfile.LoadTensors(path)
 	require.NoError(t, err)
-	defer ptfile.FreeAll(m)
+	defer sd.Free()
+	names, m := sd.Names(), sd.Map()
 	want := []struct {
 		name   string
 		dtype  torch.DType
@@ -170,7 +170,7 @@ func TestLoadTorch2File(t *testing.T) {
 		{"pk", torch.Uint8, []int64{9}, []float64{'P', 'K', 7, 8, ' ', 'd', 'a', 't', 'a'}},
 	}
 	var wantNames []string
-	var named []ptfile.NamedTensor
+	var named torch.StateDict
 	for _, w := range want {
 		wantNames = append(wantNames, w.name)
 		got := m[w.name]
@@ -178,7 +178,7 @@ func TestLoadTorch2File(t *testing.T) {
 		require.Equal(t, w.dtype, got.DType(), w.name)
 		require.Equal(t, w.shape, append([]int64{}, got.Shape()...), w.name)
 		require.Equal(t, w.values, append([]float64{}, got.Float64s()...), w.name)
-		named = append(named, ptfile.NamedTensor{Name: w.name, T: got})
+		named = append(named, torch.Named{Name: w.name, T: got})
 	}
 	require.Equal(t, wantNames, names)
 

@@ -490,7 +490,9 @@ func (p *pickler) value(v any) error {
 		return p.dict(x)
 	case Dict:
 		return p.value(&x)
-	case []NamedTensor:
+	case []torch.Named:
+		return p.value(torch.StateDict(x))
+	case torch.StateDict:
 		d := &Dict{Ordered: true, Entries: make([]DictEntry, len(x))}
 		for k, e := range x {
 			d.Entries[k] = DictEntry{e.Name, e.T}

@@ -29,8 +29,8 @@ var ErrLegacyFormat = errors.New("legacy (pre-1.6, non-zip) torch.save format: r
 // protocol 2), so that Python's torch.load(path) — with weights_only=True
 // too — returns the same structure.
 //
-// v may be a *torch.Tensor, *Dict (ordered), []NamedTensor (written as a
-// state dict), map[string]*torch.Tensor, map[string]any (Go maps are
+// v may be a *torch.Tensor, *Dict (ordered), torch.StateDict or
+// []torch.Named (written as an OrderedDict), map[string]*torch.Tensor, map[string]any (Go maps are
 // written with sorted keys), []any, Tuple, []*torch.Tensor, or a scalar:
 // any Go integer, float32/float64, string, bool, nil, torch.DType.
 // Containers nest. Tensors are written as contiguous CPU copies (views and
@@ -46,8 +46,8 @@ func Save(path string, v any) error {
 // SaveTensors writes an ordered state dict, as Python's
 // torch.save(model.state_dict(), path): an OrderedDict of tensors that do
 // not require grad.
-func SaveTensors(path string, ts []NamedTensor) error {
-	return saveFile(path, ts, true)
+func SaveTensors(path string, sd torch.StateDict) error {
+	return saveFile(path, sd, true)
 }
 
 // WriteTo writes v in torch.save format to w (see Save). archive is the
@@ -123,42 +123,44 @@ func ReadFrom(r io.ReaderAt, size int64) (any, error) {
 }
 
 // LoadTensors reads a state dict (a dict of tensors, as written by
-// torch.save(model.state_dict()) or SaveTensors): the names in file order
-// and the tensors by name. A non-tensor value or a non-string key is an
-// error (and nothing stays allocated).
-func LoadTensors(path string) (names []string, tensors map[string]*torch.Tensor, err error) {
+// torch.save(model.state_dict()) or SaveTensors), in file order; Free
+// releases it. A non-tensor value or a non-string key is an error (and
+// nothing stays allocated).
+func LoadTensors(path string) (torch.StateDict, error) {
 	v, err := Load(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	names, tensors, err = tensorsOf(v)
+	sd, err := tensorsOf(v)
 	if err != nil {
 		FreeAll(v)
-		return nil, nil, fmt.Errorf("ptfile.LoadTensors %s: %w", path, err)
+		return nil, fmt.Errorf("ptfile.LoadTensors %s: %w", path, err)
 	}
-	return names, tensors, nil
+	return sd, nil
 }
 
-func tensorsOf(v any) ([]string, map[string]*torch.Tensor, error) {
+func tensorsOf(v any) (torch.StateDict, error) {
 	d, ok := v.(*Dict)
 	if !ok {
-		return nil, nil, fmt.Errorf("the file holds %s, not a dict of tensors", typeName(v))
+		return nil, fmt.Errorf("the file holds %s, not a dict of tensors", typeName(v))
 	}
-	names := make([]string, 0, d.Len())
-	m := make(map[string]*torch.Tensor, d.Len())
+	sd := make(torch.StateDict, 0, d.Len())
+	at := make(map[string]int, d.Len())
 	for _, e := range d.Entries {
 		k, ok := e.Key.(string)
 		if !ok {
-			return nil, nil, fmt.Errorf("key %v is %s, not a string", e.Key, typeName(e.Key))
+			return nil, fmt.Errorf("key %v is %s, not a string", e.Key, typeName(e.Key))
 		}
 		t, ok := e.Value.(*torch.Tensor)
 		if !ok {
-			return nil, nil, fmt.Errorf("%q is %s, not a tensor", k, typeName(e.Value))
+			return nil, fmt.Errorf("%q is %s, not a tensor", k, typeName(e.Value))
 		}
-		if _, dup := m[k]; !dup {
-			names = append(names, k)
+		if i, dup := at[k]; dup { // as a Python dict: the first place, the last value
+			sd[i].T = t
+			continue
 		}
-		m[k] = t
+		at[k] = len(sd)
+		sd = append(sd, torch.Named{Name: k, T: t})
 	}
-	return names, m, nil
+	return sd, nil
 }

@@ -99,22 +99,22 @@ func canon(t *testing.T, v any) any {
 
 // sampleState builds a state dict covering the dtypes and shapes Save must
 // handle, and a nested checkpoint around it.
-func sampleState(t *testing.T) (*ptfile.Dict, []ptfile.NamedTensor) {
+func sampleState(t *testing.T) (*ptfile.Dict, torch.StateDict) {
 	base := torch.FromSlice([]float32{1, 2, 3, 4, 5, 6}, []int64{2, 3})
-	named := []ptfile.NamedTensor{
-		{"w.f32", torch.FromSlice([]float32{1.5, -2, 3.25}, []int64{3, 1})},
-		{"w.f64", torch.FromSlice([]float64{1e-300, 2, -3}, nil)},
-		{"w.bf16", torch.FromSlice([]float32{1, 0.5, -7.25, 3}, []int64{2, 2}, torch.BFloat16)},
-		{"w.f16", torch.FromSlice([]float32{0.25, 65504}, nil, torch.Float16)},
-		{"n.i64", torch.FromSlice([]int64{1 << 40, -5, 7}, nil)},
-		{"m.bool", torch.FromSlice([]bool{true, false, true}, nil)},
-		{"scalar", torch.FromSlice([]float32{3.5}, []int64{})},
-		{"count", torch.FromSlice([]int64{0}, []int64{})},
-		{"empty", torch.FromSlice([]float32{}, []int64{0, 3})},
-		{"transposed", base.T()}, // non-contiguous source
-		{"narrowed", base.Narrow(1, 1, 2)},
-		{"u8", torch.FromSlice([]uint8{0, 255}, nil)},
-		{"i32", torch.FromSlice([]int32{-1, 1 << 30}, nil)},
+	named := torch.StateDict{
+		{Name: "w.f32", T: torch.FromSlice([]float32{1.5, -2, 3.25}, []int64{3, 1})},
+		{Name: "w.f64", T: torch.FromSlice([]float64{1e-300, 2, -3}, nil)},
+		{Name: "w.bf16", T: torch.FromSlice([]float32{1, 0.5, -7.25, 3}, []int64{2, 2}, torch.BFloat16)},
+		{Name: "w.f16", T: torch.FromSlice([]float32{0.25, 65504}, nil, torch.Float16)},
+		{Name: "n.i64", T: torch.FromSlice([]int64{1 << 40, -5, 7}, nil)},
+		{Name: "m.bool", T: torch.FromSlice([]bool{true, false, true}, nil)},
+		{Name: "scalar", T: torch.FromSlice([]float32{3.5}, []int64{})},
+		{Name: "count", T: torch.FromSlice([]int64{0}, []int64{})},
+		{Name: "empty", T: torch.FromSlice([]float32{}, []int64{0, 3})},
+		{Name: "transposed", T: base.T()}, // non-contiguous source
+		{Name: "narrowed", T: base.Narrow(1, 1, 2)},
+		{Name: "u8", T: torch.FromSlice([]uint8{0, 255}, nil)},
+		{Name: "i32", T: torch.FromSlice([]int32{-1, 1 << 30}, nil)},
 	}
 	sd := &ptfile.Dict{Ordered: true}
 	for _, n := range named {
@@ -183,20 +183,19 @@ func TestSaveTensorsLoadTensors(t *testing.T) {
 	_, named := sampleState(t)
 	path := filepath.Join(t.TempDir(), "sd.pt")
 	require.NoError(t, ptfile.SaveTensors(path, named))
-	names, m, err := ptfile.LoadTensors(path)
+	sd, err := ptfile.LoadTensors(path)
 	require.NoError(t, err)
-	want := make([]string, len(named))
+	defer sd.Free()
+	require.Equal(t, named.Names(), sd.Names())
 	for k, n := range named {
-		want[k] = n.Name
-		require.True(t, n.T.Equal(m[n.Name]), n.Name)
-		require.Equal(t, n.T.Shape(), m[n.Name].Shape(), n.Name)
-		require.Equal(t, n.T.DType(), m[n.Name].DType(), n.Name)
+		require.True(t, n.T.Equal(sd[k].T), n.Name)
+		require.Equal(t, n.T.Shape(), sd[k].T.Shape(), n.Name)
+		require.Equal(t, n.T.DType(), sd[k].T.DType(), n.Name)
 	}
-	require.Equal(t, want, names)
 
 	ckpt, _ := sampleState(t)
 	require.NoError(t, ptfile.Save(path, ckpt))
-	_, _, err = ptfile.LoadTensors(path)
+	_, err = ptfile.LoadTensors(path)
 	require.ErrorContains(t, err, "not a tensor")
 }
 
@@ -386,7 +385,7 @@ func TestSaveMatchesPython(t *testing.T) {
 	_, named := sampleState(t)
 	// A storage starting with a data descriptor's signature: PyTorch folds
 	// its bytes into the serialization id.
-	named = append(named, ptfile.NamedTensor{Name: "pk", T: torch.FromSlice([]uint8("PK\x07\x08 looks like a descriptor"), nil)})
+	named = append(named, torch.Named{Name: "pk", T: torch.FromSlice([]uint8("PK\x07\x08 looks like a descriptor"), nil)})
 	goPath := filepath.Join(dir, "go", "model.pt")
 	pyPath := filepath.Join(dir, "py", "model.pt")
 	require.NoError(t, os.MkdirAll(filepath.Dir(goPath), 0o755))
@@ -442,11 +441,11 @@ emit({"Version": `+pyVersionExpr+`, "Files": out})
 `, sizes, &py)
 	for k, n := range sizes {
 		d := ptfile.NewDict()
-		var sd []ptfile.NamedTensor
+		var sd torch.StateDict
 		l := make([]any, n)
 		for i := range n {
 			d.Set(strconv.Itoa(i), torch.Full([]int64{int64(i % 3)}, float64(i)))
-			sd = append(sd, ptfile.NamedTensor{Name: strconv.Itoa(i), T: torch.Full([]int64{1}, float64(i))})
+			sd = append(sd, torch.Named{Name: strconv.Itoa(i), T: torch.Full([]int64{1}, float64(i))})
 			l[i] = i
 		}
 		for j, v := range []any{d, sd, l} {

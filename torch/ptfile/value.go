@@ -30,11 +30,8 @@ type DictEntry struct {
 // Tuple is a Python tuple (a list is []any).
 type Tuple []any
 
-// NamedTensor is a tensor with its state-dict name.
-type NamedTensor struct {
-	Name string
-	T    *torch.Tensor
-}
+// NamedTensor is a tensor with its state-dict name (torch.Named).
+type NamedTensor = torch.Named
 
 // NewDict returns an empty dict; pairs, when given, are key, value, key, value...
 func NewDict(pairs ...any) *Dict {
@@ -127,7 +124,8 @@ func (d *Dict) Tensor(key any) *torch.Tensor {
 }
 
 // FreeAll releases every tensor inside v: a value Load returned (nested
-// dicts, lists and tuples included), a []NamedTensor or a map[string]*torch.Tensor.
+// dicts, lists and tuples included), a torch.StateDict, []torch.Named or
+// map[string]*torch.Tensor.
 func FreeAll(v any) {
 	seen := map[any]bool{}
 	var walk func(v any)
@@ -152,10 +150,10 @@ func FreeAll(v any) {
 			for _, e := range x {
 				walk(e)
 			}
-		case []NamedTensor:
-			for _, e := range x {
-				e.T.Free()
-			}
+		case torch.StateDict:
+			x.Free()
+		case []torch.Named:
+			torch.StateDict(x).Free()
 		case map[string]*torch.Tensor:
 			for _, e := range x {
 				e.Free()

@@ -32,16 +32,17 @@ func TestSaveZip64(t *testing.T) {
 	big := torch.Full([]int64{n}, 3, torch.Uint8)
 	big.Narrow(0, 0, 8).CopyFrom(torch.FromSlice([]uint8("PK\x07\x08abcd"), nil))
 	after := torch.FromSlice([]float32{1, 2, 3}, nil)
-	require.NoError(t, ptfile.SaveTensors(goPath, []ptfile.NamedTensor{{Name: "big", T: big}, {Name: "after", T: after}}))
+	require.NoError(t, ptfile.SaveTensors(goPath, torch.StateDict{{Name: "big", T: big}, {Name: "after", T: after}}))
 	big.Free()
 
-	names, m, err := ptfile.LoadTensors(goPath)
+	sd, err := ptfile.LoadTensors(goPath)
 	require.NoError(t, err)
-	require.Equal(t, []string{"big", "after"}, names)
+	require.Equal(t, []string{"big", "after"}, sd.Names())
+	m := sd.Map()
 	require.Equal(t, []int64{n}, m["big"].Shape())
 	require.Equal(t, []float64{'P', 'K', 7, 8, 'a', 'b', 'c', 'd', 3}, m["big"].Narrow(0, 0, 9).Float64s())
 	require.Equal(t, []float32{1, 2, 3}, m["after"].Float32s())
-	ptfile.FreeAll(m)
+	sd.Free()
 
 	var got struct {
 		Version [2]int

@@ -2,8 +2,9 @@
 // safetensors format (https://github.com/huggingface/safetensors), the
 // files Python's safetensors.torch.save_file writes and load_file reads.
 //
-//	err := safetensors.Save("model.safetensors", stateDict, map[string]string{"format": "pt"})
-//	f, err := safetensors.Load("model.safetensors") // f.Tensors in file order; f.Free() releases them
+//	err := safetensors.Save("model.safetensors", nn.StateDict(m), map[string]string{"format": "pt"})
+//	f, err := safetensors.Load("model.safetensors") // f.Tensors, a torch.StateDict in file order; f.Free() releases them
+//	sd, err := safetensors.LoadTensors("model.safetensors") // the tensors only
 //
 // # The format
 //
@@ -25,10 +26,10 @@
 // name, the header compact JSON escaped as serde_json escapes it, padded
 // with spaces to a multiple of 8 bytes. Metadata is written with sorted
 // keys (the Rust library writes them in hash order, so with two or more
-// keys only the order differs). Tensors are the state dict's NamedTensor
-// of package ptfile; a contiguous CPU tensor is written from libtorch's
-// memory, any other through a contiguous CPU copy. Writing a path is
-// atomic (package atomicfile).
+// keys only the order differs). A state dict is a torch.StateDict
+// (nn.StateDict's, ptfile.LoadTensors'); a contiguous CPU tensor is
+// written from libtorch's memory, any other through a contiguous CPU
+// copy. Writing a path is atomic (package atomicfile).
 //
 // # Reading
 //

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 
 	"github.com/torchfit/torchfit/torch"
-	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/torch/safetensors"
 )
 
@@ -20,7 +19,7 @@ func ExampleSave() {
 	b := torch.FromSlice([]float32{0.5, -1}, nil, torch.BFloat16)
 	defer w.Free()
 	defer b.Free()
-	sd := []ptfile.NamedTensor{{Name: "layer.weight", T: w}, {Name: "layer.bias", T: b}}
+	sd := torch.StateDict{{Name: "layer.weight", T: w}, {Name: "layer.bias", T: b}}
 	if err := safetensors.Save(path, sd, map[string]string{"format": "pt"}); err != nil {
 		fmt.Println(err)
 		return

@@ -27,7 +27,7 @@ func fuzzFile(header []byte) []byte {
 // tensors. A loaded file saves again, and what it saves loads back to the
 // same bytes.
 func FuzzLoad(f *testing.F) {
-	for _, ts := range [][]ptfile.NamedTensor{
+	for _, ts := range []torch.StateDict{
 		{{Name: "w", T: torch.FromSlice([]float32{1, 2, 3, 4}, []int64{2, 2})}},
 		{{Name: "a", T: torch.FromSlice([]float32{1, 2}, nil, torch.BFloat16)}, {Name: "b", T: torch.FromSlice([]bool{true}, []int64{})},
 			{Name: "c", T: torch.FromSlice([]int64{1, -2}, nil)}, {Name: "d", T: torch.FromSlice([]uint8{}, []int64{0, 4})}},

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/torchfit/torchfit/internal/pyref"
+	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/torch/safetensors"
 )
@@ -104,7 +105,7 @@ func TestGoWritesPythonReads(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ts := sample()
 			defer ptfile.FreeAll(ts)
-			ts = append(ts, ptfile.NamedTensor{Name: "odd \"name\"\\\n\u2028é", T: ts[0].T})
+			ts = append(ts, torch.Named{Name: "odd \"name\"\\\n\u2028é", T: ts[0].T})
 			path := filepath.Join(t.TempDir(), "go.safetensors")
 			require.NoError(t, safetensors.Save(path, ts, tc.meta))
 			var res struct {

@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/torchfit/torchfit/torch"
-	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // info is one tensor entry of the header, checked.
@@ -54,14 +53,14 @@ func decode(r io.ReaderAt, size int64) (*File, error) {
 	if err := checkRanges(infos, uint64(size-base)); err != nil {
 		return nil, err
 	}
-	f := &File{Metadata: meta, Tensors: make([]ptfile.NamedTensor, 0, len(infos))}
+	f := &File{Metadata: meta, Tensors: make(torch.StateDict, 0, len(infos))}
 	for _, in := range infos {
 		t, err := torch.FromReader(io.NewSectionReader(r, base+int64(in.begin), int64(in.end-in.begin)), in.shape, in.dt)
 		if err != nil {
 			f.Free()
 			return nil, readError(in.name, err)
 		}
-		f.Tensors = append(f.Tensors, ptfile.NamedTensor{Name: in.name, T: t})
+		f.Tensors = append(f.Tensors, torch.Named{Name: in.name, T: t})
 	}
 	return f, nil
 }

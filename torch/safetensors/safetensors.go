@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/torchfit/torchfit/torch"
-	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // This file is the package's public face: the errors, Load and Save and
@@ -72,37 +71,22 @@ func bad(kind error, tensor, format string, args ...any) error {
 // header's, which for files written by Save or Python is the data's) and
 // its metadata (nil when it has none).
 type File struct {
-	Tensors  []ptfile.NamedTensor
+	Tensors  torch.StateDict
 	Metadata map[string]string
 }
 
-// Map returns the tensors by name (the same tensors, not copies), as
-// nn.LoadStateDict takes them.
-func (f *File) Map() map[string]*torch.Tensor {
-	m := make(map[string]*torch.Tensor, len(f.Tensors))
-	for _, nt := range f.Tensors {
-		m[nt.Name] = nt.T
-	}
-	return m
-}
+// Map returns the tensors by name (the same tensors, not copies).
+func (f *File) Map() map[string]*torch.Tensor { return f.Tensors.Map() }
 
 // Names returns the tensor names in file order.
-func (f *File) Names() []string {
-	names := make([]string, len(f.Tensors))
-	for k, nt := range f.Tensors {
-		names[k] = nt.Name
-	}
-	return names
-}
+func (f *File) Names() []string { return f.Tensors.Names() }
 
 // Free releases the tensors.
 func (f *File) Free() {
 	if f == nil {
 		return
 	}
-	for _, nt := range f.Tensors {
-		nt.T.Free()
-	}
+	f.Tensors.Free()
 }
 
 // Load reads a safetensors file. Its tensors are new contiguous CPU
@@ -144,40 +128,40 @@ func ReadFrom(r io.ReaderAt, size int64) (*File, error) {
 }
 
 // LoadTensors reads a safetensors file as ptfile.LoadTensors reads a
-// torch.save state dict: the names in file order and the tensors by name
-// (the metadata is dropped).
-func LoadTensors(path string) (names []string, tensors map[string]*torch.Tensor, err error) {
+// torch.save state dict: its tensors in file order (the metadata is
+// dropped).
+func LoadTensors(path string) (torch.StateDict, error) {
 	f, err := Load(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return f.Names(), f.Map(), nil
+	return f.Tensors, nil
 }
 
-// Save writes the state dict ts, with metadata (nil: none), to path, as
+// Save writes the state dict sd, with metadata (nil: none), to path, as
 // Python's safetensors.torch.save_file(tensors, path, metadata) writes it.
 // Names must be distinct, valid UTF-8 and not "__metadata__"; the dtypes
 // are those of package torch (all of which the format has). The write is
 // atomic (package atomicfile): a crash leaves the old file or the new one.
-func Save(path string, ts []ptfile.NamedTensor, metadata map[string]string) error {
-	if err := writeFile(path, ts, metadata); err != nil {
+func Save(path string, sd torch.StateDict, metadata map[string]string) error {
+	if err := writeFile(path, sd, metadata); err != nil {
 		return fmt.Errorf("safetensors.Save %s: %w", path, err)
 	}
 	return nil
 }
 
 // WriteTo writes what Save would write to w.
-func WriteTo(w io.Writer, ts []ptfile.NamedTensor, metadata map[string]string) error {
-	if err := encode(w, ts, metadata); err != nil {
+func WriteTo(w io.Writer, sd torch.StateDict, metadata map[string]string) error {
+	if err := encode(w, sd, metadata); err != nil {
 		return fmt.Errorf("safetensors.WriteTo: %w", err)
 	}
 	return nil
 }
 
 // SaveBytes returns what Save would write (Python's safetensors.torch.save).
-func SaveBytes(ts []ptfile.NamedTensor, metadata map[string]string) ([]byte, error) {
+func SaveBytes(sd torch.StateDict, metadata map[string]string) ([]byte, error) {
 	var b bytes.Buffer
-	if err := encode(&b, ts, metadata); err != nil {
+	if err := encode(&b, sd, metadata); err != nil {
 		return nil, fmt.Errorf("safetensors.SaveBytes: %w", err)
 	}
 	return b.Bytes(), nil

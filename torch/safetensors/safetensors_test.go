@@ -34,12 +34,12 @@ func shapeOf(x *torch.Tensor) []int64 {
 
 // sample is a state dict of every dtype, with special values, a scalar, an
 // empty tensor and views.
-func sample() []ptfile.NamedTensor {
+func sample() torch.StateDict {
 	nan, inf := float32(math.NaN()), float32(math.Inf(1))
 	negz := float32(math.Copysign(0, -1))
 	base := torch.FromSlice([]float32{1, 2, 3, 4, 5, 6}, []int64{2, 3})
 	defer base.Free() // the views keep its storage
-	return []ptfile.NamedTensor{
+	return torch.StateDict{
 		{Name: "w.f32", T: torch.FromSlice([]float32{1.5, nan, -inf, negz, 1e-45, math.MaxFloat32}, []int64{3, 2})},
 		{Name: "w.f64", T: torch.FromSlice([]float64{1e-300, math.Inf(-1), -3, math.Pi}, []int64{2, 1, 2})},
 		{Name: "w.bf16", T: torch.FromSlice([]float32{1, 0.5, -7.25, inf}, []int64{2, 2}, torch.BFloat16)},
@@ -105,16 +105,16 @@ func TestRoundTrip(t *testing.T) {
 func TestLayout(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		ts   []ptfile.NamedTensor
+		ts   torch.StateDict
 		meta map[string]string
 		want string
 	}{
-		{"one", []ptfile.NamedTensor{{Name: "x", T: torch.FromSlice([]float32{1}, nil)}}, nil,
+		{"one", torch.StateDict{{Name: "x", T: torch.FromSlice([]float32{1}, nil)}}, nil,
 			"8\x00\x00\x00\x00\x00\x00\x00" + `{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}  ` + "\x00\x00\x80?"},
-		{"empty metadata", []ptfile.NamedTensor{{Name: "x", T: torch.FromSlice([]float32{1}, nil)}}, map[string]string{},
+		{"empty metadata", torch.StateDict{{Name: "x", T: torch.FromSlice([]float32{1}, nil)}}, map[string]string{},
 			"H\x00\x00\x00\x00\x00\x00\x00" + `{"__metadata__":{},"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}` + "\x00\x00\x80?"},
 		{"nothing", nil, nil, "\x08\x00\x00\x00\x00\x00\x00\x00{}      "},
-		{"order and escapes", []ptfile.NamedTensor{
+		{"order and escapes", torch.StateDict{
 			{Name: "z", T: torch.FromSlice([]float32{1}, nil)},
 			{Name: "a", T: torch.FromSlice([]int32{1}, nil)},
 			{Name: "m", T: torch.FromSlice([]float32{1}, nil)},
@@ -142,12 +142,12 @@ func TestSaveRefuses(t *testing.T) {
 	defer x.Free()
 	for _, tc := range []struct {
 		name string
-		ts   []ptfile.NamedTensor
+		ts   torch.StateDict
 		want error
 	}{
-		{"twice", []ptfile.NamedTensor{{Name: "a", T: x}, {Name: "a", T: x}}, safetensors.ErrBadName},
-		{"metadata key", []ptfile.NamedTensor{{Name: "__metadata__", T: x}}, safetensors.ErrBadName},
-		{"not UTF-8", []ptfile.NamedTensor{{Name: "a\xff", T: x}}, safetensors.ErrBadName},
+		{"twice", torch.StateDict{{Name: "a", T: x}, {Name: "a", T: x}}, safetensors.ErrBadName},
+		{"metadata key", torch.StateDict{{Name: "__metadata__", T: x}}, safetensors.ErrBadName},
+		{"not UTF-8", torch.StateDict{{Name: "a\xff", T: x}}, safetensors.ErrBadName},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "x.safetensors")
@@ -165,12 +165,13 @@ func TestFiles(t *testing.T) {
 	defer ptfile.FreeAll(ts)
 	path := filepath.Join(dir, "model.safetensors")
 	require.NoError(t, safetensors.Save(path, ts, map[string]string{"format": "pt"}))
-	names, m, err := safetensors.LoadTensors(path)
+	sd, err := safetensors.LoadTensors(path)
 	require.NoError(t, err)
-	defer ptfile.FreeAll(m)
+	defer sd.Free()
 	require.Equal(t, []string{"n.i64", "w.f64", "empty", "narrowed", "param", "scalar", "transposed", "w.f32",
-		"n.i32", "w.bf16", "w.f16", "n.i16", "n.i8", "n.u8", "m.bool"}, names, "file order: by dtype, then name")
-	require.Equal(t, raw(t, ts[0].T), raw(t, m["w.f32"]))
+		"n.i32", "w.bf16", "w.f16", "n.i16", "n.i8", "n.u8", "m.bool"}, sd.Names(), "file order: by dtype, then name")
+	w, _ := sd.Get("w.f32")
+	require.Equal(t, raw(t, ts[0].T), raw(t, w))
 
 	// IsFile: by extension or by the first bytes; a torch.save zip is not one.
 	other := filepath.Join(dir, "model.bin")
@@ -197,7 +198,7 @@ func file(header string, buf []byte) []byte {
 }
 
 func TestCorrupt(t *testing.T) {
-	good, err := safetensors.SaveBytes([]ptfile.NamedTensor{{Name: "a", T: torch.FromSlice([]float32{1, 2}, nil)}}, nil)
+	good, err := safetensors.SaveBytes(torch.StateDict{{Name: "a", T: torch.FromSlice([]float32{1, 2}, nil)}}, nil)
 	require.NoError(t, err)
 	buf8 := make([]byte, 8)
 	entry := func(dtype, shape, offsets string) string {

@@ -11,14 +11,13 @@ import (
 
 	"github.com/torchfit/torchfit/atomicfile"
 	"github.com/torchfit/torchfit/torch"
-	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
 // ErrBadName is wrapped by Save's error for a name it cannot write: not
 // UTF-8, "__metadata__", or given twice.
 var ErrBadName = errors.New("a tensor name safetensors cannot hold")
 
-func writeFile(path string, ts []ptfile.NamedTensor, metadata map[string]string) error {
+func writeFile(path string, ts torch.StateDict, metadata map[string]string) error {
 	// Checked before the temporary file is made, so a bad state dict
 	// leaves nothing behind.
 	if _, err := plan(ts); err != nil {
@@ -39,7 +38,7 @@ type out struct {
 
 // plan checks the tensors and orders them as the Rust library does: by
 // dtype (the widest first), then by name.
-func plan(ts []ptfile.NamedTensor) ([]out, error) {
+func plan(ts torch.StateDict) ([]out, error) {
 	outs := make([]out, 0, len(ts))
 	seen := map[string]bool{}
 	for _, nt := range ts {
@@ -79,7 +78,7 @@ func plan(ts []ptfile.NamedTensor) ([]out, error) {
 	return outs, nil
 }
 
-func encode(w io.Writer, ts []ptfile.NamedTensor, metadata map[string]string) error {
+func encode(w io.Writer, ts torch.StateDict, metadata map[string]string) error {
 	outs, err := plan(ts)
 	if err != nil {
 		return err

@@ -77,7 +77,7 @@ type Writer struct{ d *ptfile.Dict }
 // NewWriter returns an empty checkpoint.
 func NewWriter() *Writer { return &Writer{d: ptfile.NewDict()} }
 
-func namedDict(ns []nn.Named, ordered bool) *ptfile.Dict {
+func namedDict(ns torch.StateDict, ordered bool) *ptfile.Dict {
 	d := &ptfile.Dict{Ordered: ordered}
 	for _, n := range ns {
 		d.Set(n.Name, n.T)
@@ -211,8 +211,9 @@ func (f *File) fail(format string, args ...any) error {
 // Has reports whether the file has a part.
 func (f *File) Has(key string) bool { _, ok := f.d.Get(key); return ok }
 
-// Tensors returns a dict part's tensors by name.
-func (f *File) Tensors(key string) (map[string]*torch.Tensor, error) {
+// Tensors returns a dict part's tensors, in file order. They are the
+// file's: File.Free releases them.
+func (f *File) Tensors(key string) (torch.StateDict, error) {
 	x, ok := f.d.Get(key)
 	if !ok {
 		return nil, f.fail("no %q entry", key)
@@ -221,14 +222,14 @@ func (f *File) Tensors(key string) (map[string]*torch.Tensor, error) {
 	if !ok {
 		return nil, f.fail("%q is a %T, not a dict", key, x)
 	}
-	out := map[string]*torch.Tensor{}
+	out := make(torch.StateDict, 0, len(d.Entries))
 	for _, e := range d.Entries {
 		name, _ := e.Key.(string)
 		tv, ok := e.Value.(*torch.Tensor)
 		if !ok {
 			return nil, f.fail("%q[%v] is not a tensor", key, e.Key)
 		}
-		out[name] = tv
+		out = append(out, torch.Named{Name: name, T: tv})
 	}
 	return out, nil
 }
@@ -236,10 +237,11 @@ func (f *File) Tensors(key string) (map[string]*torch.Tensor, error) {
 // CheckModule reports whether part key holds m's state dict, name for name
 // and shape for shape, without changing m.
 func (f *File) CheckModule(key string, m nn.Module) error {
-	sd, err := f.Tensors(key)
+	st, err := f.Tensors(key)
 	if err != nil {
 		return err
 	}
+	sd := st.Map()
 	var missing, unexpected []string
 	have := map[string]bool{}
 	for _, p := range nn.StateDict(m) {
@@ -290,8 +292,8 @@ func (f *File) optimizerState(key string, o nn.Optimizer) (sd map[string]*torch.
 		return nil, nil, f.fail("%q is a %T, not a dict", key, x)
 	}
 	if !isPyTorchOptimizer(d) {
-		sd, err := f.Tensors(key)
-		return sd, func() {}, err
+		st, err := f.Tensors(key)
+		return st.Map(), func() {}, err
 	}
 	if e := torch.Try(func() { sd, free, err = optimizerFromPyTorch(d, o) }); e != nil {
 		err = e // a tensor error (a freed tensor)
@@ -367,7 +369,7 @@ func (f *File) Schedule(key string, s *nn.Schedule) error {
 	if err != nil {
 		return err
 	}
-	if err := s.LoadState(st); err != nil {
+	if err := s.LoadState(st.Map()); err != nil {
 		return f.fail("%s: %w", key, err)
 	}
 	return nil

@@ -321,15 +321,12 @@ func TestOldFlatCheckpointLoads(t *testing.T) {
 	file, err := f.Tensors("optimizer")
 	require.NoError(t, err)
 	st := opt.State()
-	names := make([]string, 0, len(st))
+	byName := file.Map()
+	names := st.Names()
 	for _, s := range st {
-		names = append(names, s.Name)
-		require.True(t, s.T.Equal(file[s.Name].ToDType(s.T.DType())), s.Name)
+		require.True(t, s.T.Equal(byName[s.Name].ToDType(s.T.DType())), s.Name)
 	}
-	want := make([]string, 0, len(file))
-	for k := range file {
-		want = append(want, k)
-	}
+	want := file.Names()
 	sort.Strings(names)
 	sort.Strings(want)
 	require.Equal(t, want, names)
