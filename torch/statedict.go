@@ -13,12 +13,13 @@ type Named struct {
 // read one. Names are expected to be distinct.
 type StateDict []Named
 
-// Get returns the tensor named name (the first, should two share it) and
-// whether there is one. It scans the list; for many lookups use Map.
+// Get returns the tensor named name (the last, should two share it, as
+// Map keeps it) and whether there is one. It scans the list; for many
+// lookups use Map.
 func (sd StateDict) Get(name string) (*Tensor, bool) {
-	for _, n := range sd {
-		if n.Name == name {
-			return n.T, true
+	for k := len(sd) - 1; k >= 0; k-- {
+		if sd[k].Name == name {
+			return sd[k].T, true
 		}
 	}
 	return nil, false
