@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/torchfit/torchfit/torch/internal/capi"
+	"github.com/torchfit/torchfit/torch/internal/schema"
 )
 
 // opDef is an ATen operator, resolved on first use.
@@ -18,7 +19,7 @@ type opDef struct {
 	// args are the schema's arguments, parsed on the first call that
 	// passes a nil *Tensor (see checkNils).
 	argsOnce sync.Once
-	args     []schemaArg
+	args     []schema.Arg
 }
 
 func defOp(name, overload string) *opDef { return &opDef{name: name, overload: overload} }

@@ -5,34 +5,35 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/torchfit/torchfit/torch/internal/schema"
 )
 
-func TestParseSchemaArgs(t *testing.T) {
+// The arguments a nil *Tensor may not fill, read from schemas as libtorch
+// prints them.
+func TestRequiredTensorArguments(t *testing.T) {
 	for _, tc := range []struct {
 		schema string
-		want   []schemaArg
+		want   []string
 	}{
-		{"aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor",
-			[]schemaArg{{"Tensor", "input"}, {"Tensor", "weight"}, {"Tensor?", "bias"}}},
-		{"aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)",
-			[]schemaArg{{"Tensor(a!)", "self"}, {"Tensor", "other"}, {"Scalar", "alpha"}}},
-		{"aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=[1, 1], SymInt[2] padding=[0, 0]) -> Tensor",
-			[]schemaArg{{"Tensor", "input"}, {"Tensor", "weight"}, {"Tensor?", "bias"}, {"int[2]", "stride"}, {"SymInt[2]", "padding"}}},
-		{"aten::gelu(Tensor self, *, str approximate='none, really') -> Tensor",
-			[]schemaArg{{"Tensor", "self"}, {"str", "approximate"}}},
-		{"aten::cat(Tensor[] tensors, int dim=0) -> Tensor",
-			[]schemaArg{{"Tensor[]", "tensors"}, {"int", "dim"}}},
-		{"aten::ones()", nil},
-		{"?", nil},
-		{"aten::broken(Tensor self", nil},
+		{"aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor", []string{"input", "weight"}},
+		{"aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)", []string{"self", "other"}},
+		{"aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=[1, 1], SymInt[2] padding=[0, 0]) -> Tensor", []string{"input", "weight"}},
+		{"aten::gelu(Tensor self, *, str approximate='none, really') -> Tensor", []string{"self"}},
+		{"aten::cat(Tensor[] tensors, int dim=0) -> Tensor", nil},
 	} {
 		t.Run(tc.schema, func(t *testing.T) {
-			require.Equal(t, tc.want, parseSchemaArgs(tc.schema))
+			s, err := schema.Parse(tc.schema)
+			require.NoError(t, err)
+			var got []string
+			for _, a := range s.Args {
+				if requiredTensor(a) {
+					got = append(got, a.Name)
+				}
+			}
+			require.Equal(t, tc.want, got)
 		})
 	}
-	require.True(t, schemaArg{"Tensor(a!)", "self"}.required())
-	require.False(t, schemaArg{"Tensor?", "bias"}.required())
-	require.False(t, schemaArg{"Tensor[]", "tensors"}.required())
 }
 
 // A nil *Tensor where an operator needs a tensor names the argument, not

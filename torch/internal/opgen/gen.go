@@ -221,15 +221,15 @@ func goArg(p *Param, a Arg) (goType, push string, err error) {
 		return elem("*Tensor", ".tensors("+x+")")
 	case t.Base == "Tensor":
 		return "*Tensor", ".t(" + x + ")", nil
-	case t.isInt() && t.List:
+	case t.IsInt() && t.List:
 		return elem("int64", ".ints("+x+"...)")
 	case t.Base == "float" && t.List:
 		return elem("float64", ".floats("+x+"...)")
 	case t.List:
 		return "", "", fmt.Errorf("argument %s: no Go type for %s", a.Name, t)
-	case t.isInt() && a.Name == "reduction":
+	case t.IsInt() && a.Name == "reduction":
 		return "Reduction", ".i(int64(" + x + "))", nil
-	case t.isInt():
+	case t.IsInt():
 		return "int64", ".i(" + x + ")", nil
 	case t.Base == "float":
 		return "float64", ".f(" + x + ")", nil
@@ -276,7 +276,7 @@ func constArg(p *Param, a Arg) (string, error) {
 		}
 		return ".b(" + lit.text + ")", nil
 	case "int":
-		if t.List || !(t.isInt() || t.Base == "Scalar" || t.Base == "float") {
+		if t.List || !(t.IsInt() || t.Base == "Scalar" || t.Base == "float") {
 			return bad()
 		}
 		if t.Base == "float" {
@@ -320,7 +320,7 @@ func (w *wrapper) checkResults() error {
 	case len(rets) == 0:
 	case len(rets) == 1:
 		t := rets[0].Type
-		if t.Optional || !(t.Base == "Tensor" || (!t.List && (t.Base == "bool" || t.isInt() || t.Base == "float"))) {
+		if t.Optional || !(t.Base == "Tensor" || (!t.List && (t.Base == "bool" || t.IsInt() || t.Base == "float"))) {
 			return fmt.Errorf("result %s: hand-write this wrapper", t)
 		}
 	default:
@@ -377,7 +377,7 @@ func (w *wrapper) signature() (params, results string) {
 			return params, "*Tensor"
 		case t.Base == "bool":
 			return params, "bool"
-		case t.isInt():
+		case t.IsInt():
 			return params, "int64"
 		}
 		return params, "float64"
@@ -452,7 +452,7 @@ func (w *wrapper) emit(b *bytes.Buffer) {
 		fmt.Fprintf(b, "return %s.out1(%s)\n", chain, w.opVar)
 	case len(rets) == 1 && rets[0].Type.Base == "bool":
 		fmt.Fprintf(b, "return %s.outScalar(%s).I != 0\n", chain, w.opVar)
-	case len(rets) == 1 && rets[0].Type.isInt():
+	case len(rets) == 1 && rets[0].Type.IsInt():
 		fmt.Fprintf(b, "return %s.outScalar(%s).I\n", chain, w.opVar)
 	case len(rets) == 1:
 		fmt.Fprintf(b, "return %s.outScalar(%s).D\n", chain, w.opVar)

@@ -165,7 +165,7 @@ func TestParseSchema(t *testing.T) {
 	require.True(t, s.Args[3].KwOnly)
 	require.Equal(t, Type{Base: "int", List: true, Size: "1", Optional: true}, s.Args[3].Type)
 	require.Equal(t, `"a,b"`, s.Args[4].Default)
-	require.Equal(t, []Ret{{Type{Base: "Tensor"}, "values"}, {Type{Base: "Tensor", Alias: "a -> *", List: true}, "parts"}}, s.Rets)
+	require.Equal(t, []Ret{{Type: Type{Base: "Tensor"}, Name: "values"}, {Type: Type{Base: "Tensor", Alias: "a -> *", List: true}, Name: "parts"}}, s.Rets)
 
 	s, err = ParseSchema(`aten::_amp_update(Tensor(a!)[] self) -> ()`)
 	require.NoError(t, err)
