@@ -287,7 +287,7 @@ func TestStepLog(t *testing.T) {
 	s.Sink(train.EpochEvent{Epoch: 1, Epochs: 2, Batches: 5})
 	for step := 1; step <= 9; step++ {
 		if step == 6 {
-			s.Sink(train.EpochEvent{Epoch: 2, Epochs: 2, Batches: 5})
+			s.Sink(train.EpochEvent{Epoch: 2, Epochs: 2, Batches: 5, LastStep: 9})
 		}
 		s.Sink(train.StepEvent{StepInfo: train.StepInfo{Step: step, Loss: float64(step), Count: 2, LR: 1e-3 * float64(step),
 			Samples: 8, Duration: 100 * time.Millisecond, Memory: torch.MemStats{Allocated: 3 << 20, PeakAllocated: 5 << 20}}})
@@ -296,7 +296,7 @@ func TestStepLog(t *testing.T) {
 	require.Equal(t, []string{
 		"step 1 | epoch 1/2 | loss 1.0000 | lr 1.00e-03 | 80.0 samples/s | memory 3.00 MiB (peak 5.00 MiB)",
 		"step 4 | epoch 1/2 | loss 3.0000 | lr 4.00e-03 | 80.0 samples/s | memory 3.00 MiB (peak 5.00 MiB)",
-		"step 8 | epoch 2/2 | loss 6.5000 | lr 8.00e-03 | 80.0 samples/s | memory 3.00 MiB (peak 5.00 MiB)",
+		"step 8/9 | epoch 2/2 | loss 6.5000 | lr 8.00e-03 | 80.0 samples/s | memory 3.00 MiB (peak 5.00 MiB)", // the run's last step, once known
 	}, strings.Split(strings.TrimSuffix(stamp.ReplaceAllString(sb.String(), ""), "\n"), "\n"))
 
 	sb.Reset()

@@ -16,8 +16,8 @@ import (
 const LogEvery = 10
 
 // StepLog writes a training line every few optimizer steps, for a log
-// without a progress bar (stderr piped to a file or CI): the step, the
-// epoch, the mean loss over the steps since the last line (as Hugging
+// without a progress bar (stderr piped to a file or CI): the step (of the
+// run's last, once an epoch event has said it), the epoch, the mean loss over the steps since the last line (as Hugging
 // Face's Trainer logs it), the learning rate, samples per second over those
 // steps and the allocator's memory after the step. The first step has a
 // line too, so that a run shows its loss at once. It is safe for
@@ -94,6 +94,10 @@ func (s *StepLog) line(e train.StepEvent) string {
 	if s.busy > 0 {
 		rate = float64(s.samples) / s.busy.Seconds()
 	}
-	return fmt.Sprintf("step %d%s | %s | lr %.2e | %.1f samples/s | memory %s (peak %s)", i.Step, epoch, loss, i.LR, rate,
+	step := fmt.Sprint(i.Step)
+	if s.epoch.LastStep > 0 {
+		step = fmt.Sprintf("%d/%d", i.Step, s.epoch.LastStep)
+	}
+	return fmt.Sprintf("step %s%s | %s | lr %.2e | %.1f samples/s | memory %s (peak %s)", step, epoch, loss, i.LR, rate,
 		torch.FormatBytes(i.Memory.Allocated), torch.FormatBytes(i.Memory.PeakAllocated))
 }

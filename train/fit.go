@@ -53,6 +53,9 @@ type FitConfig struct {
 type EpochEvent struct {
 	Epoch, Epochs int // the epoch starting (from 1) and how many in all
 	Batches       int // optimizer steps in an epoch
+	// LastStep is the run's last optimizer step: the epochs' end, or the
+	// step cap (0: not known).
+	LastStep int
 }
 
 func (EpochEvent) event() {}
@@ -156,7 +159,7 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 	defer loader.Close()
 	// Every step from here to the last one may be saved (at an
 	// interruption), and every epoch end.
-	last := t.step + (fc.Epochs-epoch)*loader.Len()
+	last := t.step + (fc.Epochs-epoch)*loader.Len() - loader.State().Batch // a resumed epoch is partly done
 	if fc.MaxSteps > 0 {
 		last = min(last, max(fc.MaxSteps, t.step))
 	}
@@ -215,7 +218,7 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 		return err
 	}
 	for ; epoch < fc.Epochs; epoch++ {
-		emit(events, EpochEvent{Epoch: epoch + 1, Epochs: fc.Epochs, Batches: loader.Len()})
+		emit(events, EpochEvent{Epoch: epoch + 1, Epochs: fc.Epochs, Batches: loader.Len(), LastStep: last})
 		t.SetEpoch(epoch)
 		interrupted := func() (FitResult, error) {
 			if fc.CheckpointDir == "" {

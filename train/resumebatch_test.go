@@ -19,6 +19,12 @@ import (
 // dir, resuming from resume when set. It returns the parameters and the
 // log lines.
 func batchRun(t *testing.T, dir string, maxSteps, micro, accum int, resume string) ([]float32, []string) {
+	params, lines, _ := epochRun(t, dir, maxSteps, micro, accum, resume)
+	return params, lines
+}
+
+// epochRun is batchRun that also returns the epoch events.
+func epochRun(t *testing.T, dir string, maxSteps, micro, accum int, resume string) ([]float32, []string, []train.EpochEvent) {
 	t.Helper()
 	torch.SetNumThreads(1)
 	ds := regressionData(96)
@@ -30,6 +36,7 @@ func batchRun(t *testing.T, dir string, maxSteps, micro, accum int, resume strin
 	tr, err := train.New(m, opt, m.loss, train.Config{MicroBatch: micro, Accum: accum, Device: torch.CPU})
 	require.NoError(t, err)
 	var lines []string
+	var epochs []train.EpochEvent
 	newLoader := func(st *data.State) (train.Loader, error) {
 		return data.NewLoader(data.Dataset[data.Sample](ds), data.Collate,
 			data.Options{BatchSize: tr.EffectiveBatch(), Shuffle: true, Seed: 42, DropLast: true, Resume: st})
@@ -37,8 +44,11 @@ func batchRun(t *testing.T, dir string, maxSteps, micro, accum int, resume strin
 	_, err = train.Fit(context.Background(), tr, newLoader, train.FitConfig{
 		Epochs: 3, MaxSteps: maxSteps, CheckpointDir: dir, CheckpointEvery: 1, Resume: resume,
 		Events: func(e train.Event) {
-			if m, ok := e.(train.Message); ok {
-				lines = append(lines, m.Text)
+			switch e := e.(type) {
+			case train.Message:
+				lines = append(lines, e.Text)
+			case train.EpochEvent:
+				epochs = append(epochs, e)
 			}
 		},
 	})
@@ -47,7 +57,7 @@ func batchRun(t *testing.T, dir string, maxSteps, micro, accum int, resume strin
 	for _, p := range nn.Parameters(m) {
 		out = append(out, p.T.Float32s()...)
 	}
-	return out, lines
+	return out, lines, epochs
 }
 
 func loaderOf(t *testing.T, path string) (data.State, int, int) {
@@ -91,4 +101,33 @@ func TestResumeTakesTheCommandsBatches(t *testing.T) {
 	st, micro, accum := loaderOf(t, ckpt.StepPath(other, 5))
 	require.Equal(t, data.State{Epoch: 0, Batch: 3, Seed: 42}, st, "example 48 is batch 3 of 16")
 	require.Equal(t, []int{4, 4}, []int{micro, accum})
+}
+
+// Each epoch event says the run's last step: the step cap, or the epochs'
+// end (3 epochs of 12 steps), from a resumed run's too.
+func TestEpochEventsSayTheLastStep(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		maxSteps, resume int
+		want             []int
+	}{
+		{"capped", 5, 0, []int{5}},
+		{"three epochs", 0, 0, []int{36, 36, 36}},
+		{"resumed in epoch 2", 0, 14, []int{36, 36}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resume := ""
+			if tc.resume > 0 {
+				dir := t.TempDir()
+				batchRun(t, dir, tc.resume, 2, 4, "")
+				resume = ckpt.StepPath(dir, tc.resume)
+			}
+			_, _, epochs := epochRun(t, t.TempDir(), tc.maxSteps, 2, 4, resume)
+			var got []int
+			for _, e := range epochs {
+				got = append(got, e.LastStep)
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
 }
