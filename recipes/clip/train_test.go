@@ -73,8 +73,8 @@ func TestPretrainThenFineTune(t *testing.T) {
 	require.NoError(t, err)
 	sd, err := f.Tensors("model")
 	require.NoError(t, err)
-	require.Contains(t, sd, "visual.transformer.resblocks.3.attn.in_proj_weight")
-	require.Contains(t, sd, "logit_scale")
+	require.Contains(t, sd.Names(), "visual.transformer.resblocks.3.attn.in_proj_weight")
+	require.Contains(t, sd.Names(), "logit_scale")
 	f.Free()
 
 	// Naive mode and evaluation.
