@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"maps"
 	"os"
@@ -17,11 +16,6 @@ import (
 	"github.com/torchfit/torchfit/torch/safetensors"
 )
 
-// weightsFile is what convert writes: a torch.save zip or a safetensors file.
-var weightsFile = recipes.OutputKind{Name: "weights file", Magic: func(b []byte) bool {
-	return bytes.HasPrefix(b, []byte("PK\x03\x04")) || safetensors.Sniff(b)
-}}
-
 func convertCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "convert",
@@ -32,12 +26,10 @@ func convertCommand() *cli.Command {
 				return recipes.Usagef("convert takes IN and OUT, %d given", c.NArg())
 			}
 			in, out := c.Args().Get(0), c.Args().Get(1)
-			if err := recipes.CheckOutput("OUT", out, weightsFile); err != nil {
-				return err
-			}
 			if _, err := os.Stat(out); err == nil {
-				// A checkpoint converted over another (or itself) would lose
-				// its optimizer state: convert only makes new files.
+				// Whatever is there (a checkpoint converted over another, or
+				// itself, would lose its optimizer state; a metrics file, a
+				// directory): convert only makes new files.
 				return recipes.Usagef("OUT %s exists: convert writes a new file (remove it first, or choose another name)", out)
 			}
 			n, err := convert(in, out)
