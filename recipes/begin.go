@@ -49,7 +49,7 @@ func Begin(cm Common, events train.Sink) (*Session, error) {
 	if err := s.capMemory(cm); err != nil {
 		return nil, err
 	}
-	s.hold("precision %s", prec)
+	s.Logf("precision %s", prec)
 	torch.ManualSeed(cm.Seed)
 	return s, nil
 }
@@ -92,11 +92,6 @@ func (s *Session) Started() {
 	s.held = nil
 }
 
-// hold keeps one of Begin's lines until the run starts.
-func (s *Session) hold(format string, args ...any) {
-	s.emit(train.Message{Text: fmt.Sprintf(format, args...)})
-}
-
 // End lifts the memory cap Begin set.
 func (s *Session) End() {
 	for i := len(s.undo) - 1; i >= 0; i-- {
@@ -123,12 +118,12 @@ func (s *Session) capMemory(cm Common) error {
 		if err != nil {
 			return &ConfigError{Field: "memory-limit", Value: cm.MemoryLimit, Err: err}
 		}
-		s.hold("memory limit on %v: %s", dev, cm.MemoryLimit)
+		s.Logf("memory limit on %v: %s", dev, cm.MemoryLimit)
 	case cm.MemoryFraction > 0:
 		if err := torch.SetMemoryFraction(dev, cm.MemoryFraction); err != nil {
 			return &ConfigError{Field: "memory-fraction", Value: cm.MemoryFraction, Err: err}
 		}
-		s.hold("memory limit on %v: %.2f of the device", dev, cm.MemoryFraction)
+		s.Logf("memory limit on %v: %.2f of the device", dev, cm.MemoryFraction)
 	default:
 		return nil
 	}
