@@ -166,7 +166,8 @@ const NoWarmup = -1
 // the fastest mean micro-batch time of a measured window and Update its
 // fastest update. An error (errors.Is(err, torch.ErrOutOfMemory) when the
 // step ran out of memory) comes back wrapped, with the snapshot restored;
-// memory still allocated once everything is restored is ErrLeak.
+// memory still allocated once everything is restored (and cuBLAS's
+// workspaces freed: torch.ClearBlasWorkspaces) is ErrLeak.
 func (d DryRun) Run(accum int, micro, update func() error) (m Measurement, err error) {
 	torch.Main().Do(func() { m, err = d.run(accum, micro, update) })
 	return m, err
@@ -195,8 +196,10 @@ func (d DryRun) run(accum int, micro, update func() error) (Measurement, error) 
 	if _, err := torch.EmptyCache(); err != nil {
 		return m, err
 	}
+	// cuBLAS's workspaces, made by the first product on each thread and
+	// kept, would otherwise count as the dry run's leak.
 	if dev.IsCUDA() {
-		if err := primeCUDA(dev); err != nil {
+		if _, err := torch.ClearBlasWorkspaces(); err != nil {
 			return m, err
 		}
 	}
@@ -270,6 +273,9 @@ func (d DryRun) run(accum int, micro, update func() error) (Measurement, error) 
 	if rerr := snap.Restore(); rerr != nil && err == nil {
 		err = rerr
 	}
+	if err == nil && dev.IsCUDA() {
+		_, err = torch.ClearBlasWorkspaces()
+	}
 	if err == nil {
 		st, serr := torch.MemoryStats(dev)
 		switch {
@@ -287,24 +293,4 @@ func (d DryRun) run(accum int, micro, update func() error) (Measurement, error) 
 		return Measurement{}, err
 	}
 	return m, nil
-}
-
-// primeCUDA makes the allocations CUDA's libraries keep for the rest of the
-// process once the first matrix product runs: cuBLAS and cuBLASLt
-// workspaces, which libtorch 2.x takes from the caching allocator (64 MiB
-// on an H100 with 2.11; torch.cuda.memory_allocated counts them too). A dry
-// run that started before them would report them as its leak.
-func primeCUDA(dev torch.Device) error {
-	err := torch.TidyErr(func() error {
-		for _, dt := range []torch.DType{torch.Float32, torch.BFloat16, torch.Float16} {
-			a := torch.Ones([]int64{16, 16}, dt, dev)
-			a.Matmul(a)
-			torch.Linear(a, a, a.Select(0, 0)) // addmm with a bias: cuBLASLt
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return torch.Synchronize(dev)
 }

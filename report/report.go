@@ -136,7 +136,8 @@ func (m *Metrics) Sink(e train.Event) {
 			"step": i.Step, "epoch": e.Epoch, "loss": finite(i.Loss), "lr": i.LR, "grad_norm": finite(i.GradNorm),
 			"skipped": i.Skipped, "micro_batch": i.MicroBatch, "samples": i.Samples, "samples_per_sec": rate(i),
 			"allocated": i.Memory.Allocated, "peak": i.Memory.PeakAllocated, "reserved": i.Memory.Reserved,
-			"oom_retries": i.OOMRetries, "time": time.Now().Unix(),
+			"peak_reserved": i.Memory.PeakReserved,
+			"oom_retries":   i.OOMRetries, "time": time.Now().Unix(),
 		}
 	case train.EvalEvent:
 		v = map[string]any{"step": e.Step, "epoch": e.Epoch, "eval": e.Values}

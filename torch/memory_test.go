@@ -89,3 +89,35 @@ func TestParseMemory(t *testing.T) {
 		})
 	}
 }
+
+// The matrix products' forward runs on this thread and their backward on the
+// autograd engine's device thread: cuBLAS keeps a workspace for each, counted
+// in Allocated, until ClearBlasWorkspaces frees them all. Without a GPU (or
+// without the cuda tag) there is nothing to clear.
+func TestClearBlasWorkspaces(t *testing.T) {
+	if !torch.CUDAAvailable() {
+		cleared, err := torch.ClearBlasWorkspaces()
+		require.NoError(t, err)
+		require.False(t, cleared)
+		return
+	}
+	dev := torch.CUDA(0)
+	_, err := torch.ClearBlasWorkspaces()
+	require.NoError(t, err)
+	before, err := torch.MemoryStats(dev)
+	require.NoError(t, err)
+	torch.Tidy(func() {
+		a := torch.Ones([]int64{64, 64}, torch.Float32, dev).SetRequiresGrad(true)
+		a.Matmul(a).Sum().Backward()
+	})
+	require.NoError(t, torch.Synchronize(dev))
+	used, err := torch.MemoryStats(dev)
+	require.NoError(t, err)
+	require.Greater(t, used.Allocated, before.Allocated, "cuBLAS made no workspace")
+	cleared, err := torch.ClearBlasWorkspaces()
+	require.NoError(t, err)
+	require.True(t, cleared)
+	after, err := torch.MemoryStats(dev)
+	require.NoError(t, err)
+	require.Equal(t, before.Allocated, after.Allocated)
+}

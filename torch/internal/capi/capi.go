@@ -466,6 +466,13 @@ func EmptyCache() (bool, error) {
 	return done != 0, err
 }
 
+// ClearWorkspaces frees the cuBLAS/cuBLASLt workspaces; false when there are none to free.
+func ClearWorkspaces() (bool, error) {
+	var done C.int32_t
+	err := check(C.tf_mem_clear_workspaces(&done))
+	return done != 0, err
+}
+
 // Build mirrors tf_build with the loaded library's configuration and path.
 type Build struct {
 	HeaderMajor, HeaderMinor, HeaderPatch int

@@ -162,6 +162,9 @@ tf_err tf_mem_reset_peak(int32_t device_type, int32_t device);
 tf_err tf_mem_set_limit(int32_t device_type, int32_t device, int64_t bytes, double fraction);
 // *done is 0 when there is no cache to empty (CPU builds).
 tf_err tf_mem_empty_cache(int32_t* done);
+// Frees the cuBLAS/cuBLASLt workspaces libtorch keeps per handle and stream
+// (torch._C._cuda_clearCublasWorkspaces); done 0 on CPU builds.
+tf_err tf_mem_clear_workspaces(int32_t* done);
 
 // ---- global state -------------------------------------------------------------
 tf_err tf_manual_seed(uint64_t seed);

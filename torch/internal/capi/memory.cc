@@ -21,6 +21,13 @@
 #include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <ATen/ops/empty.h>
+#if TF_HAS_CLEAR_CUBLAS_WORKSPACES
+// Declared here rather than through ATen/cuda/CUDAContextLight.h, whose
+// includes pull in the cuBLAS, cuSPARSE and cuSOLVER headers.
+namespace at::cuda {
+void clearCublasWorkspaces();
+}
+#endif
 #endif
 
 namespace {
@@ -233,6 +240,19 @@ tf_err tf_mem_empty_cache(int32_t* done) {
   *done = 1;
 #else
   *done = 0;
+#endif
+  TF_CATCH
+}
+
+tf_err tf_mem_clear_workspaces(int32_t* done) {
+  TF_TRY
+  *done = 0;
+#if defined(TF_CUDA) && TF_HAS_CLEAR_CUBLAS_WORKSPACES
+  if (at::detail::getCUDAHooks().getNumGPUs() > 0) {
+    TF_LAZY_INIT_CUDA();
+    at::cuda::clearCublasWorkspaces();
+    *done = 1;
+  }
 #endif
   TF_CATCH
 }

@@ -50,6 +50,11 @@ using tf_optional = c10::optional<T>;
 // expandable_segments exists in the CUDA caching allocator from 2.1.
 #define TF_HAS_EXPANDABLE_SEGMENTS TF_TORCH_AT_LEAST(2, 1)
 
+// at::cuda::clearCublasWorkspaces frees the cuBLAS and cuBLASLt workspaces
+// of every handle and stream (all threads') from 2.x; torchfit calls it for
+// 2.0 on.
+#define TF_HAS_CLEAR_CUBLAS_WORKSPACES TF_TORCH_AT_LEAST(2, 0)
+
 // c10d (package dist): from 2.0 ProcessGroupGloo and ProcessGroupNCCL derive
 // from c10d::Backend, no longer from c10d::ProcessGroup; the collectives
 // torchfit calls have the same signatures on both.
