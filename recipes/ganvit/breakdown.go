@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
@@ -28,7 +29,8 @@ type Column struct {
 	Activations int64 // the larger of the GAN iteration's and the ViT step's peak above what was held before it
 	Optimizer   int64 // Adam state of the three networks after their steps
 	Cached      int64 // reserved − allocated (the CUDA cache; 0 on the CPU)
-	Peak        int64 // the highest allocated total
+	Workspaces  int64 // cuBLAS's workspaces (memplan.Workspaces; 0 on the CPU)
+	Peak        int64 // the highest allocated total, workspaces included
 	GANAct      int64
 	ViTAct      int64
 }
@@ -58,6 +60,7 @@ func (b Breakdown) Table() string {
 	row("Activations/grads: GAN iteration", b.Before.GANAct, b.After.GANAct)
 	row("Activations/grads: ViT step", b.Before.ViTAct, b.After.ViTAct)
 	row("Optimizer state (Adam × 3)", b.Before.Optimizer, b.After.Optimizer)
+	row("cuBLAS workspaces", b.Before.Workspaces, b.After.Workspaces)
 	row("Cached (reserved − allocated)", b.Before.Cached, b.After.Cached)
 	row("Total (peak allocated)", b.Before.Peak, b.After.Peak)
 	return s.String()
@@ -114,6 +117,13 @@ func measureColumn(specs *Specs, cfg BreakdownConfig, all bool) (Column, error) 
 	var col Column
 	dev, p := cfg.Device, cfg.Preset
 	torch.EmptyCache()
+	// The libraries' workspaces, made afresh for each column: otherwise
+	// the first column measured carries them (64 MiB on an H100).
+	ws, err := memplan.Workspaces(dev)
+	if err != nil {
+		return col, err
+	}
+	col.Workspaces = ws
 	base := torch.MustMemoryStats(dev).Allocated
 	torch.ResetPeakMemory(dev)
 	allocated := func() int64 { return torch.MustMemoryStats(dev).Allocated }
@@ -125,7 +135,6 @@ func measureColumn(specs *Specs, cfg BreakdownConfig, all bool) (Column, error) 
 	}
 	// Data: the device copy of everything, or the batches the loops use.
 	var dd *DeviceData
-	var err error
 	if all {
 		if dd, err = specs.OnDevice(dev); err != nil {
 			return col, err
@@ -212,6 +221,6 @@ func measureColumn(specs *Specs, cfg BreakdownConfig, all bool) (Column, error) 
 	col.Activations = max(col.GANAct, col.ViTAct)
 	st := torch.MustMemoryStats(dev)
 	col.Cached = st.Reserved - st.Allocated
-	col.Peak = peak
+	col.Peak = peak + ws
 	return col, nil
 }
