@@ -66,7 +66,7 @@ endif
 export CGO_CXXFLAGS CGO_LDFLAGS
 GOFLAGS_TAGS := $(if $(strip $(TAGS)),-tags "$(strip $(TAGS))",)
 
-.PHONY: deps env venv check-libtorch build vet test test-one test-torch2 cuda-link gpu-check gpu-pack test-short fuzz demo bench bench-ops bench-checkpoint quality-clip bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
+.PHONY: deps env venv check-libtorch build vet test test-one test-torch2 cuda-link gpu-check gpu-pack test-short fuzz demo bench bench-ops bench-checkpoint quality-clip quality-mamba bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
 
 # deps installs what a fresh Debian bookworm machine lacks (idempotent):
 # Debian's libtorch and the tools the recipes and tests use.
@@ -257,6 +257,12 @@ memory-ganvit: deps
 # GPT, tts eval. Long (tens of CPU minutes): never part of make test.
 quality-tts: deps
 	scripts/tts_intelligibility.sh
+
+# The Mamba recipe's quality target (recipes/mamba/README.md): --vram cpu at
+# one thread, ≤ 5.2 nats/token held out within 5 CPU minutes (about 5 wall
+# minutes). Not part of make test.
+quality-mamba: deps
+	scripts/quality_mamba.sh
 
 # The selective scan: forward + backward of the four Go formulations
 # (scan.BenchmarkScan) next to Python's sequential loop and chunked

@@ -70,8 +70,9 @@ func dataCommand() *cli.Command {
 	}
 }
 
-func trainFlags(d recipes.Defaults) []cli.Flag {
+func trainFlags(d recipes.Defaults, mirror bool) []cli.Flag {
 	return append(recipes.Flags(d),
+		&cli.BoolFlag{Name: "mirror-pairs", Value: mirror, Usage: "make every second training image the one before it mirrored, its caption's left and right swapped (cars: direction's negatives in every micro-batch)"},
 		&cli.StringFlag{Name: "preset", Aliases: []string{"model_size", "model-size"}, Usage: "model: cpu (1.7M parameters, the default) or vit-b32 (OpenAI ViT-B/32 shapes); with --init or --resume: the file's"},
 		&cli.StringFlag{Name: "init", Aliases: []string{"pretrained", "init_from"}, Usage: "start from this state dict (Python torch.save(model.state_dict()) or a .safetensors file, with OpenAI CLIP names) or torchfit CLIP checkpoint"},
 		&cli.StringFlag{Name: "contrastive-accumulation", Value: Exact, Usage: "exact: the effective batch's contrastive loss by grad cache; naive: each micro-batch's own loss, accumulated (the seed's)"},
@@ -100,7 +101,8 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfi
 	}
 	cfg := TrainConfig{Common: cm, Stage: stage, Preset: preset, Init: c.String("init"),
 		Mode: strings.ToLower(c.String("contrastive-accumulation")), WeightDecay: c.Float64("weight-decay"),
-		EvalEvery: c.Int("eval-every"), ValidLimit: c.Int("valid-limit"), CPUBudget: c.Duration("cpu-budget"), Events: run.Events}
+		EvalEvery: c.Int("eval-every"), ValidLimit: c.Int("valid-limit"), CPUBudget: c.Duration("cpu-budget"), Events: run.Events,
+		MirrorPairs: c.Bool("mirror-pairs")}
 	if cm.AutoBatch || cm.DryRun {
 		return cfg, &recipes.ConfigError{Field: "auto-batch", Value: true, Reason: "not offered by the clip recipe: pick the micro-batch with --vram or --micro-batch (the effective batch's loss is exact at any micro-batch)"}
 	}
@@ -108,14 +110,14 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfi
 }
 
 func trainCommand(stage string) *cli.Command {
-	d, usage := Defaults, "fine-tune (or train, or resume) a CLIP on a data directory at an effective batch of 128"
+	d, usage, mirror := Defaults, "fine-tune (or train, or resume) a CLIP on a data directory at an effective batch of 128", true
 	if stage == "pretrain" {
-		d, usage = pretrainDefaults, "pretrain a CLIP from random weights on the shapes set (for `clip train --init`)"
+		d, usage, mirror = pretrainDefaults, "pretrain a CLIP from random weights on the shapes set (for `clip train --init`)", false
 	}
 	return &cli.Command{
 		Name:  stage,
 		Usage: usage,
-		Flags: trainFlags(d),
+		Flags: trainFlags(d, mirror),
 		Action: func(c *cli.Context) error {
 			run, err := recipes.Prepare(c, spec)
 			if err != nil {

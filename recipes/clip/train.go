@@ -52,7 +52,10 @@ type TrainConfig struct {
 	// spent this much CPU time (user + system, all threads) on training
 	// steps; validation does not count (0: no budget).
 	CPUBudget time.Duration
-	Events    train.Sink
+	// MirrorPairs makes every second training image the one before it
+	// mirrored, its caption's left and right swapped (MirrorPairs).
+	MirrorPairs bool
+	Events      train.Sink
 }
 
 // Validate checks the settings (a *recipes.ConfigError names the flag).
@@ -309,6 +312,15 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	sched := nn.NewSchedule(opt, nn.WarmupCosineLR(cfg.Warmup, recipes.TotalSteps(stepsPerEpoch, cfg.Epochs, cfg.MaxSteps), 0))
 	defer sched.Free()
 	embed, batchLoss, microLoss := Objectives(m, cfg.Device)
+	collate := data.Collate
+	if cfg.MirrorPairs {
+		if collate, err = MirrorPairs(tok); err != nil {
+			return res, err
+		}
+		if cfg.MicroBatch%2 != 0 {
+			logf("--mirror-pairs with an odd micro-batch (%d): some pairs straddle two micro-batches", cfg.MicroBatch)
+		}
+	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	p := &progress{cfg: cfg, m: m, res: &res, stop: stop, logf: logf, perEpoch: max(1, stepsPerEpoch), score: func() (Scores, error) {
@@ -321,7 +333,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 				c.Contrastive = &train.Contrastive{Embed: embed, Loss: batchLoss}
 			}
 		},
-		Dataset: &Dataset{Set: set, Items: trainItems, Res: int(mm.Config.ImageResolution), Tok: tok}, Collate: data.Collate,
+		Dataset: &Dataset{Set: set, Items: trainItems, Res: int(mm.Config.ImageResolution), Tok: tok}, Collate: collate,
 		Loader: func(o *data.Options) {
 			if cfg.Device.IsCUDA() {
 				o.Device = cfg.Device // pinned host batches, copied when handed over

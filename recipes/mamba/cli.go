@@ -91,7 +91,7 @@ var keys = map[string]string{
 func trainFlags() []cli.Flag {
 	return append(recipes.Flags(Defaults),
 		&cli.StringFlag{Name: "model-size", Aliases: []string{"model_size"}, Usage: "tiny, small, medium or large (default: --vram's, else small)"},
-		&cli.StringFlag{Name: "training-preset", Aliases: []string{"training_preset"}, Value: "default", Usage: "default (the seed's training section), fast (a few steps: does it fit?) or cpu (--vram cpu's: 300 steps at 3e-3)"},
+		&cli.StringFlag{Name: "training-preset", Aliases: []string{"training_preset"}, Value: "default", Usage: "default (the seed's training section), fast (a few steps: does it fit?) or cpu (--vram cpu's: 330 steps at 6e-3)"},
 		&cli.Int64Flag{Name: "d-model", Usage: "model width (the model section's d_model)"},
 		&cli.IntFlag{Name: "n-layers", Usage: "Mamba blocks"},
 		&cli.Int64Flag{Name: "d-state", Usage: "the scan's state size"},

@@ -61,7 +61,7 @@ func TestSeedCommandLinesResolve(t *testing.T) {
 		{"--config " + balanced, 512, 8, 2, 8, 512, "auto", true, 3e-4, 2000, 1000},
 		{"--config " + safe + " --training_preset fast", 512, 8, 1, 16, 256, "auto", true, 3e-4, 5, 10}, // fast's schedule wins over the file's
 		{"--training_preset fast --vram 8gb --model_size small", 512, 8, 1, 16, 256, "auto", true, 3e-4, 5, 10},
-		{"--vram cpu", 128, 2, 8, 1, 128, "", false, 3e-3, 30, 50}, // the CPU preset and its schedule ("": the fp32 default)
+		{"--vram cpu", 128, 2, 8, 1, 128, "", false, 6e-3, 30, 50}, // the CPU preset and its schedule ("": the fp32 default)
 		{"--vram cpu --training_preset default", 128, 2, 8, 1, 128, "", false, 3e-4, 2000, 1000},
 	} {
 		cfg := resolve(t, tc.line+extra)
