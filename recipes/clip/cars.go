@@ -283,9 +283,19 @@ func drawCar(r *rand.Rand, size int) (*image.RGBA, Attrs) {
 		c.polygon(place(g), glass)
 	}
 	// Lights: a bright headlight at the front, a red tail light at the
-	// rear (with the body's shape, what tells the direction).
+	// rear (with the body's shape, what tells the direction). At 64×64 the
+	// lights alone are 2–3 pixels inside one 16-pixel patch, and the cpu
+	// model did not learn the direction from them in 5 CPU minutes, not
+	// even with every image's mirror beside it in the batch: the
+	// headlights are on, with a beam ahead of the car, and exhaust trails
+	// behind it — cues the size of a patch.
 	h0, h1 := b.Head[0]-0.015, b.Head[1]+0.015
+	c.polygon(place(poly(1.0, h0, 1.22, h0-0.05, 1.22, h1+0.03, 1.0, h1)), rgb{1, 0.93, 0.5})
 	c.polygon(place(poly(0.94, h0, 1.0, h0, 1.0, h1, 0.94, h1)), rgb{1, 0.97, 0.55})
+	for k, du := range []float64{0.05, 0.11, 0.18} {
+		p := at(-du, b.R+0.02+0.015*float64(k))
+		c.circle(p.x, p.y, (0.025+0.012*float64(k))*length, rgb{0.78, 0.78, 0.8})
+	}
 	t0, t1 := b.Tail[0]-0.01, b.Tail[1]+0.01
 	c.polygon(place(poly(0, t0, 0.045, t0, 0.045, t1, 0, t1)), rgb{0.9, 0.05, 0.05})
 	for _, u := range b.Wheels {

@@ -305,6 +305,9 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	res.Params = nn.NumParams(m)
 	effective := cfg.EffectiveBatch()
 	logLoss(cfg, logf)
+	if cfg.Stage == "train" && mm.Preset == "cpu" && cfg.LR < 1e-4 {
+		logf("lr %g is the seed's, for fine-tuning OpenAI's ViT-B/32 (151M parameters); the cpu model (1.7M) pretrained by `torchfit clip pretrain` needs about 3e-4: pass --lr 3e-4 (recipes/clip/README.md measures both)", cfg.LR)
+	}
 	opt := nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), cfg.WeightDecay),
 		nn.AdamConfig{LR: cfg.LR, Beta1: 0.9, Beta2: 0.98, Eps: 1e-6, WeightDecay: cfg.WeightDecay})
 	defer opt.Free()
@@ -317,6 +320,7 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		if collate, err = MirrorPairs(tok); err != nil {
 			return res, err
 		}
+		logf("mirrored pairs: every second training image is the one before it mirrored, its caption's left and right swapped (--mirror-pairs=false: off)")
 		if cfg.MicroBatch%2 != 0 {
 			logf("--mirror-pairs with an odd micro-batch (%d): some pairs straddle two micro-batches", cfg.MicroBatch)
 		}
