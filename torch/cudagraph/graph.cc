@@ -22,13 +22,24 @@
 #endif
 
 #ifdef TF_CUDA
+namespace {
+// Graph reads what CUDAGraph keeps protected: whether the capture ended
+// and its pool.
+struct Graph : at::cuda::CUDAGraph {
+#if TF_CUDAGRAPH_POOL_CLEANUP
+  bool ended() const { return capture_ended_; }
+  auto pool_id() const { return mempool_id_; }
+#endif
+};
+}  // namespace
+
 struct tf_graph_s {
   explicit tf_graph_s(int32_t dev)
       : dev(static_cast<c10::DeviceIndex>(dev)),
         side(c10::cuda::getStreamFromPool(false, static_cast<c10::DeviceIndex>(dev))),
         prev(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(dev))) {}
   c10::DeviceIndex dev;
-  at::cuda::CUDAGraph graph;
+  Graph graph;
   c10::cuda::CUDAStream side;
   c10::cuda::CUDAStream prev;
   bool entered = false;
@@ -146,7 +157,25 @@ tf_err tf_graph_free(tf_graph g) {
     try {
       g->graph.capture_end();
     } catch (...) {
-      // A capture that failed half-way: the graph is discarded anyway.
+      // A capture that failed half-way (an operation that synchronised
+      // invalidated it): the graph is discarded. capture_end threw before
+      // ending the allocator's routing to the capture's pool, whose filter
+      // points at this graph, and before marking the capture ended, so
+      // that reset() will not release the pool: both are done here.
+#if TF_CUDAGRAPH_POOL_CLEANUP
+      if (!g->graph.ended()) {
+        const auto id = g->graph.pool_id();
+        try {
+          c10::cuda::CUDACachingAllocator::endAllocateToPool(g->dev, id);
+        } catch (...) {
+          // capture_end had ended it
+        }
+        try {
+          c10::cuda::CUDACachingAllocator::releasePool(g->dev, id);
+        } catch (...) {
+        }
+      }
+#endif
     }
   }
   if (g->entered) {

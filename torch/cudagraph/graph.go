@@ -60,9 +60,18 @@ func checkArgs(dev torch.Device, step func() error, o Options) error {
 	return nil
 }
 
-// run calls step, turning a panic with a *torch.Error into an error.
-func run(step func() error) error {
-	var err error
+// ErrPanic is a step that panicked with something other than a
+// *torch.Error (which comes back as itself).
+var ErrPanic = errors.New("cudagraph: the step panicked")
+
+// run calls step, turning any panic into an error, so that Capture always
+// ends the capture and restores the stream.
+func run(step func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", ErrPanic, p)
+		}
+	}()
 	if perr := torch.Try(func() { err = step() }); perr != nil {
 		return perr
 	}

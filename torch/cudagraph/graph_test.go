@@ -1,6 +1,7 @@
 package cudagraph
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -73,4 +74,35 @@ func TestNativeWithoutGraph(t *testing.T) {
 		require.ErrorContains(t, err, "needs CUDA")
 		require.Nil(t, h)
 	}
+}
+
+// A step's error, a libtorch error it panics with and any other panic all
+// come back from run as errors (Capture then ends the capture).
+func TestRunStep(t *testing.T) {
+	boom := errors.New("boom")
+	cases := []struct {
+		name string
+		step func() error
+		want error // nil: *torch.Error
+	}{
+		{"error", func() error { return boom }, boom},
+		{"libtorch error", func() error {
+			torch.Tidy(func() { torch.Zeros([]int64{2, 3}).Matmul(torch.Zeros([]int64{2, 3})) })
+			return nil
+		}, nil},
+		{"other panic", func() error { panic("not a torch error") }, ErrPanic},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := run(c.step)
+			require.Error(t, err)
+			if c.want == nil {
+				var te *torch.Error
+				require.ErrorAs(t, err, &te)
+				return
+			}
+			require.ErrorIs(t, err, c.want)
+		})
+	}
+	require.NoError(t, run(func() error { return nil }))
 }
