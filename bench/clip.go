@@ -74,9 +74,9 @@ func (c CLIPTwin) Build(cfg Config) (Instance, error) {
 			"text":  torch.FromSlice(ids, []int64{int64(n), ctx}).Keep(),
 		}}
 		py := ptfile.NewDict("image", b.Fields["image"].Ref(), "text", b.Fields["text"].Ref())
-		embed, batchLoss, microLoss := clip.Objectives(m, torch.CPU)
+		embed, batchLoss, microLoss := clip.Objectives(m, cfg.Dev())
 		s = &SingleModel{
-			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: 2e-5, Decay: 0.1, ClipNorm: 1,
+			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: 2e-5, Decay: 0.1, ClipNorm: 1, Device: cfg.Dev(),
 			Beta2: 0.98, Eps: 1e-6, Accum: clipAccum, Loss: microLoss, OnStep: m.ClampLogitScale,
 			Spec: map[string]any{
 				"embed_dim": mc.EmbedDim, "image_resolution": mc.ImageResolution, "vision_layers": mc.VisionLayers,

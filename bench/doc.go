@@ -24,6 +24,12 @@
 // A torch without torch.compile (1.13) or a compilation that fails gives
 // "n/a: " and the reason in place of figures.
 //
+// Config.Device runs both sides on a CUDA device (gpu-check's step-time
+// check): the Go side's model and batch move there once built, the Python
+// twin loads its weights and batch there (scripts/twins/run.py, "device"),
+// each timed step ends with the device synchronised on both sides, and no
+// peak is measured (the peaks are CPU allocator figures).
+//
 // # Adding a recipe
 //
 // A recipe plugs in with two files:

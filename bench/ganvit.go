@@ -68,7 +68,7 @@ func (v ViTTwin) Build(cfg Config) (Instance, error) {
 		}}
 		py := ptfile.NewDict("spec", b.Fields["spec"].Ref(), "label", b.Fields["label"].Ref())
 		s = &SingleModel{
-			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: 3e-4, ClipNorm: 1,
+			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: 3e-4, ClipNorm: 1, Device: cfg.Dev(),
 			Groups: []nn.ParamGroup{nn.ParamGroup{Params: nn.Parameters(m)}.WithWeightDecay(0.01)},
 			Loss: func(mb *data.Batch) *torch.Tensor {
 				x := ganvit.Images(mb.Fields["spec"], vc.Image)
@@ -145,8 +145,24 @@ func (g GANTwin) Build(cfg Config) (Instance, error) {
 		}}
 		in.z = torch.Randn([]int64{n, gc.Latent}).Keep()
 		in.prec = cfg.Precision
+		in.dev = cfg.Dev()
+		if in.dev.IsCUDA() {
+			if err := torch.Try(func() {
+				nn.To(in.g, in.dev, torch.Float32)
+				nn.To(in.d, in.dev, torch.Float32)
+				b := in.b.Slice(0, in.b.Size(), in.dev)
+				in.b.Free()
+				in.b = b
+				z := in.z.To(in.dev, torch.Float32).Keep()
+				in.z.Free()
+				in.z = z
+			}); err != nil {
+				in.Free()
+				return err
+			}
+		}
 		var err error
-		in.gan, err = ganvit.NewGAN(in.g, in.d, ganvit.GANOptions{Device: torch.CPU, Precision: cfg.Precision,
+		in.gan, err = ganvit.NewGAN(in.g, in.d, ganvit.GANOptions{Device: in.dev, Precision: cfg.Precision,
 			MicroD: cfg.Batch, MicroG: cfg.Batch, LR: 2e-4, ClipD: 1, ClipG: 1})
 		if err != nil {
 			in.Free()
@@ -171,6 +187,7 @@ type ganInstance struct {
 	b    *data.Batch
 	z    *torch.Tensor
 	prec amp.Precision
+	dev  torch.Device
 	spec map[string]any
 }
 
@@ -189,7 +206,7 @@ func (in *ganInstance) Check() (loss float64, grads []nn.Named, err error) {
 			run := func(f func() *torch.Tensor) {
 				var l *torch.Tensor
 				if in.prec != amp.FP32 && in.prec != "" {
-					amp.Autocast(torch.CPU, in.prec.DType(), func() { l = f() })
+					amp.Autocast(in.dev, in.prec.DType(), func() { l = f() })
 					amp.ClearCache()
 				} else {
 					l = f()

@@ -85,7 +85,7 @@ func (t MambaTwin) Build(cfg Config) (Instance, error) {
 		py := ptfile.NewDict("x", b.Fields["x"].Ref(), "y", b.Fields["y"].Ref())
 		ls := tp.LabelSmoothing
 		s = &SingleModel{
-			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: tp.LR, ClipNorm: tp.MaxGradNorm,
+			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: tp.LR, ClipNorm: tp.MaxGradNorm, Device: cfg.Dev(),
 			Beta2: tp.Beta2, Eps: tp.Eps, Groups: m.ParamGroups(tp.WeightDecay),
 			Loss: func(mb *data.Batch) *torch.Tensor { return m.Loss(mb.Fields["x"], mb.Fields["y"], ls) },
 			Spec: map[string]any{

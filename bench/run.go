@@ -168,6 +168,9 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 	}
 	load := func(p *Python, path string, compile bool) error {
 		req := map[string]any{"op": "load", "script": script, "file": path, "threads": cfg.Threads}
+		if dev := cfg.Dev(); dev.IsCUDA() {
+			req["device"] = dev.String()
+		}
 		if compile {
 			req["compile"] = true
 		}
@@ -243,6 +246,11 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 			if err := inst.Step(); err != nil {
 				return nil, nil, err
 			}
+			if dev := cfg.Dev(); dev.IsCUDA() {
+				if err := torch.Synchronize(dev); err != nil {
+					return nil, nil, err
+				}
+			}
 			ts = append(ts, time.Since(t0).Seconds())
 			cs = append(cs, processCPU()-c0)
 		}
@@ -266,7 +274,8 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 				tw.Name(), cfg.Precision, res.CompileSeconds, res.CompileGraphs)
 		}
 	}
-	if !o.NoPeak {
+	// The peaks are CPU allocator figures: none on CUDA.
+	if !o.NoPeak && !cfg.Dev().IsCUDA() {
 		if res.GoPeak, res.GoBase, err = goPeak(inst); err != nil {
 			return res, err
 		}
@@ -479,6 +488,12 @@ func flat(xss [][]float64) []float64 {
 
 // Ratio is Go's median step over Python's.
 func (r Result) Ratio() float64 { return median(flat(r.Go)) / median(flat(r.Py)) }
+
+// GoMedian is torchfit's median step in seconds.
+func (r Result) GoMedian() float64 { return median(flat(r.Go)) }
+
+// PyMedian is the Python twin's median step in seconds.
+func (r Result) PyMedian() float64 { return median(flat(r.Py)) }
 
 // CPURatio is Go's median process CPU time per step over Python's.
 func (r Result) CPURatio() float64 { return median(flat(r.GoCPU)) / median(flat(r.PyCPU)) }

@@ -97,7 +97,7 @@ func (TTSTwin) Build(cfg Config) (Instance, error) {
 		ccj, _ := json.Marshal(m.Codec.Cfg)
 		gcj, _ := json.Marshal(m.GPT.Cfg)
 		s = &SingleModel{
-			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: 5e-4, ClipNorm: 1, Beta2: 0.96,
+			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: 5e-4, ClipNorm: 1, Beta2: 0.96, Device: cfg.Dev(),
 			Groups: nn.DecayGroups(gpt, 0.01), Loss: m.Loss,
 			Spec: map[string]any{"codec": string(ccj), "gpt": string(gcj)},
 		}

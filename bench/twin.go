@@ -24,6 +24,20 @@ type Config struct {
 	// Check builds the model for the equality check: dropout off, so that
 	// both sides compute the same function of the same weights.
 	Check bool
+	// Device is where both sides train (the zero value: the CPU). On CUDA
+	// the Go side's model and batch move there once built and the Python
+	// twin loads them there (scripts/twins/run.py); each timed step ends
+	// with the device synchronised on both sides, and no peak is measured.
+	Device torch.Device
+}
+
+// Dev is the configuration's device: Device when it is a CUDA device,
+// torch.CPU otherwise.
+func (c Config) Dev() torch.Device {
+	if c.Device.IsCUDA() {
+		return c.Device
+	}
+	return torch.CPU
 }
 
 // A Twin is a recipe's model that has a Python twin.
@@ -123,13 +137,31 @@ type SingleModel struct {
 	Contrastive *train.Contrastive
 	// OnStep runs after each optimizer step (CLIP clamps its temperature).
 	OnStep func()
+	// Device is where the model and the batch train (Config.Dev): Init
+	// moves them there.
+	Device torch.Device
 
 	opt *nn.Adam
 	tr  *train.Trainer
 }
 
-// Init creates the optimizer and the trainer; call it once the fields are set.
+// Init moves the model and the batch to Device and creates the optimizer
+// and the trainer; call it once the fields are set.
 func (s *SingleModel) Init() error {
+	if !s.Device.IsCUDA() {
+		s.Device = torch.CPU
+	} else {
+		dev := s.Device
+		if err := torch.Try(func() {
+			nn.To(s.Model, dev, torch.Float32)
+			b := s.Batch.Slice(0, s.Batch.Size(), dev)
+			s.Batch.Free()
+			s.Batch = b
+		}); err != nil {
+			s.Free() // the caller drops s
+			return fmt.Errorf("bench: moving the model and batch to %v: %w", dev, err)
+		}
+	}
 	groups := s.Groups
 	if groups == nil {
 		groups = nn.DecayGroups(nn.Parameters(s.Model), s.Decay)
@@ -143,7 +175,7 @@ func (s *SingleModel) Init() error {
 	}
 	s.opt = nn.NewAdamWGroups(groups, ac)
 	tr, err := train.New(s.Model, s.opt, s.Loss, train.Config{
-		MicroBatch: s.micro(), Accum: max(1, s.Accum), Device: torch.CPU, Precision: s.Precision, ClipNorm: s.ClipNorm,
+		MicroBatch: s.micro(), Accum: max(1, s.Accum), Device: s.Device, Precision: s.Precision, ClipNorm: s.ClipNorm,
 		MaxNonFinite: -1, Contrastive: s.Contrastive,
 	})
 	if err != nil {
@@ -194,7 +226,7 @@ func (s *SingleModel) Check() (loss float64, grads []nn.Named, err error) {
 			}
 			var l *torch.Tensor
 			if s.Precision != amp.FP32 && s.Precision != "" {
-				amp.Autocast(torch.CPU, s.Precision.DType(), func() { l = s.Loss(s.Batch) })
+				amp.Autocast(s.Device, s.Precision.DType(), func() { l = s.Loss(s.Batch) })
 				amp.ClearCache()
 			} else {
 				l = s.Loss(s.Batch)

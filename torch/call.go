@@ -33,7 +33,10 @@ func (d *opDef) resolve() capi.Op {
 }
 
 const (
-	maxArgs   = 12
+	// maxArgs is the most arguments a call passes: 16 holds the longest
+	// schema torchfit calls, _fused_adamw_'s 13 without its optional
+	// grad_scale and found_inf (15 with them).
+	maxArgs   = 16
 	arenaSize = 32
 	maxOuts   = 4
 )

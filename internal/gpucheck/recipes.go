@@ -302,7 +302,7 @@ func goTest(env Env) Result {
 	if err != nil {
 		return Result{Status: Skip, Summary: "skipped: no go toolchain on this machine"}
 	}
-	args := []string{"test", "-tags", "cuda", "-count=1", "-timeout", "200s", "./torch", "./amp", "./torch/data"}
+	args := []string{"test", "-tags", "cuda", "-count=1", "-timeout", "200s", "./torch", "./amp", "./torch/data", "./torch/cudagraph"}
 	r := Result{Cmd: "go " + strings.Join(args, " ")}
 	if _, ok := needGPU(); !ok {
 		r.Cmd += " (without a GPU they run the CPU paths: make test does that)"

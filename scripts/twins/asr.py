@@ -117,7 +117,7 @@ class Encoder(nn.Module):
         x = self.dropout(self.pos_enc(x * math.sqrt(self.d)))
         mask = None
         if (out_lens < t).any():
-            mask = torch.arange(t).unsqueeze(0) >= out_lens.unsqueeze(1)
+            mask = torch.arange(t, device=x.device).unsqueeze(0) >= out_lens.unsqueeze(1)
         for layer in self.layers:
             x = layer(x, mask)
         return x
@@ -140,7 +140,7 @@ class Decoder(nn.Module):
     def forward(self, ys, memory, tgt_pad, mem_pad):
         x = self.dropout(self.pos_enc(self.embed(ys)))
         n = ys.size(1)
-        causal = torch.ones(n, n, dtype=torch.bool).triu(1)
+        causal = torch.ones(n, n, dtype=torch.bool, device=ys.device).triu(1)
         for layer in self.layers:
             x = layer(x, memory, tgt_mask=causal, tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=mem_pad)
         return self.out(self.norm(x))
@@ -167,15 +167,15 @@ class Conformer(nn.Module):
             total = ctc * w
         if w < 1 and self.decoder is not None:
             b, s = tokens.shape
-            pos = torch.arange(s + 1).unsqueeze(0)
+            pos = torch.arange(s + 1, device=tokens.device).unsqueeze(0)
             l = token_lens.unsqueeze(1)
-            shifted = torch.cat([torch.full((b, 1), SOS, dtype=torch.long), tokens], 1)
+            shifted = torch.cat([torch.full((b, 1), SOS, dtype=torch.long, device=tokens.device), tokens], 1)
             ys_in = torch.where(pos <= l, shifted, torch.full_like(shifted, PAD))
-            padded = torch.cat([tokens, torch.full((b, 1), PAD, dtype=torch.long)], 1)
+            padded = torch.cat([tokens, torch.full((b, 1), PAD, dtype=torch.long, device=tokens.device)], 1)
             target = torch.where(pos < l, padded, torch.where(pos == l, torch.full_like(padded, EOS),
                                                                torch.full_like(padded, PAD)))
             tgt_pad = pos >= l + 1
-            mem_pad = torch.arange(enc.size(1)).unsqueeze(0) >= out_lens.unsqueeze(1)
+            mem_pad = torch.arange(enc.size(1), device=enc.device).unsqueeze(0) >= out_lens.unsqueeze(1)
             logits = self.decoder(ys_in, enc, tgt_pad, mem_pad)
             attn = F.cross_entropy(logits.reshape(-1, c["vocab"]), target.reshape(-1), ignore_index=PAD,
                                    label_smoothing=c["label_smoothing"])

@@ -37,7 +37,7 @@ def contrastive(model, img, txt):
     i = img / img.norm(dim=-1, keepdim=True)
     t = txt / txt.norm(dim=-1, keepdim=True)
     logits = (i @ t.t()) * model.logit_scale.exp()
-    labels = torch.arange(logits.size(0))
+    labels = torch.arange(logits.size(0), device=logits.device)
     return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
 
 
@@ -51,9 +51,10 @@ class Twin:
         self.images, self.text = data["batch"]["image"], data["batch"]["text"]
         self.micro = int(spec["micro_batch"])
         self.bf16 = spec["precision"] == "bf16"
+        self.device_type = spec.get("device_type", "cpu")
 
     def embed(self, i, j):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+        with torch.autocast(self.device_type, dtype=torch.bfloat16, enabled=self.bf16):
             return self.model.encode_image(self.images[i:j]), self.model.encode_text(self.text[i:j])
 
     def backward(self):

@@ -96,9 +96,10 @@ class Twin:
         self.opt_g, self.opt_d = mk(self.g), mk(self.d)
         self.optimizers = [self.opt_g, self.opt_d]
         self.bf16 = spec["precision"] == "bf16"
+        self.device_type = spec.get("device_type", "cpu")
 
     def autocast(self):
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16)
+        return torch.autocast(self.device_type, dtype=torch.bfloat16, enabled=self.bf16)
 
     def d_loss(self, z):
         with self.autocast():
@@ -129,7 +130,7 @@ class Twin:
         return value
 
     def step(self):
-        z = torch.randn(self.x.size(0), self.c["latent"])
+        z = torch.randn(self.x.size(0), self.c["latent"], device=self.x.device)
         dl = self.d_loss(z)
         dl.item()
         dl.backward()

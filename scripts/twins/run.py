@@ -9,8 +9,17 @@ so that Go and Python steps can be interleaved in one run.
 
 Requests and replies:
   {"op": "info"}  -> {"torch": torch.__version__, "compile": whether torch.compile exists}
-  {"op": "load", "script": PATH, "file": PT, "threads": N, "compile": false}
+  {"op": "load", "script": PATH, "file": PT, "threads": N, "compile": false,
+   "device": "cpu"}
         -> {"params": number of parameters, "threads": N}
+        "device": "cuda" (or "cuda:N") loads the weights and the batch onto
+        that device and builds the twin with it as torch's default device
+        (torch.set_default_device, PyTorch 2.x; back to the CPU once built:
+        the default device costs a Python call on every torch function, so
+        the twins' steps make their tensors on their inputs' device
+        themselves); spec["device_type"] tells twins that autocast
+        themselves. Each step then ends with torch.cuda.synchronize(), as
+        the Go side's does.
         "compile": true wraps the twin's functions in torch.compile (below);
         with a torch that has none (1.13) the reply is the error
         "torch 1.13 has no torch.compile".
@@ -100,11 +109,16 @@ class Runner:
     def __init__(self):
         self.tw = None
         self.compiled = False
+        self.device = torch.device("cpu")
 
     def load(self, req):
         torch.set_num_threads(int(req["threads"]))
-        data = torch.load(req["file"])
+        self.device = torch.device(req.get("device", "cpu"))
+        if self.device.type != "cpu" and not hasattr(torch, "set_default_device"):
+            raise NotAvailable(f"torch {torch_version()} has no set_default_device: the twins run on the CPU only")
+        data = torch.load(req["file"], map_location=self.device)
         spec = json.loads(data["spec"])
+        spec["device_type"] = self.device.type
         self.spec = spec
         self.data = data
         mod = load_script(req["script"])
@@ -114,7 +128,13 @@ class Runner:
             raise NotAvailable(f"torch {torch_version()} has no torch.compile")
         if self.compiled:
             importlib.import_module("torch._dynamo").reset()
-        self.tw = mod.build(spec, data)
+        if self.device.type != "cpu":
+            torch.set_default_device(self.device)
+        try:
+            self.tw = mod.build(spec, data)
+        finally:
+            if self.device.type != "cpu":
+                torch.set_default_device("cpu")
         if self.compiled:
             self.compile_twin()
         self.custom_step = getattr(self.tw, "step", None)
@@ -143,7 +163,7 @@ class Runner:
 
     def forward(self):
         if self.spec.get("precision") == "bf16":
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast(self.device.type, dtype=torch.bfloat16):
                 loss = self.tw.loss()
         else:
             loss = self.tw.loss()
@@ -215,6 +235,8 @@ class Runner:
             c0 = time.process_time()
             t0 = time.perf_counter()
             self.step()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
             if self.compiled:

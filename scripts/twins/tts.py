@@ -81,7 +81,7 @@ class Twin:
         x = F.gelu(conv(x, 'gpt.cond.conv2', stride=2, pad=1).transpose(1, 2))
         T2 = x.shape[1]
         valid = [min((min(l, cond.shape[1]) + 1) // 2, T2) for l in b['cond_lens'].tolist()]
-        mask = torch.arange(T2).unsqueeze(0) >= torch.tensor(valid).unsqueeze(1)
+        mask = torch.arange(T2, device=x.device).unsqueeze(0) >= torch.tensor(valid, device=x.device).unsqueeze(1)
         x = self.layer(x, src_key_padding_mask=mask)
         q = P['gpt.cond.latents'].unsqueeze(0).expand(x.shape[0], -1, -1)
         out = self.mha(q, x, x, key_padding_mask=mask, need_weights=False)[0]
@@ -97,7 +97,7 @@ class Twin:
         x = torch.cat([lat, torch.where(audio.unsqueeze(-1), ae, te)], 1)
         B, L = x.shape[0], x.shape[1]
         dh = D // H
-        causal = torch.ones(L, L, dtype=torch.bool).triu(1)
+        causal = torch.ones(L, L, dtype=torch.bool, device=x.device).triu(1)
         for i in range(g['layers']):
             p = 'gpt.blocks.%d.' % i
             h = F.layer_norm(x, (D,), P[p + 'ln1.weight'], P[p + 'ln1.bias'])

@@ -55,6 +55,12 @@ using tf_optional = c10::optional<T>;
 // 2.0 on.
 #define TF_HAS_CLEAR_CUBLAS_WORKSPACES TF_TORCH_AT_LEAST(2, 0)
 
+// at::cuda::CUDAGraph's protected capture_ended_ and mempool_id_, which
+// package cudagraph reads after a failed capture_end to end and release the
+// capture's pool itself (capture_end throws before it does): checked in
+// 2.11's header, not before.
+#define TF_CUDAGRAPH_POOL_CLEANUP TF_TORCH_AT_LEAST(2, 11)
+
 // c10d (package dist): from 2.0 ProcessGroupGloo and ProcessGroupNCCL derive
 // from c10d::Backend, no longer from c10d::ProcessGroup; the collectives
 // torchfit calls have the same signatures on both.
