@@ -62,10 +62,13 @@
 //     PyTorch's current stream: nothing CUDA is linked (the op shim links no
 //     libcudart either), so the build links on machines without a driver.
 //
-// The CUDA kernel has been compiled and linked, but not yet run on a GPU:
-// the GPU checks scan-cuda (against Sequential) and scan-cuda-memory (peak
-// memory and time against Chunked and Sequential) are written for it
-// (internal/gpucheck, make gpu-check).
+// The CUDA kernel has been compiled and linked, but not yet run on a GPU.
+// Its source is run on the host with the CUDA built-ins emulated (a thread
+// per CUDA thread; the kernel package's TestCUDAKernelOnHost), which checks
+// its arithmetic and indexing against a float64 reference, not what only a
+// GPU shows. The GPU checks scan-cuda (against Sequential) and
+// scan-cuda-memory (peak memory and time against Chunked and Sequential)
+// are written for it (internal/gpucheck, make gpu-check).
 //
 // All four compute in float32, or float64 when an input is float64;
 // float16 and bfloat16 inputs are computed in float32 (as mamba-ssm does)
