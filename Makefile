@@ -66,11 +66,24 @@ endif
 export CGO_CXXFLAGS CGO_LDFLAGS
 GOFLAGS_TAGS := $(if $(strip $(TAGS)),-tags "$(strip $(TAGS))",)
 
-.PHONY: deps env venv check-libtorch build vet test test-one test-torch2 cuda-link gpu-check gpu-pack test-short fuzz demo bench bench-ops bench-checkpoint quality-clip quality-mamba bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
+# The fused scan's CUDA kernel (scan/internal/kernel/scan_cuda.cu): nvcc
+# makes a fat binary, SASS for sm_80 (A100) and sm_90 (H100) and PTX for
+# compute_90 (newer GPUs JIT it), which the cuda-tagged build embeds. nvcc is
+# the pip wheel's beside torch (nvidia-cuda-nvcc, third_party/README.md), a
+# CUDA toolkit's or the one on PATH; NVCC=path overrides. Every target that
+# builds with the cuda tag makes it first (scan-kernel); without the tag
+# nothing needs nvcc.
+NVCC ?= $(firstword $(wildcard $(LIBTORCH)/../nvidia/cu13/bin/nvcc $(LIBTORCH)/../nvidia/cuda_nvcc/bin/nvcc) \
+  $(wildcard $(CUDA_HOME)/bin/nvcc /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+NVCC_FLAGS ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+SCAN_KERNEL := scan/internal/kernel/cudabin/scan_cuda.fatbin
+
+.PHONY: deps scan-kernel env venv check-libtorch build vet test test-one test-torch2 cuda-link gpu-check gpu-pack test-short fuzz demo bench bench-ops bench-checkpoint quality-clip quality-mamba bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
 
 # deps installs what a fresh Debian bookworm machine lacks (idempotent):
-# Debian's libtorch and the tools the recipes and tests use.
-deps:
+# Debian's libtorch and the tools the recipes and tests use; with the cuda
+# tag, it makes the scan's CUDA kernel too.
+deps: scan-kernel
 	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
@@ -86,10 +99,19 @@ deps:
 	@$(MAKE) --no-print-directory check-libtorch
 	@if [ -n "$(LIBTORCH)" ]; then echo "libtorch: $(LIBTORCH) (C++ ABI $(TORCH_CXX11_ABI)$(if $(filter cuda,$(TAGS)),$(comma) cuda tag))"; fi
 
+# scan-kernel makes the scan's CUDA kernel when the cuda tag is on (nothing
+# otherwise); its output goes to stderr, so that make -s env stays clean.
+scan-kernel: $(if $(filter cuda,$(TAGS)),$(SCAN_KERNEL))
+$(SCAN_KERNEL): scan/internal/kernel/scan_cuda.cu scan/internal/kernel/kernel.h
+	@test -n "$(NVCC)" || { echo "error: the cuda tag needs nvcc for the scan's CUDA kernel: pip install the nvidia-cuda-nvcc pinned in third_party/torch2/requirements.txt beside torch, or NVCC=/path/to/nvcc" >&2; exit 1; }
+	@echo "nvcc: $(SCAN_KERNEL) ($(NVCC))" >&2
+	@$(NVCC) -fatbin $(NVCC_FLAGS) -o $@.tmp $< 1>&2 && mv $@.tmp $@
+
 # env prints the environment go build/test need for this libtorch, for Go
 # programs built without make: eval "$$(make -s env LIBTORCH_USE_PYTORCH=1)"
-# then go build $$TORCHFIT_GOFLAGS ./...
-env:
+# then go build $$TORCHFIT_GOFLAGS ./... (with the cuda tag it makes the
+# scan's CUDA kernel first, which the Go build embeds).
+env: scan-kernel
 	@echo "export CGO_CXXFLAGS='$(strip $(CGO_CXXFLAGS))'"
 	@echo "export CGO_LDFLAGS='$(strip $(CGO_LDFLAGS))'"
 	@$(if $(LIBTORCH),echo "export LD_LIBRARY_PATH='$(LD_LIBRARY_PATH)'",true)
@@ -156,7 +178,7 @@ cuda-link: deps
 # GPU" and why. GPUCHECK=a,b runs only those checks.
 OUT ?= out/gpu-check
 GPUCHECK ?=
-gpu-check:
+gpu-check: scan-kernel
 	@mkdir -p $(OUT) bin
 	@start=$$(date +%s); \
 	$(GO) build $(GOFLAGS_TAGS) -o bin/torchfit-cuda ./cmd/torchfit && \

@@ -22,8 +22,53 @@
 //     batch·channels·state with at::parallel_for, keeping only each chunk's
 //     starting state; backward recomputes each chunk's states and runs the
 //     gradient recurrence backwards through it (mamba-ssm's CUDA kernel's
-//     strategy). O(B·D·N·⌈L/K⌉) bytes held for backward. On CUDA tensors the
-//     operator runs the same chunked algorithm in ATen ops.
+//     strategy). O(B·D·N·⌈L/K⌉) bytes held for backward. On CUDA tensors
+//     it runs a CUDA kernel when built with the cuda tag (below), else the
+//     same chunked algorithm in ATen ops; FusedRuns says which.
+//
+// # The CUDA kernel
+//
+// scan/internal/kernel/scan_cuda.cu, compiled by nvcc (make scan-kernel,
+// which every cuda-tagged make target runs first) into a fat binary for
+// sm_80 and sm_90 with compute_90 PTX, embedded in the cuda-tagged build
+// and registered as the CUDA kernel of the operator's internal scan_fwd and
+// scan_bwd ops (the autograd Function calls them through the dispatcher).
+// It computes in float32: float32 inputs as they come, float16 and
+// bfloat16 cast to float32 by the operator first (y comes back in x's
+// dtype, gradients in each input's); float64 inputs, and states wider than
+// 256, take the ATen-op path.
+//
+//   - Work split: a thread block is 128 threads, W lanes per channel (W the
+//     state size rounded up to a power of two, at most 32) × 128/W
+//     channels; each lane keeps ⌈N/W⌉ states in registers. Blocks tile
+//     channels and batch. Every thread walks the whole sequence step by
+//     step (parallel over batch · channels · state, sequential in time,
+//     where mamba-ssm's kernel also scans time in parallel within a block).
+//   - Forward: h and y = C·h (a shuffle sum over the channel's lanes) per
+//     step; the state at each chunk's start goes to starts, (B, ⌈L/K⌉, D, N),
+//     the only tensor kept for backward besides the inputs.
+//   - Backward: chunks newest first; each chunk's states are recomputed
+//     from its start into a scratch of one chunk, (K, B, D, N), freed when
+//     backward returns; then the gradient recurrence runs backwards
+//     through the chunk, ∂L/∂h carried in registers across chunks. ∂L/∂x
+//     and ∂L/∂Δ are shuffle sums over the lanes; ∂L/∂B and ∂L/∂C, sums over
+//     channels, are reduced per block in shared memory each step and added
+//     with one atomicAdd per block and state; ∂L/∂A and ∂L/∂D, sums over
+//     the batch, with one atomicAdd per thread at the end. The atomics make
+//     the last bits of those four gradients depend on scheduling (the CPU
+//     kernel's are bitwise reproducible).
+//   - Launch: through the CUDA driver API (libcuda.so.1, opened at first
+//     use), the fat binary loaded into each device's primary context, on
+//     PyTorch's current stream: nothing CUDA is linked (the op shim links no
+//     libcudart either), so the build links on machines without a driver.
+//
+// The CUDA kernel has been compiled and linked, but not yet run on a GPU.
+// Its source is run on the host with the CUDA built-ins emulated (a thread
+// per CUDA thread; the kernel package's TestCUDAKernelOnHost), which checks
+// its arithmetic and indexing against a float64 reference, not what only a
+// GPU shows. The GPU checks scan-cuda (against Sequential) and
+// scan-cuda-memory (peak memory and time against Chunked and Sequential)
+// are written for it (internal/gpucheck, make gpu-check).
 //
 // All four compute in float32, or float64 when an input is float64;
 // float16 and bfloat16 inputs are computed in float32 (as mamba-ssm does)

@@ -280,3 +280,33 @@ func TestFusedExpRange(t *testing.T) {
 		})
 	}
 }
+
+// FusedRuns answers as the operator decides: the CPU kernel for CPU
+// tensors, the CUDA kernel for CUDA float32 and half inputs with up to 256
+// states when the build has the cuda tag (the ATen-op path without it, and
+// for float64 or larger states).
+func TestFusedRuns(t *testing.T) {
+	cuda := RunsATen
+	if CUDAKernelBuilt() {
+		cuda = RunsCUDA
+	}
+	for _, tc := range []struct {
+		dev  torch.Device
+		dt   torch.DType
+		n    int64
+		want string
+	}{
+		{torch.CPU, torch.Float32, 16, RunsCPU},
+		{torch.CPU, torch.Float64, 16, RunsCPU},
+		{torch.CUDA(0), torch.Float32, 16, cuda},
+		{torch.CUDA(0), torch.BFloat16, 16, cuda},
+		{torch.CUDA(0), torch.Float32, 257, RunsATen},
+		{torch.CUDA(0), torch.Float64, 16, RunsATen},
+	} {
+		got, err := FusedRuns(tc.dev, tc.dt, tc.n)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got, "%v %v %d states", tc.dev, tc.dt, tc.n)
+	}
+	_, err := FusedRuns(torch.CPU, torch.Float32, 0)
+	require.ErrorContains(t, err, "state must be at least 1")
+}

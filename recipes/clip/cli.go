@@ -72,7 +72,7 @@ func dataCommand() *cli.Command {
 
 func trainFlags(d recipes.Defaults, mirror bool) []cli.Flag {
 	return append(recipes.Flags(d),
-		&cli.BoolFlag{Name: "mirror-pairs", Value: mirror, Usage: "make every second training image the one before it mirrored, its caption's left and right swapped (cars: direction's negatives in every micro-batch)"},
+		&cli.BoolFlag{Name: "mirror-pairs", Value: mirror, Usage: "make every second training image the one before it mirrored, its caption's left and right swapped (cars: direction's negatives in every micro-batch; off by default: it lowered zero-shot and R@1 in 5 CPU minutes, recipes/clip/README.md)"},
 		&cli.StringFlag{Name: "preset", Aliases: []string{"model_size", "model-size"}, Usage: "model: cpu (1.7M parameters, the default) or vit-b32 (OpenAI ViT-B/32 shapes); with --init or --resume: the file's"},
 		&cli.StringFlag{Name: "init", Aliases: []string{"pretrained", "init_from"}, Usage: "start from this state dict (Python torch.save(model.state_dict()) or a .safetensors file, with OpenAI CLIP names) or torchfit CLIP checkpoint"},
 		&cli.StringFlag{Name: "contrastive-accumulation", Value: Exact, Usage: "exact: the effective batch's contrastive loss by grad cache; naive: each micro-batch's own loss, accumulated (the seed's)"},
@@ -110,7 +110,7 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfi
 }
 
 func trainCommand(stage string) *cli.Command {
-	d, usage, mirror := Defaults, "fine-tune (or train, or resume) a CLIP on a data directory at an effective batch of 128", true
+	d, usage, mirror := Defaults, "fine-tune (or train, or resume) a CLIP on a data directory at an effective batch of 128", false
 	if stage == "pretrain" {
 		d, usage, mirror = pretrainDefaults, "pretrain a CLIP from random weights on the shapes set (for `clip train --init`)", false
 	}

@@ -10,9 +10,12 @@
 // each chunk is kept for backward (batch·channels·state·⌈L/K⌉ values), and
 // backward recomputes each chunk's states from it, newest chunk first, then
 // runs the recurrence of the gradients backwards through the chunk: the
-// strategy of mamba-ssm's CUDA kernel (csrc/selective_scan/). Other devices
-// (CUDA) take the same chunked path written in ATen ops: the same memory,
-// one small op per step instead of one fused loop.
+// strategy of mamba-ssm's CUDA kernel (csrc/selective_scan/). The kernels
+// are the internal ops scan_fwd and scan_bwd, reached through the
+// dispatcher: the CPU kernel here, a CUDA kernel in cuda.cc (cuda build
+// tag). Cases without a kernel (float64 on CUDA, other devices) take the
+// same chunked path written in ATen ops: the same memory, one small op per
+// step instead of one fused loop.
 //
 // Float32 and float64 are computed as they come; float16 and bfloat16
 // inputs are computed in float32 (as mamba-ssm does) and y is returned in
@@ -29,6 +32,7 @@
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
@@ -475,11 +479,81 @@ variable_list aten_backward(const at::Tensor& x, const at::Tensor& dt, const at:
   return {gx, gdt, gA, gB, gC, gD};
 }
 
-bool use_native(const at::Tensor& x, int64_t impl) {
-  if (impl == kATen) return false;
-  const bool cpu = x.device().is_cpu();
-  TORCH_CHECK(impl != kNative || cpu, "selective_scan: the native kernel runs on the CPU, not on ", x.device());
-  return cpu;
+// ---- which implementation runs -------------------------------------------------
+
+// The backend kernels are two internal operators of the same library,
+// scan_fwd and scan_bwd, with a kernel for each device that has one: the
+// CPU kernel above (registered below), the CUDA kernel (cuda.cc, compiled
+// only with the cuda build tag and registered for the CUDA dispatch key).
+// The autograd Function calls them through the dispatcher when the device
+// has a kernel for them and the kernel takes the dtype and state size, and
+// the ATen-op path otherwise.
+enum Which : int64_t { kUseATen = 0, kUseCPU = 1, kUseCUDA = 2 };
+
+bool has_kernel(c10::DispatchKey k) {
+  auto h = c10::Dispatcher::singleton().findSchema({"torchfit_scan::scan_fwd", ""});
+  return h.has_value() && h->hasKernelForDispatchKey(k);
+}
+
+// choose answers which implementation runs the scan for inputs on device
+// type dev, in compute dtype ct, with n states per channel; impl is the
+// op's argument. kNative on a device without a native kernel for the case
+// is an error.
+int64_t choose(c10::DeviceType dev, at::ScalarType ct, int64_t n, int64_t impl) {
+  TORCH_CHECK(impl >= kAuto && impl <= kATen, "selective_scan: unknown impl ", impl);
+  if (impl == kATen) return kUseATen;
+  if (dev == c10::DeviceType::CPU && (ct == at::kFloat || ct == at::kDouble)) return kUseCPU;
+  const bool cuda_built = dev == c10::DeviceType::CUDA && has_kernel(c10::DispatchKey::CUDA);
+  const bool cuda_ready = cuda_built && __atomic_load_n(&tfs_cuda_ready, __ATOMIC_ACQUIRE) != 0;
+  if (cuda_ready && ct == at::kFloat && n <= TFS_CUDA_MAX_STATE) return kUseCUDA;
+  TORCH_CHECK(impl != kNative, "selective_scan: no native kernel for ", ct, " inputs with ", n, " states on ", dev,
+              dev != c10::DeviceType::CUDA ? ""
+              : !cuda_built                ? " (built without the cuda tag)"
+              : !cuda_ready                ? " (the CUDA kernel's fat binary was not built: make scan-kernel)"
+                                           : "");
+  return kUseATen;
+}
+
+// The CPU kernels of scan_fwd and scan_bwd.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> cpu_fwd(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,
+                                                       const at::Tensor& Bm, const at::Tensor& Cm,
+                                                       const at::Tensor& Dv, int64_t K, bool save) {
+  at::Tensor starts;
+  auto out = native_forward(x, dt, A, Bm, Cm, Dv, K, save ? &starts : nullptr);
+  if (!save) starts = at::empty({0}, x.options());
+  return {std::get<0>(out), std::get<1>(out), starts};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> cpu_bwd(
+    const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A, const at::Tensor& Bm, const at::Tensor& Cm,
+    const at::Tensor& Dv, const at::Tensor& starts, const at::Tensor& gy, int64_t K) {
+  auto g = native_backward(x, dt, A, Bm, Cm, Dv, starts, K, gy);
+  return {g[0], g[1], g[2], g[3], g[4], g[5]};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> call_fwd(const at::Tensor& x, const at::Tensor& dt,
+                                                        const at::Tensor& A, const at::Tensor& Bm,
+                                                        const at::Tensor& Cm, const at::Tensor& Dv, int64_t K,
+                                                        bool save) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("torchfit_scan::scan_fwd", "")
+                       .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+                           const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                           const at::Tensor&, const at::Tensor&, int64_t, bool)>();
+  return op.call(x, dt, A, Bm, Cm, Dv, K, save);
+}
+
+variable_list call_bwd(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A, const at::Tensor& Bm,
+                       const at::Tensor& Cm, const at::Tensor& Dv, const at::Tensor& starts, const at::Tensor& gy,
+                       int64_t K) {
+  static auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("torchfit_scan::scan_bwd", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t)>();
+  auto g = op.call(x, dt, A, Bm, Cm, Dv, starts, gy, K);
+  return {std::get<0>(g), std::get<1>(g), std::get<2>(g), std::get<3>(g), std::get<4>(g), std::get<5>(g)};
 }
 
 // ---- the autograd Function ----------------------------------------------------
@@ -488,30 +562,38 @@ struct SelectiveScan : public torch::autograd::Function<SelectiveScan> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,
                                const at::Tensor& Bm, const at::Tensor& Cm, const at::Tensor& Dv, int64_t K,
                                int64_t impl, bool save) {
-    at::Tensor starts;
-    at::Tensor* sp = save ? &starts : nullptr;
-    auto out = use_native(x, impl) ? native_forward(x, dt, A, Bm, Cm, Dv, K, sp)
-                                   : aten_forward(x, dt, A, Bm, Cm, Dv, K, sp);
+    const int64_t which = choose(x.device().type(), x.scalar_type(), A.size(1), impl);
+    at::Tensor y, last, starts;
+    if (which == kUseATen) {
+      std::tie(y, last) = aten_forward(x, dt, A, Bm, Cm, Dv, K, save ? &starts : nullptr);
+    } else {
+      std::tie(y, last, starts) = call_fwd(x, dt, A, Bm, Cm, Dv, K, save);
+    }
     if (save) {
       ctx->save_for_backward({x, dt, A, Bm, Cm, Dv, starts});
       ctx->saved_data["K"] = K;
-      ctx->saved_data["impl"] = impl;
+      ctx->saved_data["which"] = which;
     }
-    ctx->mark_non_differentiable({std::get<1>(out)});
-    return {std::get<0>(out), std::get<1>(out)};
+    ctx->mark_non_differentiable({last});
+    return {y, last};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     TORCH_CHECK(saved.size() == 7, "selective_scan: backward without saved state (the forward ran without grad)");
     const int64_t K = ctx->saved_data["K"].toInt();
-    const int64_t impl = ctx->saved_data["impl"].toInt();
+    const int64_t which = ctx->saved_data["which"].toInt();
     const auto &x = saved[0], &dt = saved[1], &A = saved[2], &Bm = saved[3], &Cm = saved[4], &Dv = saved[5],
                &starts = saved[6];
     at::Tensor gy = grads.empty() ? at::Tensor() : grads[0];
     if (gy.defined()) gy = gy.to(x.scalar_type()).contiguous();
-    auto g = use_native(x, impl) ? native_backward(x, dt, A, Bm, Cm, Dv, starts, K, gy)
-                                 : aten_backward(x, dt, A, Bm, Cm, Dv, starts, K, gy);
+    variable_list g;
+    if (which == kUseATen) {
+      g = aten_backward(x, dt, A, Bm, Cm, Dv, starts, K, gy);
+    } else {
+      if (!gy.defined()) gy = at::zeros_like(x);
+      g = call_bwd(x, dt, A, Bm, Cm, Dv, starts, gy, K);
+    }
     g.resize(9);  // K, impl, save: no gradient
     return g;
   }
@@ -545,7 +627,6 @@ std::tuple<at::Tensor, at::Tensor> selective_scan(const at::Tensor& x, const at:
                                                   const at::Tensor& Bm, const at::Tensor& Cm, const at::Tensor& Dv,
                                                   int64_t K, int64_t impl) {
   check_inputs(x, dt, A, Bm, Cm, Dv, K);
-  TORCH_CHECK(impl >= kAuto && impl <= kATen, "selective_scan: unknown impl ", impl);
   at::ScalarType ct = x.scalar_type();
   for (const auto* t : {&dt, &A, &Bm, &Cm, &Dv}) ct = c10::promoteTypes(ct, t->scalar_type());
   TORCH_CHECK(at::isFloatingType(ct), "selective_scan: inputs must be floating point, got ", ct);
@@ -563,13 +644,40 @@ std::tuple<at::Tensor, at::Tensor> selective_scan(const at::Tensor& x, const at:
   return {y, out[1]};
 }
 
+// implementation answers which implementation the scan runs for inputs of
+// dtype on device with state states per channel (compute dtype: float32
+// unless dtype is float64): 0 the ATen-op path, 1 the CPU kernel, 2 the
+// CUDA kernel; impl as the scan's argument.
+// The device is a string ("cpu", "cuda:0") so that asking needs no device.
+int64_t implementation(c10::string_view device, at::ScalarType dtype, int64_t state, int64_t impl) {
+  TORCH_CHECK(state >= 1, "selective_scan: state must be at least 1, got ", state);
+  const at::ScalarType ct = dtype == at::kDouble ? at::kDouble : at::kFloat;
+  return choose(c10::Device(std::string(device.data(), device.size())).type(), ct, state, impl);
+}
+
 }  // namespace
+
+int tfs_cuda_ready = 0;
 
 TORCH_LIBRARY(torchfit_scan, m) {
   m.def(
       "selective_scan(Tensor x, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor D, int chunk=64, int impl=0) "
       "-> (Tensor, Tensor)",
       TORCH_FN(selective_scan));
+  m.def("implementation(str device, ScalarType dtype, int state=16, int impl=0) -> int", TORCH_FN(implementation));
+  // The backend kernels (internal: no autograd of their own, the Function
+  // above is their autograd). scan_fwd returns y, the last state and the
+  // chunk starts (empty when not saved); scan_bwd the gradients of x, delta,
+  // A, B, C and D.
+  m.def("scan_fwd(Tensor x, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor D, int chunk, bool save) "
+        "-> (Tensor, Tensor, Tensor)");
+  m.def("scan_bwd(Tensor x, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor D, Tensor starts, Tensor gy, "
+        "int chunk) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(torchfit_scan, CPU, m) {
+  m.impl("scan_fwd", TORCH_FN(cpu_fwd));
+  m.impl("scan_bwd", TORCH_FN(cpu_bwd));
 }
 
 extern "C" {
