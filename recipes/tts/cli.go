@@ -148,6 +148,7 @@ func gptFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "ff", Usage: "feed-forward width (0: 4 × decoder-dim)"},
 		&cli.Float64Flag{Name: "dropout", Value: def.Dropout},
 		&cli.Int64Flag{Name: "cond-latents", Value: def.CondLatents, Usage: "speaker latents from the reference clip"},
+		&cli.BoolFlag{Name: "aligned-positions", Value: def.AlignedPositions, Usage: "start the position embeddings as sinusoids, the codes' at the phonemes' average rate (=false: N(0, 0.02))"},
 	}
 }
 
@@ -155,6 +156,7 @@ func gptConfigFrom(c *cli.Context) GPTConfig {
 	g := DefaultGPTConfig()
 	g.DecoderDim, g.TextEncoderDim, g.Layers, g.Heads = c.Int64("decoder-dim"), c.Int64("text-encoder-dim"), c.Int("layers"), c.Int64("heads")
 	g.FF, g.Dropout, g.CondLatents = c.Int64("ff"), c.Float64("dropout"), c.Int64("cond-latents")
+	g.AlignedPositions = c.Bool("aligned-positions")
 	if g.FF == 0 {
 		g.FF = 4 * g.DecoderDim
 	}
@@ -202,6 +204,7 @@ func trainCommand() *cli.Command {
 					recipes.Stored{Flag: "text-encoder-dim", Value: m.TextEncoderDim}, recipes.Stored{Flag: "layers", Value: m.Layers},
 					recipes.Stored{Flag: "heads", Value: m.Heads}, recipes.Stored{Flag: "ff", Value: m.FF},
 					recipes.Stored{Flag: "dropout", Value: m.Dropout}, recipes.Stored{Flag: "cond-latents", Value: m.CondLatents},
+					recipes.Stored{Flag: "aligned-positions", Value: m.AlignedPositions},
 					recipes.Stored{Flag: "codec", Value: codec}); err != nil {
 					return err
 				}

@@ -31,6 +31,10 @@ type GPTConfig struct {
 	// GradCheckpointing recomputes each transformer block in backward
 	// (model.enable_gradient_checkpointing).
 	GradCheckpointing bool `json:"-"`
+	// AlignedPositions starts the positions as sinusoids, the audio
+	// stream's at the text's rate (see alignedPositions); else N(0, 0.02)
+	// like the other embeddings.
+	AlignedPositions bool `json:"aligned_positions,omitempty"`
 }
 
 // Validate checks the sizes.
@@ -249,6 +253,10 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 			for _, e := range []*nn.Embedding{g.TextEmbed, g.TextPos, g.AudioEmbed, g.AudioPos} {
 				nn.Normal(e.Weight, 0, 0.02)
 			}
+			if cfg.AlignedPositions {
+				g.TextPos.Weight.CopyFrom(alignedPositions(cfg.MaxText+2, d, 1))
+				g.AudioPos.Weight.CopyFrom(alignedPositions(cfg.MaxCodes+2, d, 1/cfg.TextRatio))
+			}
 			resid := 0.02 / math.Sqrt(2*float64(cfg.Layers))
 			for _, b := range g.Blocks.Items {
 				for _, l := range []*nn.Linear{b.QKV, b.FC1, g.TextHead, g.AudioHead} {
@@ -267,6 +275,29 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// alignedPositions is the (n, d) sinusoid table of positions 0…n−1 scaled
+// by rate (Vaswani et al.'s, wavelengths 2π to 10000·2π), at the size of
+// the embeddings' N(0, 0.02) (0.02·√2 each component).
+//
+// With rate 1/TextRatio for the audio stream, code j starts where phoneme
+// j/TextRatio does, at the training split's average speaking rate: the
+// query of a code already resembles the key of the phoneme it is likely
+// to say, so attention starts near the monotonic alignment a TTS model
+// must otherwise find from scratch, and learned positions (still trained)
+// only correct it.
+func alignedPositions(n, d int64, rate float64) *torch.Tensor {
+	w := make([]float32, n*d)
+	for p := range n {
+		for i := int64(0); i < d/2; i++ {
+			f := math.Pow(10000, -2*float64(i)/float64(d))
+			a := float64(p) * rate * f
+			w[p*d+2*i] = float32(0.02 * math.Sqrt2 * math.Sin(a))
+			w[p*d+2*i+1] = float32(0.02 * math.Sqrt2 * math.Cos(a))
+		}
+	}
+	return torch.FromSlice(w, []int64{n, d})
 }
 
 // Embed returns the embeddings (B, L, D) of token ids (B, L) of the given

@@ -407,3 +407,28 @@ func filter(m map[int]bool) []int {
 	}
 	return out
 }
+
+// With aligned positions, code j starts as phoneme j/TextRatio: at a
+// ratio of 3, code 3k's position embedding is phoneme k's, and without
+// them both streams start as N(0, 0.02).
+func TestAlignedPositions(t *testing.T) {
+	for _, aligned := range []bool{true, false} {
+		cfg := DefaultGPTConfig()
+		cfg.DecoderDim, cfg.TextEncoderDim, cfg.Layers, cfg.Heads, cfg.FF, cfg.CondLatents = 16, 8, 1, 2, 32, 2
+		cfg.Vocab, cfg.Codes, cfg.MaxText, cfg.MaxCodes, cfg.TextRatio, cfg.AlignedPositions = 10, 8, 20, 60, 3, aligned
+		g, err := NewGPT(cfg)
+		require.NoError(t, err)
+		tp, ap := g.TextPos.Weight.Float32s(), g.AudioPos.Weight.Float32s()
+		d := int(cfg.DecoderDim)
+		for k := range 20 {
+			text, audio := tp[k*d:(k+1)*d], ap[3*k*d:(3*k+1)*d]
+			if aligned {
+				require.InDeltaSlice(t, text, audio, 1e-6, "phoneme %d", k)
+				require.InDelta(t, 0.02*math.Sqrt2*math.Cos(float64(k)), float64(text[1]), 1e-6, "the slowest… fastest wavelength 2π: cos k")
+			} else if k > 0 {
+				require.NotEqual(t, text, audio)
+			}
+		}
+		nn.Free(g)
+	}
+}

@@ -24,5 +24,5 @@ func DefaultCodecConfig() CodecConfig {
 // reduced model (text_encoder_dim 128, decoder_dim 256).
 func DefaultGPTConfig() GPTConfig {
 	return GPTConfig{DecoderDim: 256, TextEncoderDim: 128, Layers: 4, Heads: 4, FF: 1024, Dropout: 0.1, CondLatents: 8,
-		MaxText: 400, MaxCodes: 940, TextWeight: 0.01, CodeWeight: 1, TextRatio: 1}
+		MaxText: 400, MaxCodes: 940, TextWeight: 0.01, CodeWeight: 1, TextRatio: 1, AlignedPositions: true}
 }
