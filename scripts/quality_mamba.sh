@@ -5,9 +5,11 @@
 # steps, then on all of them. Fails unless the last held-out loss is at most
 # 5.2 nats/token within 5 CPU minutes of the training process (evaluations
 # included). OUT (out/mamba-quality) and TORCHFIT (built here) from the
-# environment.
+# environment; STEPS stops the preset's schedule early and CHECK=0 prints
+# the verdict without failing (the smoke run of make test).
 set -euo pipefail
 OUT=${OUT:-out/mamba-quality}
+CHECK=${CHECK:-1}
 mkdir -p "$OUT"
 if [ -z "${TORCHFIT:-}" ]; then
   TORCHFIT="$OUT/torchfit"
@@ -16,7 +18,7 @@ fi
 [ -d "$OUT/kjv" ] || "$TORCHFIT" mamba data --out "$OUT/kjv"
 rm -rf "$OUT/ck"
 "$TORCHFIT" mamba train --vram cpu --threads 1 --data_dir "$OUT/kjv" --eval-tokens 8192 \
-  --checkpoint-dir "$OUT/ck" --metrics "$OUT/metrics.jsonl" 2>&1 | tee "$OUT/train.log"
+  --checkpoint-dir "$OUT/ck" --metrics "$OUT/metrics.jsonl" ${STEPS:+--max-steps "$STEPS"} 2>&1 | tee "$OUT/train.log"
 "$TORCHFIT" mamba eval --data_dir "$OUT/kjv" --checkpoint "$(ls "$OUT"/ck/checkpoint_step_*.pt | tail -n 1)" --max-tokens 0 | tee "$OUT/eval.log"
 echo "| step | CPU minutes | held-out nats/token (first 8,192) | bits/char |"
 echo "|---:|---:|---:|---:|"
@@ -27,5 +29,5 @@ if awk -v l="$loss" -v m="$minutes" 'BEGIN { exit !(l <= 5.2 && m <= 5) }'; then
   echo "quality-mamba: met: $loss nats/token after $minutes CPU minutes (target ≤ 5.2 within 5)"
 else
   echo "quality-mamba: NOT met: $loss nats/token after $minutes CPU minutes (target ≤ 5.2 within 5)"
-  exit 1
+  [ "$CHECK" = 0 ] || exit 1
 fi
