@@ -21,6 +21,10 @@
 //     model.enable_gradient_checkpointing is set) over [speaker latents |
 //     text start, phonemes, text stop | audio start, codes, audio stop],
 //     with separate text and audio embeddings, positions and heads. The
+//     positions are learned, but start as sinusoids with the codes' at the
+//     training split's codes-per-phoneme rate (GPTConfig.AlignedPositions,
+//     --aligned-positions), so that attention starts near the monotonic
+//     alignment XTTS's GPT has to find from learned positions alone. The
 //     latents come from CondEncoder (convolutions, a transformer layer and
 //     learned queries attending to the reference frames: XTTS's
 //     conditioning encoder and perceiver resampler, shrunk). The loss is
