@@ -17,7 +17,7 @@ set -euo pipefail
 OUT=${OUT:-out/tts-quality}
 UTTERANCES=${UTTERANCES:-4000}
 ASR_STEPS=${ASR_STEPS:-400}
-CODEC_STEPS=${CODEC_STEPS:-1200}
+CODEC_STEPS=${CODEC_STEPS:-4000}
 GPT_STEPS=${GPT_STEPS:-600}
 LIMIT=${LIMIT:-40}
 SEEN=${SEEN:-0.35}
@@ -51,7 +51,7 @@ stage() {
 [ -n "$(last "$OUT/codec")" ] || stage codec "$tf" tts train-codec --data "$OUT/data" --max-steps "$CODEC_STEPS" \
 	--checkpoint-dir "$OUT/codec" --workers 1 --threads 1 ${CODEC_FLAGS:-}
 [ -n "$(last "$OUT/gpt")" ] || stage gpt "$tf" tts train --data "$OUT/data" --codec "$(last "$OUT/codec")" --batch-size 8 --grad-accum 2 \
-	--max-steps "$GPT_STEPS" --warmup 50 --lr 1e-3 --valid-limit 100 --checkpoint-dir "$OUT/gpt" --checkpoint-every 200 --workers 1 --threads 1 ${GPT_FLAGS:-}
+	--max-steps "$GPT_STEPS" --warmup 50 --lr 1e-3 --valid-limit 100 --checkpoint-dir "$OUT/gpt" --checkpoint-every 200 --workers 1 --threads 1 --dropout 0 ${GPT_FLAGS:-}
 rm -rf "$OUT/eval"
 stage eval "$tf" tts eval --checkpoint "$(last "$OUT/gpt")" --asr "$(last "$OUT/asr")" --data "$OUT/data" --limit "$LIMIT" --out "$OUT/eval" --threads 1
 read -r seen unseen < <(python3 -c 'import json,sys; r={x["Group"]: x["CERTTS"] for x in json.load(open(sys.argv[1]))["Rows"]}; print("%.3f %.3f" % (r["seen voices"], r["unseen voice"]))' "$OUT/eval/eval.json")
