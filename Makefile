@@ -237,7 +237,7 @@ bench-checkpoint: deps
 # (TestQualitySmoke runs it for a few steps). Fails unless exact 16×8
 # reaches the target (zero-shot ≥ 0.40, R@1 ≥ 0.45; issue 28's at 5m).
 CLIP_BUDGET ?= 5m
-CLIP_PRE_BUDGET ?= 2m
+CLIP_PRE_BUDGET ?= 8m
 CLIP_LR ?= 3e-4
 quality-clip: deps
 	PRE_BUDGET=$(CLIP_PRE_BUDGET) scripts/clip_quality.sh out/clip-quality-$(CLIP_BUDGET) $(CLIP_BUDGET) $(CLIP_LR)

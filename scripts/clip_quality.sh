@@ -7,7 +7,7 @@
 # of CPU time plus drawing the data sets and evaluation (its table:
 # BUDGET 2m, 16 minutes of wall time on a loaded 2-core machine).
 #
-#   [PRE_BUDGET=2m] [THREADS=2] scripts/clip_quality.sh [OUT] [BUDGET] [LR]
+#   [PRE_BUDGET=BUDGET] [THREADS=1] scripts/clip_quality.sh [OUT] [BUDGET] [LR]
 #
 # The target (issue 28): exact 16×8 at zero-shot ≥ 0.40 and text→image
 # R@1 ≥ 0.45; the script fails when it is not met. For the smoke run of
@@ -24,7 +24,7 @@ out=${1:-out/clip-quality}
 budget=${2:-5m}
 pre_budget=${PRE_BUDGET:-$budget}
 lr=${3:-3e-4}
-threads=${THREADS:-2}
+threads=${THREADS:-1}
 images=${IMAGES:-8000}
 layouts=${LAYOUTS:-exact naive plain16}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
