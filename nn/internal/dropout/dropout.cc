@@ -67,12 +67,47 @@ constexpr int kTile = 16;
 // Elements per parallel task (at least); the result does not depend on it.
 constexpr int64_t kGrain = 1 << 15;
 
+// Element types as the loops see them: Load widens a stored element to
+// the multiply's type, Store rounds it back. bfloat16 and float16 are
+// converted with bit operations (bfloat16: round to nearest even, NaN kept
+// quiet, as c10::BFloat16) and _Float16 (float16: the hardware's
+// conversion where the clone has F16C), which the compiler vectorises;
+// c10's own conversions have branches that stop it.
+struct F32 {
+  using S = float;
+  using M = float;
+  static TFD_INLINE M load(S v) { return v; }
+  static TFD_INLINE S store(M v) { return v; }
+};
+struct F64 {
+  using S = double;
+  using M = double;
+  static TFD_INLINE M load(S v) { return v; }
+  static TFD_INLINE S store(M v) { return v; }
+};
+struct BF16 {
+  using S = uint16_t;
+  using M = float;
+  static TFD_INLINE M load(S v) { return __builtin_bit_cast(float, static_cast<uint32_t>(v) << 16); }
+  static TFD_INLINE S store(M v) {
+    const uint32_t u = __builtin_bit_cast(uint32_t, v);
+    const uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    return static_cast<S>((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : r);
+  }
+};
+struct F16 {
+  using S = uint16_t;
+  using M = float;
+  static TFD_INLINE M load(S v) { return static_cast<float>(__builtin_bit_cast(_Float16, v)); }
+  static TFD_INLINE S store(M v) { return __builtin_bit_cast(S, static_cast<_Float16>(v)); }
+};
+
 // apply_range computes y = x · scale·m for the elements of Philox blocks
-// [blo, bhi), n elements in all. T is the storage type, M the type the
-// multiply runs in (float, or double for double).
-template <typename T, typename M>
-TFD_INLINE void apply_range(const T* __restrict x, T* __restrict y, int64_t n, uint64_t seed, uint64_t offset,
-                            float keep, M scale, int64_t blo, int64_t bhi) {
+// [blo, bhi), n elements in all, with E's storage and multiply types.
+template <typename E>
+TFD_INLINE void apply_range(const typename E::S* __restrict x, typename E::S* __restrict y, int64_t n, uint64_t seed,
+                            uint64_t offset, float keep, typename E::M scale, int64_t blo, int64_t bhi) {
+  using M = typename E::M;
   alignas(64) M m[4 * kTile];
   for (int64_t b = blo; b < bhi; b += kTile) {
 #pragma omp simd
@@ -84,28 +119,28 @@ TFD_INLINE void apply_range(const T* __restrict x, T* __restrict y, int64_t n, u
       m[4 * j + 3] = philox_uniform(r.v[3]) < keep ? scale : M(0);
     }
     const int64_t e0 = 4 * b, e1 = std::min(n, 4 * std::min(b + kTile, bhi));
-    const T* __restrict xs = x + e0;
-    T* __restrict ys = y + e0;
+    const typename E::S* __restrict xs = x + e0;
+    typename E::S* __restrict ys = y + e0;
 #pragma omp simd
-    for (int64_t e = 0; e < e1 - e0; e++) ys[e] = static_cast<T>(static_cast<M>(xs[e]) * m[e]);
+    for (int64_t e = 0; e < e1 - e0; e++) ys[e] = E::store(E::load(xs[e]) * m[e]);
   }
 }
 
 TFD_CLONES void apply_f32(const float* x, float* y, int64_t n, uint64_t seed, uint64_t offset, float keep,
                           float scale, int64_t blo, int64_t bhi) {
-  apply_range<float, float>(x, y, n, seed, offset, keep, scale, blo, bhi);
+  apply_range<F32>(x, y, n, seed, offset, keep, scale, blo, bhi);
 }
 TFD_CLONES void apply_f64(const double* x, double* y, int64_t n, uint64_t seed, uint64_t offset, float keep,
                           double scale, int64_t blo, int64_t bhi) {
-  apply_range<double, double>(x, y, n, seed, offset, keep, scale, blo, bhi);
+  apply_range<F64>(x, y, n, seed, offset, keep, scale, blo, bhi);
 }
-TFD_CLONES void apply_bf16(const c10::BFloat16* x, c10::BFloat16* y, int64_t n, uint64_t seed, uint64_t offset,
-                           float keep, float scale, int64_t blo, int64_t bhi) {
-  apply_range<c10::BFloat16, float>(x, y, n, seed, offset, keep, scale, blo, bhi);
+TFD_CLONES void apply_bf16(const uint16_t* x, uint16_t* y, int64_t n, uint64_t seed, uint64_t offset, float keep,
+                           float scale, int64_t blo, int64_t bhi) {
+  apply_range<BF16>(x, y, n, seed, offset, keep, scale, blo, bhi);
 }
-TFD_CLONES void apply_f16(const c10::Half* x, c10::Half* y, int64_t n, uint64_t seed, uint64_t offset, float keep,
+TFD_CLONES void apply_f16(const uint16_t* x, uint16_t* y, int64_t n, uint64_t seed, uint64_t offset, float keep,
                           float scale, int64_t blo, int64_t bhi) {
-  apply_range<c10::Half, float>(x, y, n, seed, offset, keep, scale, blo, bhi);
+  apply_range<F16>(x, y, n, seed, offset, keep, scale, blo, bhi);
 }
 
 bool kernel_dtype(at::ScalarType t) {
@@ -142,12 +177,14 @@ at::Tensor apply_cpu(const at::Tensor& x_, int64_t seed_, int64_t offset_, doubl
         apply_f64(x.data_ptr<double>(), y.data_ptr<double>(), n, seed, offset, keep, scale, lo, hi);
         break;
       case at::kBFloat16:
-        apply_bf16(x.data_ptr<c10::BFloat16>(), y.data_ptr<c10::BFloat16>(), n, seed, offset, keep,
+        apply_bf16(reinterpret_cast<const uint16_t*>(x.data_ptr<c10::BFloat16>()),
+                   reinterpret_cast<uint16_t*>(y.data_ptr<c10::BFloat16>()), n, seed, offset, keep,
                    static_cast<float>(scale), lo, hi);
         break;
       default:
-        apply_f16(x.data_ptr<c10::Half>(), y.data_ptr<c10::Half>(), n, seed, offset, keep, static_cast<float>(scale),
-                  lo, hi);
+        apply_f16(reinterpret_cast<const uint16_t*>(x.data_ptr<c10::Half>()),
+                  reinterpret_cast<uint16_t*>(y.data_ptr<c10::Half>()), n, seed, offset, keep,
+                  static_cast<float>(scale), lo, hi);
         break;
     }
   });
