@@ -256,7 +256,7 @@ TORCH_LIBRARY_IMPL(torchfit_nn, CPU, m) { m.impl("dropout_apply", TORCH_FN(apply
 
 extern "C" {
 
-tfd_err tfd_check(char** schema) {
+tfnd_err tfnd_check(char** schema) {
   try {
     auto h = c10::Dispatcher::singleton().findSchema({"torchfit_nn::dropout", ""});
     if (!h.has_value()) return strdup("E:torchfit_nn::dropout is not registered with the dispatcher");
@@ -272,6 +272,6 @@ tfd_err tfd_check(char** schema) {
   }
 }
 
-void tfd_free_error(tfd_err e) { std::free(e); }
+void tfnd_free_error(tfnd_err e) { std::free(e); }
 
 }  // extern "C"

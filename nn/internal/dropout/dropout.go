@@ -49,9 +49,9 @@ var (
 func Check() (string, error) {
 	once.Do(func() {
 		var s *C.char
-		if e := C.tfd_check(&s); e != nil {
+		if e := C.tfnd_check(&s); e != nil {
 			msg := C.GoString(e)
-			C.tfd_free_error(e)
+			C.tfnd_free_error(e)
 			err = errors.New("dropout: " + strings.TrimPrefix(msg, "E:"))
 			return
 		}

@@ -6,20 +6,20 @@
 // shim's error protocol. This header declares the one C entry point Go
 // calls directly: a check that the operator is registered. Errors follow
 // the shim's convention (torch/internal/capi/capi.h): NULL on success, else
-// a malloc'd "E:message" the caller frees with tfd_free_error.
+// a malloc'd "E:message" the caller frees with tfnd_free_error.
 #pragma once
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef char* tfd_err;
+typedef char* tfnd_err;
 
-// tfd_check reports whether the operator is registered with the dispatcher
+// tfnd_check reports whether the operator is registered with the dispatcher
 // (the static registration in dropout.cc ran) and returns its schema.
-tfd_err tfd_check(char** schema);
+tfnd_err tfnd_check(char** schema);
 
-void tfd_free_error(tfd_err e);
+void tfnd_free_error(tfnd_err e);
 
 #ifdef __cplusplus
 }

@@ -224,7 +224,8 @@ func TestIndependence(t *testing.T) {
 
 // The operator draws its seed from the default CPU generator: the same
 // torch.ManualSeed gives the same output, the forward is the kernel with
-// that seed, and an RNG snapshot restored gives the same mask again.
+// that seed, and an RNG snapshot (activation checkpointing) or RNG state
+// (a checkpoint's) restored gives the same mask again.
 func TestDeterministicUnderManualSeed(t *testing.T) {
 	torch.Tidy(func() {
 		x := torch.Randn([]int64{33, 65})
@@ -242,6 +243,11 @@ func TestDeterministicUnderManualSeed(t *testing.T) {
 		c := fused(x, 0.3, true)
 		rng.Restore()
 		require.True(t, c.Equal(fused(x, 0.3, true)), "an RNG snapshot restored gives another mask")
+		st := torch.RNGState() // what a checkpoint saves
+		d := fused(x, 0.3, true)
+		torch.ManualSeed(99)
+		torch.SetRNGState(st)
+		require.True(t, d.Equal(fused(x, 0.3, true)), "a restored RNG state gives another mask")
 	})
 }
 
