@@ -1,6 +1,7 @@
-// Package dropout is the fused dropout's native code: a libtorch operator,
-// torchfit_nn::dropout, registered with the dispatcher when the package is
-// linked (dropout.cc), and called through torch.CallOp; package nn's
+// Package dropout is the fused dropout's native code: a libtorch
+// operator, torchfit_dropout::dropout, registered with the dispatcher when
+// the package is linked (dropout.cc; its own operator namespace, as every
+// native package has), and called through torch.CallOp; package nn's
 // Dropout reaches it (nn.SetFusedDropout switches it).
 //
 // The mask is Philox4x32-10 (internal/philox/philox.h, included, not

@@ -151,7 +151,7 @@ void check_p(double p) {
   TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
 }
 
-// apply_cpu is the kernel (torchfit_nn::dropout_apply on CPU): x times the
+// apply_cpu is the kernel (torchfit_dropout::apply on CPU): x times the
 // mask of (seed, offset) for drop probability p, scaled by 1/(1−p), as a
 // new contiguous tensor. p = 1 gives x·0 (ATen's answer: NaN where x is
 // not finite).
@@ -193,7 +193,7 @@ at::Tensor apply_cpu(const at::Tensor& x_, int64_t seed_, int64_t offset_, doubl
 
 at::Tensor call_apply(const at::Tensor& x, int64_t seed, int64_t offset, double p) {
   static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("torchfit_nn::dropout_apply", "")
+                       .findSchemaOrThrow("torchfit_dropout::apply", "")
                        .typed<at::Tensor(const at::Tensor&, int64_t, int64_t, double)>();
   return op.call(x, seed, offset, p);
 }
@@ -243,23 +243,23 @@ int64_t draw_seed_op() { return draw_seed(); }
 
 }  // namespace
 
-TORCH_LIBRARY(torchfit_nn, m) {
+TORCH_LIBRARY(torchfit_dropout, m) {
   m.def("dropout(Tensor input, float p, bool train) -> Tensor", TORCH_FN(dropout));
   // The kernel (no autograd of its own; the Function above is its
   // autograd): x times the mask of the stream (seed, offset), scaled.
-  m.def("dropout_apply(Tensor x, int seed, int offset, float p) -> Tensor");
+  m.def("apply(Tensor x, int seed, int offset, float p) -> Tensor");
   // draw_seed takes a seed from the default CPU generator as dropout does.
   m.def("draw_seed() -> int", TORCH_FN(draw_seed_op));
 }
 
-TORCH_LIBRARY_IMPL(torchfit_nn, CPU, m) { m.impl("dropout_apply", TORCH_FN(apply_cpu)); }
+TORCH_LIBRARY_IMPL(torchfit_dropout, CPU, m) { m.impl("apply", TORCH_FN(apply_cpu)); }
 
 extern "C" {
 
 tfnd_err tfnd_check(char** schema) {
   try {
-    auto h = c10::Dispatcher::singleton().findSchema({"torchfit_nn::dropout", ""});
-    if (!h.has_value()) return strdup("E:torchfit_nn::dropout is not registered with the dispatcher");
+    auto h = c10::Dispatcher::singleton().findSchema({"torchfit_dropout::dropout", ""});
+    if (!h.has_value()) return strdup("E:torchfit_dropout::dropout is not registered with the dispatcher");
     std::ostringstream os;
     os << h->schema();
     *schema = strdup(os.str().c_str());

@@ -21,23 +21,23 @@ import (
 //
 // ATen's dropout's: with train false, p = 0 or no elements it returns the
 // input itself; p outside [0, 1] is an error.
-const Op = "torchfit_nn::dropout"
+const Op = "torchfit_dropout::dropout"
 
 // ApplyOp is the kernel, without autograd: x times the mask of the stream
 // (seed, offset) for drop probability p, scaled by 1/(1−p), as a new
 // contiguous tensor (CPU only). The operator's forward is ApplyOp(x, seed,
 // 0, p) and its backward ApplyOp(grad, seed, 0, p). Its schema:
 //
-//	dropout_apply(Tensor x, int seed, int offset, float p) -> Tensor
+//	apply(Tensor x, int seed, int offset, float p) -> Tensor
 //
 // The seed is a uint64 passed as its int64 bits.
-const ApplyOp = "torchfit_nn::dropout_apply"
+const ApplyOp = "torchfit_dropout::apply"
 
 // SeedOp draws a seed from the default CPU generator as Op does for each
 // call (tests use it to know the seed of the next call). Its schema:
 //
 //	draw_seed() -> int
-const SeedOp = "torchfit_nn::draw_seed"
+const SeedOp = "torchfit_dropout::draw_seed"
 
 var (
 	once   sync.Once

@@ -1,7 +1,7 @@
 // dropout.h: the C interface of the fused dropout.
 //
 // The dropout itself is an operator registered with libtorch's dispatcher
-// (torchfit_nn::dropout, see dropout.cc), reached from Go through
+// (torchfit_dropout::dropout, see dropout.cc), reached from Go through
 // torch.CallOp like any ATen operator; its errors come back through the op
 // shim's error protocol. This header declares the one C entry point Go
 // calls directly: a check that the operator is registered. Errors follow

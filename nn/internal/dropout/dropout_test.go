@@ -66,7 +66,7 @@ func requireTorchPanic(t *testing.T, msg string, fn func()) {
 func TestCheck(t *testing.T) {
 	s, err := Check()
 	require.NoError(t, err)
-	require.Contains(t, s, "torchfit_nn::dropout(Tensor input, float p, bool train) -> Tensor")
+	require.Contains(t, s, "torchfit_dropout::dropout(Tensor input, float p, bool train) -> Tensor")
 }
 
 // The kernel's output is x·m/(1−p) with m the Go reference's mask, exactly
