@@ -208,8 +208,9 @@ int64_t draw_seed() {
 // ---- the autograd Function ----------------------------------------------------
 
 // FusedDropout saves no tensor: the seed and p (and, as every node does,
-// the input's shape and dtype), and backward runs the kernel on the
-// gradient with the same seed.
+// the input's shape and dtype), and backward applies the same Function to
+// the gradient with the same seed: the kernel again, itself differentiable
+// (a backward with create_graph gets a graph, the same mask).
 struct FusedDropout : public torch::autograd::Function<FusedDropout> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, double p, int64_t seed) {
     ctx->saved_data["p"] = p;
@@ -221,7 +222,7 @@ struct FusedDropout : public torch::autograd::Function<FusedDropout> {
     const double p = ctx->saved_data["p"].toDouble();
     const int64_t seed = ctx->saved_data["seed"].toInt();
     at::Tensor g = grads.empty() ? at::Tensor() : grads[0];
-    at::Tensor gx = g.defined() ? call_apply(g, seed, 0, p) : at::Tensor();
+    at::Tensor gx = g.defined() ? FusedDropout::apply(g, p, seed) : at::Tensor();
     return {gx, at::Tensor(), at::Tensor()};
   }
 };

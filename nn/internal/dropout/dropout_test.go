@@ -285,6 +285,23 @@ func TestGradientRegeneratesMask(t *testing.T) {
 	}
 }
 
+// The backward is itself differentiable (create_graph): the gradient of
+// the gradient with respect to the incoming gradient is the same mask.
+func TestDoubleBackward(t *testing.T) {
+	torch.Tidy(func() {
+		const p = 0.5
+		x := torch.Randn([]int64{40, 7}, torch.Float64, torch.RequiresGrad)
+		g := torch.Randn([]int64{40, 7}, torch.Float64, torch.RequiresGrad)
+		torch.ManualSeed(4)
+		seed := nextSeed()
+		y := fused(x, p, true)
+		gx := torch.Gradients([]*torch.Tensor{y}, []*torch.Tensor{x}, []*torch.Tensor{g}, false, true)[0]
+		require.True(t, gx.RequiresGrad(), "no graph through backward")
+		gg := torch.Gradients([]*torch.Tensor{gx.Sum()}, []*torch.Tensor{g}, nil, false, false)[0]
+		require.True(t, gg.Equal(apply(torch.OnesLike(g), seed, 0, p)))
+	})
+}
+
 // Edge cases, as ATen's dropout answers them: p = 0, train = false and an
 // empty input give the input back (no random number drawn); p = 1 gives
 // zeros and zero gradients; a non-contiguous input gets the mask of its
