@@ -39,6 +39,12 @@ var levers = map[string]Variant{
 		prev := nn.SetFusedOptimizers(false)
 		return func() { nn.SetFusedOptimizers(prev) }
 	}},
+	// ATen's dropout, as PyTorch runs it on the CPU: a Bernoulli mask from
+	// the CPU generator, saved for backward (the fused dropout off).
+	"aten-dropout": {Set: func() func() {
+		prev := nn.SetFusedDropout(false)
+		return func() { nn.SetFusedDropout(prev) }
+	}},
 }
 
 func blasVariant(core string) Variant {

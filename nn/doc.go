@@ -16,4 +16,14 @@
 // SinusoidalPositionalEncoding's table is a non-persistent buffer unless
 // asked otherwise; TransformerEncoder's layers start identical, as after
 // PyTorch's deepcopy.
+//
+// Dropout (the layer, ApplyDropout, and every recipe's dropout through
+// them) runs a fused dropout on CPU tensors by default (nn/internal/dropout):
+// a Philox4x32-10 mask generated and applied in one vectorised pass and
+// made again from its 64-bit seed in backward, so the graph keeps no mask.
+// It is deterministic under torch.ManualSeed and RNG snapshots like ATen's,
+// but draws other masks than PyTorch: SetFusedDropout(false), or
+// TORCHFIT_DROPOUT=aten in the environment, gives ATen's dropout back.
+// Comparisons with PyTorch run with dropout off, where the two agree.
+// Attention-weight dropout inside MultiheadAttention stays ATen's.
 package nn

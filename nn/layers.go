@@ -201,13 +201,14 @@ func NewDropout(p float64) *Dropout {
 }
 
 // Forward zeroes elements with probability P in training mode and scales
-// the rest by 1/(1−P); in eval mode (or with P = 0) it returns a new
-// reference to x (so the caller may Free the result independently).
+// the rest by 1/(1−P), with the fused dropout or ATen's (SetFusedDropout);
+// in eval mode (or with P = 0) it returns a new reference to x (so the
+// caller may Free the result independently).
 func (d *Dropout) Forward(x *torch.Tensor) *torch.Tensor {
 	if !d.Training() || d.P == 0 {
 		return x.Ref()
 	}
-	return x.Dropout(d.P, true)
+	return ApplyDropout(x, d.P, true)
 }
 
 // Activation is a parameterless layer applying a function elementwise

@@ -268,7 +268,7 @@ func (b *Block) Forward(h, residual *torch.Tensor, s scan.Scan, state *MixerStat
 	out = b.Mixer.Forward(n, s, state)
 	n.Free()
 	if b.dropout > 0 && b.Training() {
-		d := out.Dropout(b.dropout, true)
+		d := nn.ApplyDropout(out, b.dropout, true)
 		out.Free()
 		out = d
 	}

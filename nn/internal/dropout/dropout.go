@@ -1,0 +1,62 @@
+package dropout
+
+/*
+#cgo CXXFLAGS: -std=c++17 -O3 -fopenmp-simd -fPIC -Wno-deprecated-declarations -Wno-unused-parameter -I${SRCDIR}/../../../internal/philox
+#cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++
+#include <stdlib.h>
+#include "dropout.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// Op is the operator's name for torch.CallOp. Its schema:
+//
+//	dropout(Tensor input, float p, bool train) -> Tensor
+//
+// ATen's dropout's: with train false, p = 0 or no elements it returns the
+// input itself; p outside [0, 1] is an error.
+const Op = "torchfit_dropout::dropout"
+
+// ApplyOp is the kernel, without autograd: x times the mask of the stream
+// (seed, offset) for drop probability p, scaled by 1/(1−p), as a new
+// contiguous tensor (CPU only). The operator's forward is ApplyOp(x, seed,
+// 0, p) and its backward ApplyOp(grad, seed, 0, p). Its schema:
+//
+//	apply(Tensor x, int seed, int offset, float p) -> Tensor
+//
+// The seed is a uint64 passed as its int64 bits.
+const ApplyOp = "torchfit_dropout::apply"
+
+// SeedOp draws a seed from the default CPU generator as Op does for each
+// call (tests use it to know the seed of the next call). Its schema:
+//
+//	draw_seed() -> int
+const SeedOp = "torchfit_dropout::draw_seed"
+
+var (
+	once   sync.Once
+	schema string
+	err    error
+)
+
+// Check reports whether the operator is registered and returns its schema.
+func Check() (string, error) {
+	once.Do(func() {
+		var s *C.char
+		if e := C.tfnd_check(&s); e != nil {
+			msg := C.GoString(e)
+			C.tfnd_free_error(e)
+			err = errors.New("dropout: " + strings.TrimPrefix(msg, "E:"))
+			return
+		}
+		schema = C.GoString(s)
+		C.free(unsafe.Pointer(s))
+	})
+	return schema, err
+}
