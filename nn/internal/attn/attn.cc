@@ -105,28 +105,32 @@ TFA_INLINE double aexp(double x) { return std::exp(x); }
 // ---- tile matrix products ----------------------------------------------------
 
 // micro computes the MR×NR block c = (add ? c : 0) + alpha·a·b for a (MR×K,
-// row stride lda) and b (K×NR, row stride ldb), its accumulators in registers.
+// row stride lda) and b (K×NR, row stride ldb): one vector of NR lanes per
+// row, held in registers (GCC's vector extension: AVX-512, AVX2 or SSE
+// registers as the clone has them).
 template <typename A, int MR, int NR>
 TFA_INLINE void micro(int64_t K, const A* __restrict a, int64_t lda, const A* __restrict b, int64_t ldb,
                       A* __restrict c, int64_t ldc, A alpha, bool add) {
-  A acc[MR][NR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; r++)
+  typedef A vec __attribute__((vector_size(NR * sizeof(A))));
+  vec acc[MR];
 #pragma GCC unroll 16
-    for (int j = 0; j < NR; j++) acc[r][j] = 0;
+  for (int r = 0; r < MR; r++) acc[r] = vec{};
   for (int64_t k = 0; k < K; k++) {
-    const A* __restrict bk = b + k * ldb;
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; r++) {
-      const A ar = a[r * lda + k];
+    vec bk;
+    __builtin_memcpy(&bk, b + k * ldb, sizeof(vec));
 #pragma GCC unroll 16
-      for (int j = 0; j < NR; j++) acc[r][j] += ar * bk[j];
-    }
+    for (int r = 0; r < MR; r++) acc[r] += a[r * lda + k] * bk;
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; r++)
 #pragma GCC unroll 16
-    for (int j = 0; j < NR; j++) c[r * ldc + j] = (add ? c[r * ldc + j] : A(0)) + alpha * acc[r][j];
+  for (int r = 0; r < MR; r++) {
+    vec out = alpha * acc[r];
+    if (add) {
+      vec old;
+      __builtin_memcpy(&old, c + r * ldc, sizeof(vec));
+      out += old;
+    }
+    __builtin_memcpy(c + r * ldc, &out, sizeof(vec));
+  }
 }
 
 // edge is micro for the ragged edges (m ≤ MR rows, n < NR columns).
@@ -145,7 +149,7 @@ TFA_INLINE void edge(int64_t m, int64_t n, int64_t K, const A* a, int64_t lda, c
 template <typename A>
 TFA_INLINE void gemm(int64_t M, int64_t N, int64_t K, A alpha, const A* a, int64_t lda, const A* b, int64_t ldb,
                      bool add, A* c, int64_t ldc) {
-  constexpr int MR = 4, NR = 64 / sizeof(A);
+  constexpr int MR = 8, NR = 32 / sizeof(A);  // the fastest measured here (AVX-512 Xeon)
   int64_t i = 0;
   for (; i + MR <= M; i += MR) {
     int64_t j = 0;
