@@ -2,6 +2,8 @@ package attn
 
 import (
 	"math"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -304,4 +306,40 @@ func TestCheck(t *testing.T) {
 	s, err := Check()
 	require.NoError(t, err)
 	require.Contains(t, s, "torchfit_nn::attention")
+}
+
+// BenchmarkCore times forward and backward of the kernel alone against
+// the explicit ops at one ViT-like head shape (12 heads of 64, batch 1,
+// float32): TORCHFIT_ATTN_L sets the length (default 1024).
+func BenchmarkCore(b *testing.B) {
+	l := int64(1024)
+	if s := os.Getenv("TORCHFIT_ATTN_L"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		require.NoError(b, err)
+		l = v
+	}
+	sh := shape{1, 12, l, l, 64, 64}
+	for _, path := range []string{"fused", "explicit"} {
+		b.Run(path, func(b *testing.B) {
+			torch.ManualSeed(5)
+			q, k, v, g, _, _ := inputs(sh, torch.Float32)
+			step := func() {
+				torch.Tidy(func() {
+					var out *torch.Tensor
+					if path == "fused" {
+						out, _ = Attention(q, k, v, Opts{})
+					} else {
+						out = explicit(q, k, v, Opts{}, nil)
+					}
+					out.Mul(g).Sum().Backward()
+				})
+				torch.ZeroGrad([]*torch.Tensor{q, k, v})
+			}
+			step()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				step()
+			}
+		})
+	}
 }
