@@ -87,6 +87,11 @@ func TestMultiheadAttentionFusedMatchesExplicit(t *testing.T) {
 		require.Equal(t, "explicit", AttentionPath(x, x, x, AttnOpts{NeedWeights: true}))
 		xh := x.ToDType(torch.Float16)
 		require.Equal(t, "explicit", AttentionPath(xh, xh, xh, AttnOpts{}))
+		xb := x.ToDType(torch.BFloat16)
+		require.Equal(t, "explicit", AttentionPath(xb, xb, xb, AttnOpts{}))
+		FusedAttentionBF16 = true
+		defer func() { FusedAttentionBF16 = false }()
+		require.Equal(t, "fused", AttentionPath(xb, xb, xb, AttnOpts{}))
 	})
 }
 
