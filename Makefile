@@ -255,8 +255,8 @@ quality-clip: deps
 # gradients, then Go and Python training steps interleaved at 1 and 2
 # threads, fp32 and bf16, with wall and CPU time and peak memory; writes the
 # table docs/performance.md keeps. BENCHFLAGS: more flags (-twins asr/tiny -reps 9;
-# -variants malloc-128k,unfused-adamw,blas-prescott: levers off one at a
-# time; -count: a step's call profile; -shapes 32,1: shape bucketing;
+# -variants malloc-128k,unfused-adamw,unfused-attention,blas-prescott:
+# levers off one at a time; -count: a step's call profile; -shapes 32,1: shape bucketing;
 # -grow-batch 2,4,8,16,32 -plot f.png: cost against batch; -python-env;
 # go run ./bench/cmd/bench-recipes -h lists them).
 BENCHFLAGS ?=

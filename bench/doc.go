@@ -9,7 +9,7 @@
 // `make bench-recipes` runs every registered twin (go run ./bench/cmd/bench-recipes).
 // Its flags also time Go variants in the same rotation, each torchfit with
 // one lever turned off (-variants: blas-prescott, blas-haswell,
-// malloc-128k, unfused-adamw; see Lever), add environment variables to
+// malloc-128k, unfused-adamw, unfused-attention; see Lever), add environment variables to
 // the Python side (-python-env, e.g. the same malloc settings), profile
 // one Go step call by call (-count: operators, the backward pass,
 // torchfit's other shim calls, Go's time between calls) and sweep the
