@@ -20,8 +20,9 @@
 // Attention (MultiheadAttention, DotProductAttention) keeps no (L, S)
 // matrix for backward when no weights are asked for: on libtorch 2.x it
 // calls scaled_dot_product_attention (SDPA), on 1.13 torchfit's own
-// flash-style CPU kernel (FusedAttention, package nn/internal/attn), whose
-// memory grows as O(L) rather than O(L²) (make bench-attention measures
-// both against sequence length). Weights asked for, other devices and
-// dtypes run the explicit scores-softmax-product path, PyTorch 1.13's.
+// flash-style CPU kernel for float32 and float64 (FusedAttention; bfloat16
+// with FusedAttentionBF16; package nn/internal/attn), whose memory grows as
+// O(L) rather than O(L²) (make bench-attention measures both against
+// sequence length). Weights asked for, other devices and dtypes run the
+// explicit scores-softmax-product path, PyTorch 1.13's.
 package nn
