@@ -78,7 +78,7 @@ NVCC ?= $(firstword $(wildcard $(LIBTORCH)/../nvidia/cu13/bin/nvcc $(LIBTORCH)/.
 NVCC_FLAGS ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
 SCAN_KERNEL := scan/internal/kernel/cudabin/scan_cuda.fatbin
 
-.PHONY: deps scan-kernel env venv check-libtorch build vet test test-one test-torch2 cuda-link gpu-check gpu-pack test-short fuzz demo bench bench-ops bench-checkpoint quality-clip quality-mamba bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
+.PHONY: deps scan-kernel env venv check-libtorch build vet test test-one test-torch2 cuda-link gpu-check gpu-pack test-short fuzz demo bench bench-ops bench-checkpoint bench-attention quality-clip quality-mamba bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
 
 # deps installs what a fresh Debian bookworm machine lacks (idempotent):
 # Debian's libtorch and the tools the recipes and tests use; with the cuda
@@ -229,6 +229,16 @@ bench-checkpoint: deps
 	$(GO) test $(GOFLAGS_TAGS) ./nn -run '^$$' -bench 'BenchmarkCheckpointStack' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-checkpoint-go.txt
 	TORCHFIT_BENCH_GO=/tmp/torchfit-bench-checkpoint-go.txt $(PY) scripts/bench_checkpoint.py --min-time $(PYTIME)
 
+# Memory-efficient attention: peak memory and step time of a ViT-like and a
+# conformer-like self-attention block (forward + backward) against sequence
+# length, torchfit's fused kernel next to the explicit path
+# (nn.BenchmarkAttention), then PyTorch's nn.MultiheadAttention timed at the
+# same shapes (scripts/bench_attention.py). ATTN_LENGTHS: the lengths.
+ATTN_LENGTHS ?= 256,512,1024,2048,4096
+bench-attention: deps
+	TORCHFIT_ATTN_LENGTHS=$(ATTN_LENGTHS) $(GO) test $(GOFLAGS_TAGS) ./nn -run '^$$' -bench 'BenchmarkAttention$$' -benchtime 1x | tee /tmp/torchfit-bench-attention-go.txt
+	TORCHFIT_BENCH_GO=/tmp/torchfit-bench-attention-go.txt $(PY) scripts/bench_attention.py --min-time $(PYTIME)
+
 # The CLIP recipe's side-by-side runs (recipes/clip/README.md): pretraining
 # (CLIP_PRE_BUDGET), then exact 16×8, naive 16×8 and plain batch 16
 # fine-tuned for CLIP_BUDGET of CPU time each, one after another, and the
@@ -247,8 +257,8 @@ quality-clip: deps
 # gradients, then Go and Python training steps interleaved at 1 and 2
 # threads, fp32 and bf16, with wall and CPU time and peak memory; writes the
 # table docs/performance.md keeps. BENCHFLAGS: more flags (-twins asr/tiny -reps 9;
-# -variants malloc-128k,unfused-adamw,aten-dropout,blas-prescott: levers off one at a
-# time; -count: a step's call profile; -shapes 32,1: shape bucketing;
+# -variants malloc-128k,unfused-adamw,aten-dropout,unfused-attention,blas-prescott:
+# levers off one at a time; -count: a step's call profile; -shapes 32,1: shape bucketing;
 # -grow-batch 2,4,8,16,32 -plot f.png: cost against batch; -python-env;
 # go run ./bench/cmd/bench-recipes -h lists them).
 BENCHFLAGS ?=

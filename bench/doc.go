@@ -9,8 +9,9 @@
 // `make bench-recipes` runs every registered twin (go run ./bench/cmd/bench-recipes).
 // Its flags also time Go variants in the same rotation, each torchfit with
 // one lever turned off (-variants: blas-prescott, blas-haswell,
-// malloc-128k, unfused-adamw, aten-dropout; see Lever), add environment
-// variables to the Python side (-python-env, e.g. the same malloc settings), profile
+// malloc-128k, unfused-adamw, aten-dropout, unfused-attention; see Lever),
+// add environment variables to the Python side (-python-env, e.g. the same
+// malloc settings), profile
 // one Go step call by call (-count: operators, the backward pass,
 // torchfit's other shim calls, Go's time between calls) and sweep the
 // ASR twin's padding multiple (-shapes: lever 4, shape bucketing).

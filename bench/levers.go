@@ -34,6 +34,14 @@ var levers = map[string]Variant{
 			}
 		}
 	}},
+	// Attention as scores, softmax, dropout and product, the (L, S) matrices
+	// kept for backward: nn.FusedAttention (libtorch 1.13) and nn.SDPA (2.x)
+	// off.
+	"unfused-attention": {Set: func() func() {
+		fused, sdpa := nn.FusedAttention, nn.SDPA
+		nn.FusedAttention, nn.SDPA = false, false
+		return func() { nn.FusedAttention, nn.SDPA = fused, sdpa }
+	}},
 	// AdamW as PyTorch runs it: nine ops per parameter (lever 3 off).
 	"unfused-adamw": {Set: func() func() {
 		prev := nn.SetFusedOptimizers(false)

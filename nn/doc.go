@@ -25,5 +25,15 @@
 // but draws other masks than PyTorch: SetFusedDropout(false), or
 // TORCHFIT_DROPOUT=aten in the environment, gives ATen's dropout back.
 // Comparisons with PyTorch run with dropout off, where the two agree.
-// Attention-weight dropout inside MultiheadAttention stays ATen's.
+// Attention-weight dropout is the fused attention kernel's own (Philox
+// too, below) or, on the explicit path, ATen's.
+//
+// Attention (MultiheadAttention, DotProductAttention) keeps no (L, S)
+// matrix for backward when no weights are asked for: on libtorch 2.x it
+// calls scaled_dot_product_attention (SDPA), on 1.13 torchfit's own
+// flash-style CPU kernel for float32 and float64 (FusedAttention; bfloat16
+// with FusedAttentionBF16; package nn/internal/attn), whose memory grows as
+// O(L) rather than O(L²) (make bench-attention measures both against
+// sequence length). Weights asked for, other devices and dtypes run the
+// explicit scores-softmax-product path, PyTorch 1.13's.
 package nn

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/torchfit/torchfit/nn/internal/attn"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -33,6 +34,10 @@ type AttnOpts struct {
 	// Causal masks keys after the query position (as a triu(1) bool mask),
 	// combined with AttnMask.
 	Causal bool
+	// CausalOffset shifts the causal mask: query i sees keys up to
+	// i+CausalOffset (a triu(1+CausalOffset) mask); S−L when the L queries
+	// are the last of S positions (a decoder with a key/value cache).
+	CausalOffset int64
 	// NeedWeights makes MultiheadAttention return the attention weights:
 	// averaged over heads (N, L, S), or per head (N, heads, L, S) with
 	// PerHeadWeights.
@@ -62,7 +67,23 @@ func NewMultiheadAttention(embedDim, numHeads int64, dropout float64, batchFirst
 // compare both.
 var SDPA = torch.HasSDPA()
 
-func useSDPA(o AttnOpts) bool { return SDPA && !o.NeedWeights }
+// FusedAttention chooses torchfit's own memory-efficient CPU attention
+// (package nn/internal/attn: a flash-style kernel that keeps no (L, S)
+// matrix for backward) where SDPA is off — libtorch 1.13 — for CPU tensors
+// in float32 or float64 (bfloat16 with FusedAttentionBF16) when no weights
+// are asked for. Its
+// attention dropout draws its own (Philox) numbers, not the generator's
+// bernoulli stream; a query that sees no key gets 0 instead of NaN. Turn
+// it off to get 1.13's explicit path (PyTorch 1.13's own numbers).
+var FusedAttention = !torch.HasSDPA()
+
+// FusedAttentionBF16 lets FusedAttention take bfloat16 tensors too (the
+// kernel computes them in float32). Off by default: in the ASR twin's
+// bf16 check (go test ./bench -run ASRTwin) the kernel's float32
+// accumulation moves the decoder's feed-forward gradients 0.27 (relative
+// to the largest element) from PyTorch 1.13's bf16 explicit path, beyond
+// the twin's 5e-2 tolerance, where the explicit path agrees to 3e-2.
+var FusedAttentionBF16 = false
 
 // additiveMask turns a bool mask into 0/−inf of dtype dt; float masks pass.
 func additiveMask(mask *torch.Tensor, dt torch.DType) *torch.Tensor {
@@ -75,9 +96,96 @@ func additiveMask(mask *torch.Tensor, dt torch.DType) *torch.Tensor {
 	return mask
 }
 
+// AttentionPath names what DotProductAttention runs for q, k, v and o:
+// "sdpa" (libtorch's scaled_dot_product_attention), "fused" (torchfit's CPU
+// kernel) or "explicit" (scores, softmax, dropout, product).
+func AttentionPath(q, k, v *torch.Tensor, o AttnOpts) string {
+	switch {
+	case o.NeedWeights:
+		return "explicit"
+	case SDPA:
+		return "sdpa"
+	case FusedAttention && attn.Supports(q.Device(), q.DType()) && (q.DType() != torch.BFloat16 || FusedAttentionBF16) &&
+		k.DType() == q.DType() && v.DType() == q.DType() && k.Device() == q.Device() && v.Device() == q.Device():
+		return "fused"
+	}
+	return "explicit"
+}
+
+// DotProductAttention is the attention inside MultiheadAttention, after
+// the projections: q (N, H, L, D), k (N, H, S, D), v (N, H, S, Dv) give
+// softmax(q·kᵀ/√D + masks)·v (N, H, L, Dv), with dropout p on the weights.
+// o's masks apply (an AttnMask of (N·H, L, S) is taken per head);
+// with o.NeedWeights it also returns the weights per head (N, H, L, S).
+// AttentionPath says what runs: SDPA on libtorch 2.x, the fused CPU kernel
+// on 1.13 (FusedAttention), else the explicit path.
+func DotProductAttention(q, k, v *torch.Tensor, o AttnOpts, p float64) (out, weights *torch.Tensor) {
+	res := torch.TidyTensors(func() []*torch.Tensor {
+		n, h, l, s := q.Size(0), q.Size(1), q.Size(2), k.Size(2)
+		am := o.AttnMask
+		if am != nil && am.Dim() == 3 && am.Size(0) == n*h && n*h != h {
+			am = am.Reshape(n, h, l, s)
+		}
+		causal := func() *torch.Tensor {
+			return torch.Ones([]int64{l, s}, torch.Bool, q.Device()).Triu(1 + o.CausalOffset)
+		}
+		switch AttentionPath(q, k, v, o) {
+		case "fused":
+			y, _ := attn.Attention(q, k, v, attn.Opts{KeyPaddingMask: o.KeyPaddingMask, AttnMask: am,
+				Causal: o.Causal, CausalOffset: o.CausalOffset, Dropout: p})
+			return []*torch.Tensor{y, nil}
+		case "sdpa":
+			// PyTorch 2.x's F.multi_head_attention_forward without weights:
+			// the masks as one additive mask in the query's dtype, then
+			// scaled_dot_product_attention (same ops, same numbers).
+			var mask *torch.Tensor
+			add := func(x *torch.Tensor) {
+				if mask == nil {
+					mask = x
+				} else {
+					mask = mask.Add(x)
+				}
+			}
+			if am != nil {
+				add(additiveMask(am, q.DType()))
+			}
+			if o.Causal {
+				add(additiveMask(causal(), q.DType()))
+			}
+			if o.KeyPaddingMask != nil {
+				add(additiveMask(o.KeyPaddingMask, q.DType()).Reshape(n, 1, 1, s))
+			}
+			return []*torch.Tensor{torch.ScaledDotProductAttention(q, k, v, mask, p, false), nil}
+		}
+		scores := q.DivScalar(math.Sqrt(float64(q.Size(3)))).Matmul(k.Transpose(-2, -1)) // (N, H, L, S)
+		dt := scores.DType()
+		if am != nil {
+			scores = scores.Add(additiveMask(am, dt))
+		}
+		if o.Causal {
+			scores = scores.Add(additiveMask(causal(), dt))
+		}
+		if o.KeyPaddingMask != nil {
+			scores = scores.Add(additiveMask(o.KeyPaddingMask, dt).Reshape(n, 1, 1, s))
+		}
+		w := scores.Softmax(-1)
+		a := w
+		if p > 0 {
+			a = w.Dropout(p, true)
+		}
+		y := a.Matmul(v)
+		if !o.NeedWeights {
+			w = nil
+		}
+		return []*torch.Tensor{y, w}
+	})
+	return res[0], res[1]
+}
+
 // Forward attends query (L, N, E) to key/value (S, N, E) (batch-first:
 // (N, L, E), (N, S, E)). It returns the output shaped like query and, with
-// o.NeedWeights, the attention weights (else nil).
+// o.NeedWeights, the attention weights (else nil). The attention itself is
+// DotProductAttention's.
 func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts) (out, weights *torch.Tensor) {
 	res := torch.TidyTensors(func() []*torch.Tensor {
 		q, k, v := query, key, value
@@ -100,73 +208,17 @@ func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts
 			return y.Reshape(n, length, h, d).Transpose(1, 2) // (N, H, len, d)
 		}
 		qh, kh, vh := proj(q, 0, l), proj(k, 1, s), proj(v, 2, s)
-		if useSDPA(o) {
-			// PyTorch 2.x's F.multi_head_attention_forward without weights:
-			// the masks as one additive mask in the query's dtype, then
-			// scaled_dot_product_attention (same ops, same numbers).
-			var mask *torch.Tensor
-			add := func(x *torch.Tensor) {
-				if mask == nil {
-					mask = x
-				} else {
-					mask = mask.Add(x)
-				}
-			}
-			if o.AttnMask != nil {
-				am := additiveMask(o.AttnMask, query.DType())
-				if am.Dim() == 3 {
-					am = am.Reshape(n, h, l, s)
-				}
-				add(am)
-			}
-			if o.Causal {
-				add(additiveMask(torch.Ones([]int64{l, s}, torch.Bool, qh.Device()).Triu(1), query.DType()))
-			}
-			if o.KeyPaddingMask != nil {
-				add(additiveMask(o.KeyPaddingMask, query.DType()).Reshape(n, 1, 1, s))
-			}
-			p := 0.0
-			if m.Training() {
-				p = m.Dropout
-			}
-			ctx := torch.ScaledDotProductAttention(qh, kh, vh, mask, p, false).Transpose(1, 2).Reshape(n, l, e)
-			y := m.OutProj.Forward(ctx)
-			if !m.BatchFirst {
-				y = y.Transpose(0, 1)
-			}
-			return []*torch.Tensor{y, nil}
+		p := 0.0
+		if m.Training() {
+			p = m.Dropout
 		}
-		scores := qh.DivScalar(math.Sqrt(float64(d))).Matmul(kh.Transpose(-2, -1)) // (N, H, L, S)
-		dt := scores.DType()
-		if o.AttnMask != nil {
-			am := additiveMask(o.AttnMask, dt)
-			if am.Dim() == 3 {
-				am = am.Reshape(n, h, l, s)
-			}
-			scores = scores.Add(am)
-		}
-		if o.Causal {
-			causal := torch.Ones([]int64{l, s}, torch.Bool, scores.Device()).Triu(1)
-			scores = scores.Add(additiveMask(causal, dt))
-		}
-		if o.KeyPaddingMask != nil {
-			scores = scores.Add(additiveMask(o.KeyPaddingMask, dt).Reshape(n, 1, 1, s))
-		}
-		attn := scores.Softmax(-1)
-		if m.Dropout > 0 && m.Training() {
-			attn = attn.Dropout(m.Dropout, true)
-		}
-		ctx := attn.Matmul(vh).Transpose(1, 2).Reshape(n, l, e)
-		y := m.OutProj.Forward(ctx)
+		ctx, w := DotProductAttention(qh, kh, vh, o, p)
+		y := m.OutProj.Forward(ctx.Transpose(1, 2).Reshape(n, l, e))
 		if !m.BatchFirst {
 			y = y.Transpose(0, 1)
 		}
-		var w *torch.Tensor
-		if o.NeedWeights {
-			w = attn
-			if !o.PerHeadWeights {
-				w = attn.SumDim([]int64{1}, false).DivScalar(float64(h))
-			}
+		if w != nil && !o.PerHeadWeights {
+			w = w.SumDim([]int64{1}, false).DivScalar(float64(h))
 		}
 		return []*torch.Tensor{y, w}
 	})

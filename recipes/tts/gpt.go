@@ -135,14 +135,15 @@ func (b *block) forward(x *torch.Tensor, cache *kvCache) *torch.Tensor {
 		cache.k, cache.v = k.Ref().Keep(), v.Ref().Keep()
 		old.free()
 	}
-	total := k.Size(2)
-	scores := q.Matmul(k.Transpose(-2, -1)).MulScalar(1 / math.Sqrt(float64(dh)))
-	if l > 1 { // query i sits at total−l+i and sees keys up to there
-		mask := torch.Ones([]int64{l, total}, torch.Bool, x.Device()).Triu(total - l + 1)
-		scores = scores.MaskedFill(mask, math.Inf(-1))
+	// Query i sits at total−l+i and sees keys up to there; the attention is
+	// nn.DotProductAttention's (SDPA on 2.x, the fused kernel on 1.13).
+	o := nn.AttnOpts{Causal: l > 1, CausalOffset: k.Size(2) - l}
+	p := 0.0
+	if b.Drop.Training() {
+		p = b.Drop.P
 	}
-	att := b.Drop.Forward(scores.Softmax(-1))
-	y := att.Matmul(v).Transpose(1, 2).Reshape(n, l, d)
+	att, _ := nn.DotProductAttention(q, k, v, o, p)
+	y := att.Transpose(1, 2).Reshape(n, l, d)
 	x = x.Add(b.Drop.Forward(b.Proj.Forward(y)))
 	return x.Add(b.Drop.Forward(b.FC2.Forward(b.FC1.Forward(b.LN2.Forward(x)).Gelu())))
 }

@@ -1,0 +1,205 @@
+package nn
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/torchfit/torchfit/torch"
+)
+
+// withAttention runs fn with the attention path forced: "fused" (the CPU
+// kernel, SDPA off even on 2.x) or "explicit".
+func withAttention(path string, fn func()) {
+	fused, sdpa := FusedAttention, SDPA
+	defer func() { FusedAttention, SDPA = fused, sdpa }()
+	FusedAttention, SDPA = path == "fused", false
+	fn()
+}
+
+// mhaStep runs m on x (batch-first) under o, backward of sum(y∘g), and
+// returns y and the gradients of x and the parameters.
+func mhaStep(m *MultiheadAttention, x, g *torch.Tensor, o AttnOpts) []*torch.Tensor {
+	params := paramTensors(m)
+	torch.ZeroGrad(params)
+	xi := x.Detach().SetRequiresGrad(true)
+	y, _ := m.Forward(xi, xi, xi, o)
+	y.Mul(g).Sum().Backward()
+	out := []*torch.Tensor{y.Detach(), xi.Grad().Clone()}
+	for _, p := range params {
+		out = append(out, p.Grad().Clone())
+	}
+	return out
+}
+
+func paramTensors(m Module) []*torch.Tensor {
+	var ts []*torch.Tensor
+	for _, p := range Parameters(m) {
+		ts = append(ts, p.T)
+	}
+	return ts
+}
+
+// nn.MultiheadAttention through the fused kernel equals the explicit path
+// in float64, output and every gradient, for its mask forms.
+func TestMultiheadAttentionFusedMatchesExplicit(t *testing.T) {
+	torch.ManualSeed(11)
+	const n, l, e, h = 2, 37, 32, 4
+	m := NewMultiheadAttention(e, h, 0.1, true)
+	To(m, torch.CPU, torch.Float64)
+	SetTraining(m, false) // no dropout: the two paths draw different numbers
+	x := torch.Randn([]int64{n, l, e}, torch.Float64)
+	g := torch.Randn([]int64{n, l, e}, torch.Float64)
+	pad := torch.Zeros([]int64{n, l}, torch.Bool)
+	torch.NoGrad(func() { pad.Narrow(1, l-5, 5).Select(0, 1).FillIn(1) })
+	for _, tc := range []struct {
+		name string
+		o    AttnOpts
+	}{
+		{"none", AttnOpts{}},
+		{"causal", AttnOpts{Causal: true}},
+		{"pad", AttnOpts{KeyPaddingMask: pad}},
+		{"pad float", AttnOpts{KeyPaddingMask: additiveMask(pad, torch.Float64)}},
+		{"causal+pad", AttnOpts{Causal: true, KeyPaddingMask: pad}},
+		{"mask 2-d", AttnOpts{AttnMask: torch.Randn([]int64{l, l}, torch.Float64)}},
+		{"mask per head", AttnOpts{AttnMask: torch.Rand([]int64{n * h, l, l}).GtScalar(0.8)}},
+		{"offset", AttnOpts{Causal: true, CausalOffset: 4}},
+	} {
+		var fused, explicit []*torch.Tensor
+		withAttention("fused", func() {
+			require.Equal(t, "fused", AttentionPath(x, x, x, tc.o), tc.name)
+			fused = mhaStep(m, x, g, tc.o)
+		})
+		withAttention("explicit", func() {
+			require.Equal(t, "explicit", AttentionPath(x, x, x, tc.o), tc.name)
+			explicit = mhaStep(m, x, g, tc.o)
+		})
+		for i := range fused {
+			require.True(t, fused[i].AllClose(explicit[i], 1e-10, 1e-12), "%s: tensor %d", tc.name, i)
+		}
+	}
+	// Weights asked for, or a dtype the kernel lacks: the explicit path.
+	withAttention("fused", func() {
+		require.Equal(t, "explicit", AttentionPath(x, x, x, AttnOpts{NeedWeights: true}))
+		xh := x.ToDType(torch.Float16)
+		require.Equal(t, "explicit", AttentionPath(xh, xh, xh, AttnOpts{}))
+		xb := x.ToDType(torch.BFloat16)
+		require.Equal(t, "explicit", AttentionPath(xb, xb, xb, AttnOpts{}))
+		FusedAttentionBF16 = true
+		defer func() { FusedAttentionBF16 = false }()
+		require.Equal(t, "fused", AttentionPath(xb, xb, xb, AttnOpts{}))
+	})
+}
+
+// attentionPeak returns the peak CPU memory of one forward and backward of
+// m's self-attention on x above what existed before (the input, weights).
+func attentionPeak(m *MultiheadAttention, x *torch.Tensor, o AttnOpts) int64 {
+	var peak int64
+	torch.Tidy(func() {
+		xi := x.Detach().SetRequiresGrad(true)
+		base := torch.MustMemoryStats(torch.CPU).Allocated
+		if err := torch.ResetPeakMemory(torch.CPU); err != nil {
+			panic(err)
+		}
+		y, _ := m.Forward(xi, xi, xi, o)
+		y.Sum().Backward()
+		y.Free()
+		peak = torch.MustMemoryStats(torch.CPU).PeakAllocated - base
+	})
+	torch.ZeroGrad(paramTensors(m))
+	return peak
+}
+
+// The fused path's memory grows linearly with the sequence: 4× the
+// positions, at most 4.5× the peak, where the explicit path's (L, L)
+// matrices make it grow by more than 8×. The check can fail.
+func TestFusedAttentionMemoryLinear(t *testing.T) {
+	torch.ManualSeed(12)
+	const e, h = 64, 4
+	m := NewMultiheadAttention(e, h, 0.1, true) // training: attention dropout on
+	peaks := map[string][2]int64{}
+	for _, path := range []string{"fused", "explicit"} {
+		withAttention(path, func() {
+			var p [2]int64
+			for i, l := range []int64{256, 1024} {
+				x := torch.Randn([]int64{1, l, e})
+				p[i] = attentionPeak(m, x, AttnOpts{Causal: true})
+			}
+			peaks[path] = p
+		})
+	}
+	f, x := peaks["fused"], peaks["explicit"]
+	t.Logf("peak fwd+bwd at L=256, 1024: fused %s, %s; explicit %s, %s", torch.FormatBytes(f[0]),
+		torch.FormatBytes(f[1]), torch.FormatBytes(x[0]), torch.FormatBytes(x[1]))
+	require.Less(t, float64(f[1]), 4.5*float64(f[0]))
+	require.Greater(t, float64(x[1]), 8*float64(x[0]))
+}
+
+// attnBenchShapes are BenchmarkAttention's blocks: a ViT-B self-attention
+// (768 wide, 12 heads, no masks, no dropout) and a conformer's (256 wide,
+// 4 heads, key padding on the last eighth, attention dropout 0.1).
+var attnBenchShapes = []struct {
+	name    string
+	e, h    int64
+	dropout float64
+	pad     bool
+}{
+	{"vit", 768, 12, 0, false},
+	{"conformer", 256, 4, 0.1, true},
+}
+
+// attnBenchLengths: TORCHFIT_ATTN_LENGTHS (comma-separated), else 256…4096.
+func attnBenchLengths() []int64 {
+	s := os.Getenv("TORCHFIT_ATTN_LENGTHS")
+	if s == "" {
+		s = "256,512,1024,2048,4096"
+	}
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil || v <= 0 {
+			panic(fmt.Sprintf("TORCHFIT_ATTN_LENGTHS: bad length %q", f))
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// BenchmarkAttention times one forward and backward of a batch-first
+// nn.MultiheadAttention self-attention (batch 1, float32, training mode)
+// at each length, through the fused kernel and the explicit path, and
+// reports the step's peak CPU memory above its inputs (peak-bytes, the
+// counting allocator's). make bench-attention runs it and
+// scripts/bench_attention.py times PyTorch's nn.MultiheadAttention beside it.
+func BenchmarkAttention(b *testing.B) {
+	for _, sh := range attnBenchShapes {
+		for _, l := range attnBenchLengths() {
+			for _, path := range []string{"fused", "explicit"} {
+				b.Run(fmt.Sprintf("%s/L=%d/%s", sh.name, l, path), func(b *testing.B) {
+					torch.ManualSeed(13)
+					m := NewMultiheadAttention(sh.e, sh.h, sh.dropout, true)
+					x := torch.Randn([]int64{1, l, sh.e})
+					var o AttnOpts
+					if sh.pad {
+						o.KeyPaddingMask = torch.Zeros([]int64{1, l}, torch.Bool)
+						torch.NoGrad(func() { o.KeyPaddingMask.Narrow(1, l-l/8, l/8).FillIn(1) })
+					}
+					withAttention(path, func() {
+						var peak int64
+						attentionPeak(m, x, o) // warm-up
+						b.ResetTimer()
+						for i := 0; i < b.N; i++ {
+							peak = max(peak, attentionPeak(m, x, o))
+						}
+						b.ReportMetric(float64(peak), "peak-bytes")
+						b.ReportMetric(float64(torch.NumThreads()), "threads")
+					})
+				})
+			}
+		}
+	}
+}
