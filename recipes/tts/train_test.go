@@ -168,7 +168,10 @@ func TestTrainUnderMemoryCapHalvesMicroBatch(t *testing.T) {
 	t.Logf("auto batch under %s: micro-batch %d × %d, checkpointing %v", torch.FormatBytes(p4-(p4-p1)/4),
 		res.Planned.Plan.MicroBatch, res.Planned.Plan.Accum, res.Planned.Plan.Checkpointing)
 	require.Equal(t, 8, res.Planned.Plan.MicroBatch*res.Planned.Plan.Accum)
-	require.Less(t, res.Planned.Plan.MicroBatch, 4, "micro-batch 4 does not fit the cap")
+	// Micro-batch 4 without checkpointing does not fit the cap; with it, it
+	// may (on 2.x, whose SDPA keeps no attention matrix, it does).
+	require.True(t, res.Planned.Plan.MicroBatch < 4 || res.Planned.Plan.Checkpointing,
+		"micro-batch 4 without checkpointing does not fit the cap: %+v", res.Planned.Plan)
 	require.Zero(t, res.OOMEvents, "the plan fits: %s", strings.Join(log, "\n"))
 }
 
