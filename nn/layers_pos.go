@@ -24,19 +24,31 @@ func NewSinusoidalPositionalEncoding(d, maxLen int64, persistent bool) *Sinusoid
 	if d%2 != 0 {
 		panic(fmt.Sprintf("nn: sinusoidal encoding needs an even dimension, got %d", d))
 	}
-	var pe *torch.Tensor
-	torch.NoGrad(func() {
-		pe = torch.TidyTensor(func() *torch.Tensor {
-			pos := torch.Arange(0, float64(maxLen), 1, torch.Float64).Unsqueeze(1)
-			div := torch.Arange(0, float64(d), 2, torch.Float64).MulScalar(-math.Log(10000.0) / float64(d)).Exp()
-			ang := pos.Mul(div) // (maxLen, d/2)
-			// interleave: stack (sin, cos) on a last axis and flatten
-			return torch.Stack([]*torch.Tensor{ang.Sin(), ang.Cos()}, 2).Reshape(maxLen, d).ToDType(torch.Float32)
-		})
-	})
+	pe := SinusoidTable(d, maxLen, 1)
 	s := &SinusoidalPositionalEncoding{}
 	s.PE = s.RegisterBuffer("pe", pe, persistent)
 	return s
+}
+
+// SinusoidTable is SinusoidalPositionalEncoding's float32 table (n, d)
+// (d even) of positions 0…n−1 scaled by rate: row t holds sin(t·rate·ω_i)
+// and cos(t·rate·ω_i) interleaved. Rate 1 is the encoding's own table; a
+// stream at another rate (codes against phonemes) takes 1/ratio.
+func SinusoidTable(d, n int64, rate float64) *torch.Tensor {
+	var pe *torch.Tensor
+	torch.NoGrad(func() {
+		pe = torch.TidyTensor(func() *torch.Tensor {
+			pos := torch.Arange(0, float64(n), 1, torch.Float64).Unsqueeze(1)
+			if rate != 1 {
+				pos = pos.MulScalar(rate)
+			}
+			div := torch.Arange(0, float64(d), 2, torch.Float64).MulScalar(-math.Log(10000.0) / float64(d)).Exp()
+			ang := pos.Mul(div) // (n, d/2)
+			// interleave: stack (sin, cos) on a last axis and flatten
+			return torch.Stack([]*torch.Tensor{ang.Sin(), ang.Cos()}, 2).Reshape(n, d).ToDType(torch.Float32)
+		})
+	})
+	return pe
 }
 
 // Forward returns x + pe[:T] for x (N, T, D).

@@ -278,9 +278,8 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 	return g, nil
 }
 
-// alignedPositions is the (n, d) sinusoid table of positions 0…n−1 scaled
-// by rate (Vaswani et al.'s, wavelengths 2π to 10000·2π), at the size of
-// the embeddings' N(0, 0.02) (0.02·√2 each component).
+// alignedPositions is nn.SinusoidTable of positions 0…n−1 scaled by rate,
+// at the size of the embeddings' N(0, 0.02) (0.02·√2 each component).
 //
 // With rate 1/TextRatio for the audio stream, code j starts where phoneme
 // j/TextRatio does, at the training split's average speaking rate: the
@@ -289,16 +288,7 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 // must otherwise find from scratch, and learned positions (still trained)
 // only correct it.
 func alignedPositions(n, d int64, rate float64) *torch.Tensor {
-	w := make([]float32, n*d)
-	for p := range n {
-		for i := int64(0); i < d/2; i++ {
-			f := math.Pow(10000, -2*float64(i)/float64(d))
-			a := float64(p) * rate * f
-			w[p*d+2*i] = float32(0.02 * math.Sqrt2 * math.Sin(a))
-			w[p*d+2*i+1] = float32(0.02 * math.Sqrt2 * math.Cos(a))
-		}
-	}
-	return torch.FromSlice(w, []int64{n, d})
+	return torch.TidyTensor(func() *torch.Tensor { return nn.SinusoidTable(d, n, rate).MulScalar(0.02 * math.Sqrt2) })
 }
 
 // Embed returns the embeddings (B, L, D) of token ids (B, L) of the given
