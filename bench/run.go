@@ -67,6 +67,10 @@ type CheckResult struct {
 	Missing []string `json:"missing"` // nonzero Python gradients torchfit has none for
 	// Rels are the four largest relative differences, with their tensors.
 	Rels [][2]any `json:"rels"`
+	// Noise are the gradients that are zero in exact arithmetic (a bias a
+	// training-mode batch norm follows), not compared: each side's largest
+	// element (Go, Python) over the model's largest gradient element.
+	Noise map[string][2]float64 `json:"noise"`
 }
 
 // LossRel is the loss difference relative to the loss.

@@ -28,6 +28,14 @@ func TestASRTwinMatches(t *testing.T) {
 				Options{Reps: 1, Steps: 1, Warmup: 1, Logf: t.Logf}, t.TempDir())
 			require.NoError(t, err)
 			t.Logf("check: %+v", res.Check)
+			// The depthwise biases (a batch norm follows each) are
+			// reported as noise, one per conformer block, and small.
+			require.NotEmpty(t, res.Check.Noise)
+			for name, n := range res.Check.Noise {
+				require.Contains(t, name, "depthwise_conv.bias")
+				require.Less(t, n[0], 0.1, name)
+				require.Less(t, n[1], 0.1, name)
+			}
 			require.Len(t, res.Go, 1)
 			require.Len(t, res.Py, 1)
 			require.Len(t, res.GoCPU, 1)

@@ -196,6 +196,15 @@ class Twin:
     def loss(self):
         return self.model.loss(*self.batch)
 
+    @property
+    def noise_grads(self):
+        # The depthwise convolution's bias is followed by a batch norm in
+        # training mode, which subtracts the batch mean: its gradient is zero
+        # in exact arithmetic, and what either side holds is rounding noise
+        # (on CUDA in bfloat16, 5e-2 of its own size apart: cuDNN's
+        # reductions round differently from run to run).
+        return [n for n, _ in self.model.named_parameters() if n.endswith("conv_module.depthwise_conv.bias")]
+
 
 def build(spec, data):
     return Twin(spec, data)

@@ -27,7 +27,8 @@ Requests and replies:
         the file's "check" entry (torchfit's loss and gradients): max_rel is
         the largest difference of a gradient over its largest element (or
         the request's "floor" times the model's largest gradient element,
-        when larger)
+        when larger); the twin's noise_grads (gradients that are zero in
+        exact arithmetic) are reported under "noise", not compared
         -> {"loss": x, "go_loss": y, "grads": n, "max_abs": a, "max_rel": r,
             "worst": name, "missing": [...]}
   {"op": "steps", "n": K}  K training steps -> {"times": [seconds, ...],
@@ -208,7 +209,14 @@ class Runner:
         # largest gradient element of the model when its own is smaller: a
         # bias that a normalisation follows has a gradient of pure rounding
         # noise.
-        floor = float(req.get("floor", 1e-3)) * max((g.abs().max().item() for g in go_grads.values()), default=0.0)
+        top = max((g.abs().max().item() for g in go_grads.values()), default=0.0)
+        floor = float(req.get("floor", 1e-3)) * top
+        # A twin names the parameters whose gradient is exactly zero in
+        # exact arithmetic (a bias that a training-mode batch norm follows):
+        # both sides hold rounding noise there, which is reported ("noise":
+        # each side's largest element over the model's largest gradient
+        # element) but not compared.
+        noise = set(getattr(self.tw, "noise_grads", ()))
         for name, p in model.named_parameters():
             g = p.grad
             if name not in go_grads:
@@ -217,6 +225,10 @@ class Runner:
                 continue
             gg = go_grads[name].double()
             pg = g.double() if g is not None else torch.zeros_like(gg)
+            if name in noise:
+                out.setdefault("noise", {})[name] = [gg.abs().max().item() / max(top, 1e-30),
+                                                     pg.abs().max().item() / max(top, 1e-30)]
+                continue
             diff = (gg - pg).abs().max().item()
             scale = max(gg.abs().max().item(), floor, 1e-30)
             out["grads"] += 1
