@@ -98,13 +98,19 @@ func newAdam(kind string, groups []ParamGroup, cfg AdamConfig, decoupled bool) *
 }
 
 // Step applies one Adam (AdamW) update. With fused optimizers on (the
-// default, SetFusedOptimizers) and every parameter, gradient and state a
-// dense contiguous float32 CPU tensor, it is one native call over all
-// parameters (torch.AdamStep), computing what the ops below compute with
-// the same float32 roundings; otherwise it runs the ops parameter by
-// parameter, as PyTorch's default does.
+// default, SetFusedOptimizers):
+//   - parameters on CUDA (libtorch 2.1 and later) go through libtorch's
+//     fused kernel, _fused_adam_ or _fused_adamw_, one launch per group,
+//     device and dtype, as torch.optim.Adam(fused=True) does; it agrees
+//     with the ops below to float32 rounding;
+//   - dense contiguous float32 CPU tensors go through one native call over
+//     all parameters (torch.AdamStep), computing what the ops below compute
+//     with the same float32 roundings.
+//
+// Otherwise it runs the ops parameter by parameter, as PyTorch's default
+// single-tensor path does.
 func (o *Adam) Step() {
-	if fusedOptimizers.Load() && o.fusedStep() {
+	if fusedOptimizers.Load() && (o.libtorchStep() || o.fusedStep()) {
 		return
 	}
 	lerp := adamLerp()

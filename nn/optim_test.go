@@ -251,15 +251,25 @@ func TestOptimMatchesPyTorch(t *testing.T) {
 	var all [][][][]float64 // [case][step][param][element]
 	pyref.Run(t, optimPyScript, optimPyInput(optimCases), &all)
 	require.Len(t, all, len(optimCases))
-	for _, fused := range []bool{true, false} {
-		defer SetFusedOptimizers(SetFusedOptimizers(fused))
+	// Three paths: torchfit's fused CPU step, the ops one by one, and
+	// libtorch's fused kernel (what CUDA parameters take), forced here on
+	// the CPU, where libtorch has it from 2.4.
+	maj, min, _ := torch.LibtorchVersion()
+	cpuKernel := maj > 2 || maj == 2 && min >= 4
+	for _, mode := range []string{"", "/unfused", "/libtorch-fused"} {
+		defer SetFusedOptimizers(SetFusedOptimizers(mode != "/unfused"))
+		if mode == "/libtorch-fused" {
+			prev := libtorchFusedAdam
+			libtorchFusedAdam = func(torch.Device) bool { return true }
+			defer func() { libtorchFusedAdam = prev }()
+		}
 		for ci, c := range optimCases {
 			want := all[ci]
-			name := c.name
-			if !fused {
-				name += "/unfused"
-			}
+			name := c.name + mode
 			t.Run(name, func(t *testing.T) {
+				if mode == "/libtorch-fused" && !cpuKernel {
+					t.Skipf("libtorch %d.%d has no CPU kernel for _fused_adam(w)_ (2.4 and later); CUDA parameters take it from 2.1", maj, min)
+				}
 				require.Len(t, want, optimSteps)
 
 				ps := optimParams()
