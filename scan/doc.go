@@ -62,13 +62,14 @@
 //     PyTorch's current stream: nothing CUDA is linked (the op shim links no
 //     libcudart either), so the build links on machines without a driver.
 //
-// The CUDA kernel has been compiled and linked, but not yet run on a GPU.
-// Its source is run on the host with the CUDA built-ins emulated (a thread
-// per CUDA thread; the kernel package's TestCUDAKernelOnHost), which checks
-// its arithmetic and indexing against a float64 reference, not what only a
-// GPU shows. The GPU checks scan-cuda (against Sequential) and
-// scan-cuda-memory (peak memory and time against Chunked and Sequential)
-// are written for it (internal/gpucheck, make gpu-check).
+// On an H100 (make gpu-check, docs/gpu.md) the kernel equals Sequential in
+// float64 to 1.3e-6 with float32 inputs and 4.9e-3 with bfloat16 inputs
+// (y, the last state and all six gradients, six shapes: check scan-cuda).
+// At B 2, D 256, N 16, L 8192 one forward and backward peaks at 326 MiB
+// against Chunked's 540 and Sequential's 8161, in 18 ms against Chunked's
+// 2237 (check scan-cuda-memory). Without a GPU its source runs on the host
+// with the CUDA built-ins emulated (a thread per CUDA thread; the kernel
+// package's TestCUDAKernelOnHost), against a float64 reference.
 //
 // All four compute in float32, or float64 when an input is float64;
 // float16 and bfloat16 inputs are computed in float32 (as mamba-ssm does)
