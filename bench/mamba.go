@@ -36,6 +36,26 @@ func (m MambaTwin) Name() string {
 // Script is the Python twin.
 func (MambaTwin) Script() string { return "scripts/twins/mamba.py" }
 
+// mambaPyPeakTokens is the most tokens a batch may hold for the Python
+// peak to be measured: the reference scan's loop records a few ops per
+// position and the profiler's memory grows faster than their number
+// (on 1.13, 0.6 GB more for 32 positions of a (8, 256, 16) state, 2 GB
+// for 64; at 8 × 128 tokens it passed 20 GB and the kernel killed it).
+const mambaPyPeakTokens = 2 * mambaSeq
+
+// PyPeakUnmeasured: above mambaPyPeakTokens tokens a batch, Python's peak
+// is not measured (-batch 2 measures it).
+func (MambaTwin) PyPeakUnmeasured(cfg Config) string {
+	seq := cfg.Length
+	if seq <= 0 {
+		seq = mambaSeq
+	}
+	if cfg.Batch*seq > mambaPyPeakTokens {
+		return "profiler: n/a above 256 tokens"
+	}
+	return ""
+}
+
 // mambaSeq is the CPU preset's sequence length (--vram cpu: 8 × 128).
 const mambaSeq = 128
 

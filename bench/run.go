@@ -112,6 +112,8 @@ type Result struct {
 	// Peak bytes of a steady-state step above what was held before it,
 	// and what was held (model, gradients, optimizer state, batch).
 	GoPeak, GoBase, PyPeak, PyBase int64
+	// PyPeakNote is why PyPeak was not measured (PyPeakLimited), or "".
+	PyPeakNote string
 	// Python with torch.compile (Options.Compiled), in the same rotation:
 	// step seconds and process CPU seconds by repetition.
 	PyCompiled, PyCompiledCPU [][]float64 `json:",omitempty"`
@@ -287,10 +289,13 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 			Peak int64 `json:"peak"`
 			Base int64 `json:"base"`
 		}
-		if err := py.Do(map[string]any{"op": "peak"}, &r); err != nil {
+		if lim, ok := tw.(PyPeakLimited); ok && lim.PyPeakUnmeasured(cfg) != "" {
+			res.PyPeakNote = lim.PyPeakUnmeasured(cfg)
+		} else if err := py.Do(map[string]any{"op": "peak"}, &r); err != nil {
 			return res, err
+		} else {
+			res.PyPeak, res.PyBase = r.Peak, r.Base
 		}
-		res.PyPeak, res.PyBase = r.Peak, r.Base
 	}
 	type side struct {
 		name string

@@ -37,7 +37,7 @@ func Table(w io.Writer, rs []Result) {
 		fmt.Fprintf(w, "| %s | %d | %s | %d | %s | %.1f | %.1f | **%.2f** | %.2f [%.2f–%.2f] | %.2f | %s | %s | %.0e, %.0e |",
 			r.Twin, r.Config.Threads, r.Config.Precision, r.Config.Batch, length,
 			median(flat(r.Go))*1e3, median(flat(r.Py))*1e3, r.Ratio(),
-			median(pr), slices.Min(pr), slices.Max(pr), r.CPURatio(), mib(r.GoPeak), mib(r.PyPeak), r.Check.LossRel(), r.Check.MaxRel)
+			median(pr), slices.Min(pr), slices.Max(pr), r.CPURatio(), mib(r.GoPeak), pyPeak(r), r.Check.LossRel(), r.Check.MaxRel)
 		if compiled {
 			fmt.Fprint(w, compiledCells(r))
 		}
@@ -99,6 +99,14 @@ func VariantTable(w io.Writer, rs []Result) {
 		fmt.Fprintf(w, "| %s | %d | %s | %.1f | %s |\n", r.Twin, r.Config.Threads, r.Config.Precision,
 			median(flat(r.Go))*1e3, strings.Join(cells, " | "))
 	}
+}
+
+// pyPeak is the Python peak's cell: the figure, or why there is none.
+func pyPeak(r Result) string {
+	if r.PyPeakNote != "" {
+		return r.PyPeakNote
+	}
+	return mib(r.PyPeak)
 }
 
 func mib(b int64) string {

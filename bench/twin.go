@@ -50,6 +50,14 @@ type Twin interface {
 	Build(cfg Config) (Instance, error)
 }
 
+// PyPeakLimited is a Twin whose Python peak (measured with torch.profiler,
+// which holds memory for every op it records) cannot be measured at every
+// size: PyPeakUnmeasured returns why not at cfg, or "" when it can be.
+// The table then shows the reason in place of the Python peak.
+type PyPeakLimited interface {
+	PyPeakUnmeasured(cfg Config) string
+}
+
 // Instance is a built twin: the Go side of one configuration.
 type Instance interface {
 	// Check runs one forward and backward at the initial weights without

@@ -241,3 +241,19 @@ func TestCompiledNotAvailable(t *testing.T) {
 	Table(&b, []Result{res})
 	require.Contains(t, b.String(), "| n/a: torch 1.")
 }
+
+// TestMambaPyPeakLimit: the Mamba twins measure Python's peak up to 256
+// tokens a batch and name the reason above it; the table shows it.
+func TestMambaPyPeakLimit(t *testing.T) {
+	for _, tc := range []struct {
+		batch, length int
+		measured      bool
+	}{{2, 0, true}, {1, 256, true}, {8, 0, false}, {2, 256, false}} {
+		tw := MambaTwin{Size: "tiny", Training: "cpu"}
+		why := tw.PyPeakUnmeasured(Config{Batch: tc.batch, Length: tc.length})
+		require.Equal(t, tc.measured, why == "", "batch %d length %d: %q", tc.batch, tc.length, why)
+	}
+	r := Result{PyPeak: 0, PyPeakNote: "profiler: n/a above 256 tokens"}
+	require.Equal(t, r.PyPeakNote, pyPeak(r))
+	require.Equal(t, "2.0 MiB", pyPeak(Result{PyPeak: 2 << 20}))
+}
