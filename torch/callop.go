@@ -15,6 +15,18 @@ var Default = defaultArg{}
 
 var callOps sync.Map // "name.overload" -> *opDef
 
+// OpSchema returns the schema of the operator name.overload registered
+// with libtorch's dispatcher (overload "" for the default), or an error
+// when this libtorch has none: what torchfit's own operators (the fused
+// scan, dropout and attention) use to report that their registration ran.
+func OpSchema(name, overload string) (string, error) {
+	op, err := capi.FindOp(name, overload)
+	if err != nil {
+		return "", wrapErr(name, err)
+	}
+	return capi.Schema(op), nil
+}
+
 // CallOp calls any ATen operator through libtorch's dispatcher (autograd
 // included), by name and overload as in its schema, e.g.
 //

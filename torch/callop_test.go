@@ -96,3 +96,24 @@ func TestFinalizerSafetyNet(t *testing.T) {
 	}
 	require.Equal(t, live, LiveTensors())
 }
+
+func TestOpSchema(t *testing.T) {
+	for _, tc := range []struct {
+		name, overload, want string
+		ok                   bool
+	}{
+		{"aten::add", "Tensor", "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", true},
+		{"aten::relu", "", "aten::relu(Tensor self) -> Tensor", true},
+		{"torchfit_none::nothing", "", "", false},
+		{"aten::add", "no_such_overload", "", false},
+	} {
+		got, err := OpSchema(tc.name, tc.overload)
+		if !tc.ok {
+			var te *Error
+			require.ErrorAs(t, err, &te, "%s.%s", tc.name, tc.overload)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got)
+	}
+}

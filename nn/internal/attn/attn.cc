@@ -48,7 +48,6 @@
 #include <tuple>
 #include <vector>
 
-#include "attn.h"
 #include "philox.h"
 
 // The libtorch version switch, as in the op shim (torch/internal/capi/shim.h).
@@ -722,24 +721,3 @@ TORCH_LIBRARY(torchfit_nn, m) {
       TORCH_FN(attention));
 }
 
-extern "C" {
-
-tfa_err tfa_check(char** schema) {
-  try {
-    auto h = c10::Dispatcher::singleton().findSchema({"torchfit_nn::attention", ""});
-    if (!h.has_value()) return strdup("E:torchfit_nn::attention is not registered with the dispatcher");
-    std::ostringstream os;
-    os << h->schema();
-    *schema = strdup(os.str().c_str());
-    return nullptr;
-  } catch (const std::exception& e) {
-    std::string m = std::string("E:") + e.what();
-    return strdup(m.c_str());
-  } catch (...) {
-    return strdup("E:unknown C++ exception");
-  }
-}
-
-void tfa_free_error(tfa_err e) { std::free(e); }
-
-}  // extern "C"

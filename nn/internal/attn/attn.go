@@ -5,15 +5,12 @@ package attn
 #cgo CXXFLAGS: -I${SRCDIR}/../../../internal/philox
 #cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++
 #include <stdlib.h>
-#include "attn.h"
 */
 import "C"
 
 import (
-	"errors"
-	"strings"
+	"fmt"
 	"sync"
-	"unsafe"
 
 	"github.com/torchfit/torchfit/torch"
 )
@@ -89,15 +86,9 @@ var (
 // Check reports whether the operator is registered and returns its schema.
 func Check() (string, error) {
 	once.Do(func() {
-		var s *C.char
-		if e := C.tfa_check(&s); e != nil {
-			msg := C.GoString(e)
-			C.tfa_free_error(e)
-			err = errors.New("attn: " + strings.TrimPrefix(msg, "E:"))
-			return
+		if schema, err = torch.OpSchema(Op, ""); err != nil {
+			err = fmt.Errorf("attn: %w", err)
 		}
-		schema = C.GoString(s)
-		C.free(unsafe.Pointer(s))
 	})
 	return schema, err
 }

@@ -41,7 +41,6 @@
 #include <sstream>
 #include <string>
 
-#include "dropout.h"
 #include "philox.h"
 
 namespace {
@@ -255,24 +254,3 @@ TORCH_LIBRARY(torchfit_dropout, m) {
 
 TORCH_LIBRARY_IMPL(torchfit_dropout, CPU, m) { m.impl("apply", TORCH_FN(apply_cpu)); }
 
-extern "C" {
-
-tfnd_err tfnd_check(char** schema) {
-  try {
-    auto h = c10::Dispatcher::singleton().findSchema({"torchfit_dropout::dropout", ""});
-    if (!h.has_value()) return strdup("E:torchfit_dropout::dropout is not registered with the dispatcher");
-    std::ostringstream os;
-    os << h->schema();
-    *schema = strdup(os.str().c_str());
-    return nullptr;
-  } catch (const std::exception& e) {
-    std::string m = std::string("E:") + e.what();
-    return strdup(m.c_str());
-  } catch (...) {
-    return strdup("E:unknown C++ exception");
-  }
-}
-
-void tfnd_free_error(tfnd_err e) { std::free(e); }
-
-}  // extern "C"

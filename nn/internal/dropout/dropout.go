@@ -4,15 +4,14 @@ package dropout
 #cgo CXXFLAGS: -std=c++17 -O3 -fopenmp-simd -fPIC -Wno-deprecated-declarations -Wno-unused-parameter -I${SRCDIR}/../../../internal/philox
 #cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++
 #include <stdlib.h>
-#include "dropout.h"
 */
 import "C"
 
 import (
-	"errors"
-	"strings"
+	"fmt"
 	"sync"
-	"unsafe"
+
+	"github.com/torchfit/torchfit/torch"
 )
 
 // Op is the operator's name for torch.CallOp. Its schema:
@@ -48,15 +47,9 @@ var (
 // Check reports whether the operator is registered and returns its schema.
 func Check() (string, error) {
 	once.Do(func() {
-		var s *C.char
-		if e := C.tfnd_check(&s); e != nil {
-			msg := C.GoString(e)
-			C.tfnd_free_error(e)
-			err = errors.New("dropout: " + strings.TrimPrefix(msg, "E:"))
-			return
+		if schema, err = torch.OpSchema(Op, ""); err != nil {
+			err = fmt.Errorf("dropout: %w", err)
 		}
-		schema = C.GoString(s)
-		C.free(unsafe.Pointer(s))
 	})
 	return schema, err
 }

@@ -18,11 +18,8 @@ package kernel
 import "C"
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
-	"unsafe"
 
 	"github.com/torchfit/torchfit/torch"
 )
@@ -81,15 +78,9 @@ func Check() (string, error) {
 			err = imageErr
 			return
 		}
-		var s *C.char
-		if e := C.tfs_check(&s); e != nil {
-			msg := C.GoString(e)
-			C.tfs_free_error(e)
-			err = errors.New("scan: " + strings.TrimPrefix(msg, "E:"))
-			return
+		if schema, err = torch.OpSchema(Op, ""); err != nil {
+			err = fmt.Errorf("scan: %w", err)
 		}
-		schema = C.GoString(s)
-		C.free(unsafe.Pointer(s))
 	})
 	return schema, err
 }

@@ -682,22 +682,6 @@ TORCH_LIBRARY_IMPL(torchfit_scan, CPU, m) {
 
 extern "C" {
 
-tfs_err tfs_check(char** schema) {
-  try {
-    auto h = c10::Dispatcher::singleton().findSchema({"torchfit_scan::selective_scan", ""});
-    if (!h.has_value()) return strdup("E:torchfit_scan::selective_scan is not registered with the dispatcher");
-    std::ostringstream os;
-    os << h->schema();
-    *schema = strdup(os.str().c_str());
-    return nullptr;
-  } catch (const std::exception& e) {
-    std::string m = std::string("E:") + e.what();
-    return strdup(m.c_str());
-  } catch (...) {
-    return strdup("E:unknown C++ exception");
-  }
-}
-
 void tfs_free_error(tfs_err e) { std::free(e); }
 
 }  // extern "C"
