@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"math/rand/v2"
 
 	"github.com/torchfit/torchfit/recipes/mamba"
@@ -51,7 +52,7 @@ func (MambaTwin) PyPeakUnmeasured(cfg Config) string {
 		seq = mambaSeq
 	}
 	if cfg.Batch*seq > mambaPyPeakTokens {
-		return "profiler: n/a above 256 tokens"
+		return fmt.Sprintf("profiler: n/a above %d tokens", mambaPyPeakTokens)
 	}
 	return ""
 }

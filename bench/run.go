@@ -289,11 +289,13 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 			Peak int64 `json:"peak"`
 			Base int64 `json:"base"`
 		}
-		if lim, ok := tw.(PyPeakLimited); ok && lim.PyPeakUnmeasured(cfg) != "" {
+		if lim, ok := tw.(PyPeakLimited); ok {
 			res.PyPeakNote = lim.PyPeakUnmeasured(cfg)
-		} else if err := py.Do(map[string]any{"op": "peak"}, &r); err != nil {
-			return res, err
-		} else {
+		}
+		if res.PyPeakNote == "" { // else not measured: the table says why
+			if err := py.Do(map[string]any{"op": "peak"}, &r); err != nil {
+				return res, err
+			}
 			res.PyPeak, res.PyBase = r.Peak, r.Base
 		}
 	}

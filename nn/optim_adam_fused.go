@@ -27,7 +27,6 @@ var libtorchHasFusedAdam = sync.OnceValue(func() bool {
 type adamBucket struct {
 	g                     *Group
 	dev                   torch.Device
-	dtype                 torch.DType
 	params, grads, ms, vs []*torch.Tensor
 	vmaxs                 []*torch.Tensor
 	states                []*optimParamState
@@ -61,7 +60,7 @@ func (o *Adam) libtorchStep() bool {
 					key := [2]int{int(dev.Type)<<8 | (dev.Index + 1), int(dt)}
 					b := byKey[key]
 					if b == nil {
-						b = &adamBucket{g: g, dev: dev, dtype: dt}
+						b = &adamBucket{g: g, dev: dev}
 						byKey[key] = b
 						buckets = append(buckets, b)
 					}
