@@ -183,11 +183,31 @@ type countedOpt struct {
 }
 
 func (c *countedOpt) Step() {
-	before := torch.MustMemoryStats(torch.CPU).Allocated
+	var before int64
+	if c.steps == 0 {
+		before = quietAllocated()
+	}
 	c.Optimizer.Step()
 	if c.steps++; c.steps == 1 {
 		c.grew = torch.MustMemoryStats(torch.CPU).Allocated - before
 	}
+}
+
+// quietAllocated is the CPU allocator's count once it has stopped moving
+// (two reads 2 ms apart agree, or 200 ms have passed): the count is the
+// process's, and Gloo's worker thread may still be dropping its last
+// references to a finished all-reduce's tensors as the step begins.
+func quietAllocated() int64 {
+	prev := torch.MustMemoryStats(torch.CPU).Allocated
+	for range 100 {
+		time.Sleep(2 * time.Millisecond)
+		cur := torch.MustMemoryStats(torch.CPU).Allocated
+		if cur == prev {
+			return cur
+		}
+		prev = cur
+	}
+	return prev
 }
 
 func runDDP(t *testing.T, world int, env ...string) []ddpOut {
