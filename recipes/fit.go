@@ -185,3 +185,42 @@ func CollateAt(ds data.Dataset[data.Sample], collate func([]data.Sample) (*data.
 	}
 	return collate(samples)
 }
+
+// Worst holds the batch of the longest examples for one micro-batch size
+// at a time, for a planner's measurements: asking for another size frees
+// the one held. A planner measures what the device holds, so batches of
+// sizes not being measured would count in every candidate's need (and,
+// under a real cap, make a candidate that fits run out of memory).
+type Worst struct {
+	collate func(n int) (*data.Batch, error)
+	n       int
+	b       *data.Batch
+}
+
+// NewWorst returns a Worst that collates the first n of order from ds.
+func NewWorst(ds data.Dataset[data.Sample], collate func([]data.Sample) (*data.Batch, error), order []int) *Worst {
+	return &Worst{collate: func(n int) (*data.Batch, error) { return CollateAt(ds, collate, order[:min(n, len(order))]) }}
+}
+
+// Batch returns the batch of the n longest examples (Worst's; valid until
+// the next call with another n, or Free).
+func (w *Worst) Batch(n int) (*data.Batch, error) {
+	if w.b != nil && w.n == n {
+		return w.b, nil
+	}
+	w.Free()
+	b, err := w.collate(n)
+	if err != nil {
+		return nil, err
+	}
+	w.b, w.n = b, n
+	return b, nil
+}
+
+// Free releases the batch held.
+func (w *Worst) Free() {
+	if w.b != nil {
+		w.b.Free()
+		w.b = nil
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
-	"github.com/torchfit/torchfit/torch/data"
 )
 
 // PlanConfig asks which micro-batch, accumulation, precision and
@@ -65,24 +64,9 @@ func planMemory(c PlanConfig) (memplan.Result, error) {
 		return memplan.Result{}, fmt.Errorf("asr: no training utterances in %s", c.Data)
 	}
 	ds := dataset(corpus)
-	// The longest utterances, collated once per micro-batch size.
-	batches := map[int]*data.Batch{}
-	defer func() {
-		for _, b := range batches {
-			b.Free()
-		}
-	}()
-	batchOf := func(n int) (*data.Batch, error) {
-		if b, ok := batches[n]; ok {
-			return b, nil
-		}
-		b, err := recipes.CollateAt(ds, Collate, order[:min(n, len(order))])
-		if err != nil {
-			return nil, err
-		}
-		batches[n] = b
-		return b, nil
-	}
+	// The longest utterances, one micro-batch size at a time.
+	worst := recipes.NewWorst(ds, Collate, order)
+	defer worst.Free()
 	torch.ManualSeed(1)
 	m, err := NewConformer(mcfg)
 	if err != nil {
@@ -99,7 +83,7 @@ func planMemory(c PlanConfig) (memplan.Result, error) {
 		precisions = memplan.Precisions(c.Device, amp.HostCPU())
 	}
 	measure := func(cand memplan.Candidate) (memplan.Measurement, error) {
-		b, err := batchOf(cand.MicroBatch)
+		b, err := worst.Batch(cand.MicroBatch)
 		if err != nil {
 			return memplan.Measurement{}, err
 		}

@@ -611,12 +611,8 @@ func autoBatch(cfg *TrainConfig, m *Model, t *train.Trainer, opt nn.Optimizer, t
 		budget = int64(cfg.MemoryFraction * float64(st.DeviceTotal))
 	}
 	if budget > 0 {
-		batches := map[int]*data.Batch{}
-		defer func() {
-			for _, b := range batches {
-				b.Free()
-			}
-		}()
+		longest := recipes.NewWorst(ds, collate, order)
+		defer longest.Free()
 		ckpt := []bool{false, true}
 		if cfg.GradCheckpointing {
 			ckpt = []bool{true}
@@ -628,13 +624,9 @@ func autoBatch(cfg *TrainConfig, m *Model, t *train.Trainer, opt nn.Optimizer, t
 				cfg.logf("plan: %v: need %s%s", r.Candidate, torch.FormatBytes(r.Need()), map[bool]string{true: "", false: " (does not fit)"}[r.Fits])
 			}},
 			func(c memplan.Candidate) (memplan.Measurement, error) {
-				mb, ok := batches[c.MicroBatch]
-				if !ok {
-					var err error
-					if mb, err = worst(c.MicroBatch); err != nil {
-						return memplan.Measurement{}, err
-					}
-					batches[c.MicroBatch] = mb
+				mb, err := longest.Batch(c.MicroBatch)
+				if err != nil {
+					return memplan.Measurement{}, err
 				}
 				m.GPT.Cfg.GradCheckpointing = c.Checkpointing
 				defer func() { m.GPT.Cfg.GradCheckpointing = cfg.GradCheckpointing }()
