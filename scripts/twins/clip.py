@@ -20,6 +20,7 @@ follow, and logit_scale is clamped to [0, ln 100] after each step.
 import importlib.util
 import math
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 _path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "recipes", "clip", "testdata", "twin.py")
 _spec = importlib.util.spec_from_file_location("clip_openai_twin", _path)
 openai = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = openai  # torch.compile looks modules up by name
 _spec.loader.exec_module(openai)
 
 MAX_LOGIT_SCALE = math.log(100)

@@ -102,6 +102,7 @@ def dynamo_graphs():
 def load_script(path):
     spec = importlib.util.spec_from_file_location("twin_" + str(abs(hash(path))), path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # torch.compile looks modules up by name
     spec.loader.exec_module(mod)
     return mod
 
