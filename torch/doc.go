@@ -52,7 +52,10 @@
 //
 // # Operators
 //
-// Operators are reached through libtorch's boxed dispatcher by schema name:
+// Operators are reached through libtorch's dispatcher by schema name (the
+// boxed call, or for an operator of tensors and Scalars returning one
+// tensor, the typed call at::add makes; TORCHFIT_OPS=boxed boxes every
+// call):
 // the methods and functions here wrap the ones training needs (their
 // arguments follow PyTorch's, negative dimensions included), and CallOp
 // reaches any other ATen operator. Most wrappers are generated into

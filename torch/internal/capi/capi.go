@@ -122,6 +122,40 @@ func Schema(op Op) string {
 	return C.GoString(s)
 }
 
+// Typed reports whether op has the typed fast path (ops.cc): an operator
+// of tensors, optional tensors and Scalars returning one tensor.
+func Typed(op Op) bool {
+	var out C.int32_t
+	if err := check(C.tf_op_typed(op, &out)); err != nil {
+		panic(err)
+	}
+	return out != 0
+}
+
+// SetTypedCalls switches the typed fast path on or off (every call boxed;
+// TORCHFIT_OPS=boxed starts with it off) and returns the setting before.
+// Both paths reach the same kernels through the same dispatcher.
+func SetTypedCalls(on bool) bool {
+	var in, was C.int32_t
+	if on {
+		in = 1
+	}
+	if err := check(C.tf_ops_set_typed(in, &was)); err != nil {
+		panic(err)
+	}
+	return was != 0
+}
+
+// TypedHere returns how many typed calls the calling OS thread has made
+// (lock the goroutine to its thread to count its calls).
+func TypedHere() uint64 {
+	var out C.uint64_t
+	if err := check(C.tf_ops_typed_here(&out)); err != nil {
+		panic(err)
+	}
+	return uint64(out)
+}
+
 // Call runs op. outs receives up to len(outs) results; it returns how many
 // the op produced.
 func Call(op Op, args []Val, arena []int64, outs []Val) (n int, scope uint64, err error) {

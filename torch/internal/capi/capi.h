@@ -64,6 +64,15 @@ tf_err tf_op_find(const char* name, const char* overload, tf_op* out);
 // beyond cap are dropped (and released). Tensor outputs are new handles.
 tf_err tf_op_call(tf_op op, const tf_val* args, int32_t nargs, const int64_t* arena,
                   tf_val* outs, int32_t cap, int32_t* nout, uint64_t* scope);
+// tf_op_typed: *out is 1 when op has a typed fast path (an operator of
+// tensors, optional tensors and Scalars returning one tensor).
+tf_err tf_op_typed(tf_op op, int32_t* out);
+// tf_ops_set_typed switches the typed fast path on (1) or off (0, every
+// call boxed; TORCHFIT_OPS=boxed starts with it off); *was is the setting
+// before.
+tf_err tf_ops_set_typed(int32_t on, int32_t* was);
+// tf_ops_typed_here: how many typed calls the calling thread has made.
+tf_err tf_ops_typed_here(uint64_t* out);
 // tf_op_schema writes the op's schema text (malloc'd) for error messages.
 tf_err tf_op_schema(tf_op op, char** out);
 
