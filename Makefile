@@ -78,7 +78,7 @@ NVCC ?= $(firstword $(wildcard $(LIBTORCH)/../nvidia/cu13/bin/nvcc $(LIBTORCH)/.
 NVCC_FLAGS ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
 SCAN_KERNEL := scan/internal/kernel/cudabin/scan_cuda.fatbin
 
-.PHONY: deps scan-kernel env venv check-libtorch build vet test test-one test-torch2 cuda-link gpu-check gpu-pack test-short fuzz demo bench bench-ops bench-checkpoint bench-attention quality-clip quality-mamba bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
+.PHONY: deps scan-kernel env venv check-libtorch build vet test test-one test-torch2 cuda-link gpu-check gpu-pack test-short fuzz demo bench bench-ops bench-ops-floor bench-checkpoint bench-attention quality-clip quality-mamba bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
 
 # deps installs what a fresh Debian bookworm machine lacks (idempotent):
 # Debian's libtorch and the tools the recipes and tests use; with the cuda
@@ -218,6 +218,14 @@ demo: deps
 bench-ops: deps
 	$(GO) test $(GOFLAGS_TAGS) ./torch -run '^$$' -bench 'BenchmarkOp' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-go.txt
 	$(PY) scripts/bench_ops.py
+
+# Per-op overhead beside the floor: torchfit typed and boxed, Python, and a
+# C++ loop with no binding (scripts/opfloor.cc), each side's best of
+# ROUNDS interleaved rounds (scripts/bench_ops_floor.sh).
+bench-ops-floor: deps
+	$(GO) test $(GOFLAGS_TAGS) -c -o /tmp/torchfit-torch.test ./torch
+	$(CXX) -O2 -std=c++17 $(CGO_CXXFLAGS) scripts/opfloor.cc -o /tmp/torchfit-opfloor $(CGO_LDFLAGS) -ltorch_cpu -lc10
+	scripts/bench_ops_floor.sh /tmp/torchfit-torch.test $(PY) /tmp/torchfit-opfloor
 
 # Activation checkpointing: a 12-block residual MLP trained with and without
 # per-block checkpointing, peak step memory and time per step, Go
