@@ -181,6 +181,12 @@ const condFrames = 375
 // Forward returns latents (B, CondLatents, D) of mels (B, T, NMels) with
 // lengths lens (nil: all T).
 func (e *CondEncoder) Forward(mel *torch.Tensor, lens []int64) *torch.Tensor {
+	// In a scope of its own, so what backward does not keep is released
+	// before the GPT runs.
+	return torch.TidyTensor(func() *torch.Tensor { return e.forward(mel, lens) })
+}
+
+func (e *CondEncoder) forward(mel *torch.Tensor, lens []int64) *torch.Tensor {
 	n, t := mel.Size(0), mel.Size(1)
 	x := e.Conv1.Forward(mel.Transpose(1, 2)).Gelu()
 	// Transposed before the GELU: libtorch 1.13's GELU backward computes
@@ -295,15 +301,20 @@ func alignedPositions(n, d int64, rate float64) *torch.Tensor {
 // kinds (kindText or kindAudio; padding is embedded as text) at their
 // positions within their stream.
 func (g *GPT) Embed(ids, kind, pos *torch.Tensor) *torch.Tensor {
-	audio := kind.EqScalar(kindAudio)
-	zero := torch.ZerosLike(ids)
-	te := g.TextEmbed.Forward(torch.Where(audio, zero, ids))
-	if g.TextProj != nil {
-		te = g.TextProj.Forward(te)
-	}
-	te = te.Add(g.TextPos.Forward(torch.Where(audio, zero, pos)))
-	ae := g.AudioEmbed.Forward(torch.Where(audio, ids, zero)).Add(g.AudioPos.Forward(torch.Where(audio, pos, zero)))
-	return torch.Where(audio.Unsqueeze(-1), ae, te)
+	// In a scope of its own: the two streams' embeddings and sums are not
+	// needed by backward (torch.where keeps only its condition), and are
+	// released before the blocks run.
+	return torch.TidyTensor(func() *torch.Tensor {
+		audio := kind.EqScalar(kindAudio)
+		zero := torch.ZerosLike(ids)
+		te := g.TextEmbed.Forward(torch.Where(audio, zero, ids))
+		if g.TextProj != nil {
+			te = g.TextProj.Forward(te)
+		}
+		te = te.Add(g.TextPos.Forward(torch.Where(audio, zero, pos)))
+		ae := g.AudioEmbed.Forward(torch.Where(audio, ids, zero)).Add(g.AudioPos.Forward(torch.Where(audio, pos, zero)))
+		return torch.Where(audio.Unsqueeze(-1), ae, te)
+	})
 }
 
 // Forward returns the final hidden states (B, N+L, D) of latents (B, N, D)
@@ -324,7 +335,7 @@ func (g *GPT) Forward(latents, emb *torch.Tensor, caches []kvCache) *torch.Tenso
 				return []*torch.Tensor{b.forward(in[0], nil)}
 			}, x)[0]
 		default:
-			x = b.forward(x, nil)
+			x = torch.TidyTensor(func() *torch.Tensor { return b.forward(x, nil) })
 		}
 	}
 	return g.LNF.Forward(x)

@@ -55,9 +55,8 @@ type Losses struct {
 	// TextSum and CodeSum are the summed cross-entropies of the phoneme
 	// and code targets; Texts and Codes count them; Correct counts the
 	// codes predicted right (top-1).
-	TextSum, CodeSum       *torch.Tensor
-	Texts, Codes, Correct  *torch.Tensor
-	CodeLogits, CodeTarget *torch.Tensor
+	TextSum, CodeSum      *torch.Tensor
+	Texts, Codes, Correct *torch.Tensor
 }
 
 // Losses runs the model on a batch from Collate (on the device): the
@@ -87,19 +86,24 @@ func (m *Model) Losses(b *data.Batch) Losses {
 	isText, isCode := tk.EqScalar(kindText), tk.EqScalar(kindAudio)
 	textT := torch.Where(isText, tgt, ignore).Reshape(-1)
 	codeT := torch.Where(isCode, tgt, ignore).Reshape(-1)
-	textLogits := m.GPT.TextHead.Forward(hp).Reshape(-1, cfg.Vocab+2)
-	codeLogits := m.GPT.AudioHead.Forward(hp).Reshape(-1, cfg.Codes+2)
+	// The logits are released here: cross-entropy keeps what its backward
+	// needs (its log-softmax), and the step's peak is the backward's.
+	sums := torch.TidyTensors(func() []*torch.Tensor {
+		textLogits := m.GPT.TextHead.Forward(hp).Reshape(-1, cfg.Vocab+2)
+		codeLogits := m.GPT.AudioHead.Forward(hp).Reshape(-1, cfg.Codes+2)
+		var correct *torch.Tensor
+		torch.NoGrad(func() {
+			_, pred := codeLogits.MaxDim(-1, false)
+			correct = pred.Eq(codeT).Sum()
+		})
+		return []*torch.Tensor{torch.CrossEntropy(textLogits, textT, nil, torch.ReduceSum, -100, 0),
+			torch.CrossEntropy(codeLogits, codeT, nil, torch.ReduceSum, -100, 0), correct}
+	})
 	var out Losses
-	out.TextSum = torch.CrossEntropy(textLogits, textT, nil, torch.ReduceSum, -100, 0)
-	out.CodeSum = torch.CrossEntropy(codeLogits, codeT, nil, torch.ReduceSum, -100, 0)
+	out.TextSum, out.CodeSum, out.Correct = sums[0], sums[1], sums[2]
 	out.Texts = isText.Sum()
 	out.Codes = isCode.Sum()
 	out.Total = out.TextSum.MulScalar(cfg.TextWeight * cfg.TextRatio).Add(out.CodeSum.MulScalar(cfg.CodeWeight)).Div(out.Codes.ClampMin(1))
-	out.CodeLogits, out.CodeTarget = codeLogits, codeT
-	torch.NoGrad(func() {
-		_, pred := codeLogits.MaxDim(-1, false)
-		out.Correct = pred.Eq(codeT).Sum()
-	})
 	return out
 }
 
