@@ -286,12 +286,9 @@ func (s *Sequential) Forward(x *torch.Tensor) *torch.Tensor {
 	if len(s.Layers) == 0 {
 		return x
 	}
-	return torch.TidyTensor(func() *torch.Tensor {
-		for _, l := range s.Layers {
-			x = l.Forward(x)
-		}
-		return x
-	})
+	// Each layer's output is released once the next layer has run (what
+	// backward needs, it keeps).
+	return torch.Pipe(x, len(s.Layers), func(i int, x *torch.Tensor) *torch.Tensor { return s.Layers[i].Forward(x) })
 }
 
 // ModuleList is nn.ModuleList: modules registered as "0", "1", ...

@@ -155,6 +155,13 @@ func (s *scopeTable) forget(t *Tensor) {
 	s.mu.Unlock()
 }
 
+// owns reports whether t belongs to scope id.
+func (s *scopeTable) owns(t *Tensor, id uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return t != nil && t.scope == id
+}
+
 // close releases the scope's tensors except those in keep, which move to parent.
 func (s *scopeTable) close(id, parent uint64, keep []*Tensor) {
 	s.mu.Lock()
@@ -208,6 +215,27 @@ func TidyTensors(fn func() []*Tensor) []*Tensor {
 	var out []*Tensor
 	tidy(func() []*Tensor { out = fn(); return out })
 	return out
+}
+
+// Pipe runs step(0, x), then step(1, its result), … n steps, each in a
+// scope of its own, and releases each intermediate result as soon as the
+// next step has run, as Python's reference counting releases a
+// sequential model's activations that backward does not keep (a bf16
+// autocast's float32 inputs of a cast, say). Only results the steps
+// created are released: never x, nor a tensor a step returned without
+// creating it (its input, a parameter). It returns the last result.
+func Pipe(x *Tensor, n int, step func(i int, x *Tensor) *Tensor) *Tensor {
+	return TidyTensor(func() *Tensor {
+		id := capi.CurrentScope()
+		for i := 0; i < n; i++ {
+			y := TidyTensor(func() *Tensor { return step(i, x) })
+			if x != y && scopes.owns(x, id) {
+				x.Free()
+			}
+			x = y
+		}
+		return x
+	})
 }
 
 // TidyErr is Tidy for a function returning an error; it also turns a
