@@ -393,36 +393,40 @@ func (e *ConformerEncoder) Forward(feats *torch.Tensor, lens []int64) (*torch.Te
 			}
 		}
 		ckpt := e.cfg.GradCheckpointing && e.Training() && torch.GradEnabled()
-		for _, blk := range e.Layers.Items {
-			var next *torch.Tensor
-			if !ckpt {
-				next = blk.Forward(x, mask, false)
-			} else {
-				blk := blk
-				runs := 0
-				fn := func(in []*torch.Tensor) []*torch.Tensor {
-					runs++
-					var m *torch.Tensor
-					if len(in) > 1 {
-						m = in[1]
-					}
-					return []*torch.Tensor{blk.Forward(in[0], m, runs > 1)}
-				}
-				if mask != nil {
-					next = torch.Recompute(fn, x, mask)[0]
-				} else {
-					next = torch.Recompute(fn, x)[0]
-				}
+		// Each block's input is released once the block has run (the first
+		// here, the others by Pipe): its autograd graph keeps what backward
+		// needs, so backward frees each block's input as soon as it is done
+		// with it, not when the scope ends.
+		return torch.Pipe(x, len(e.Layers.Items), func(i int, x *torch.Tensor) *torch.Tensor {
+			out := e.block(i, x, mask, ckpt)
+			if i == 0 {
+				x.Free()
 			}
-			// The block's autograd graph keeps what backward needs: dropping
-			// the Go reference now lets backward free each block's input
-			// as soon as it is done with it, not when the scope ends.
-			x.Free()
-			x = next
-		}
-		return x
+			return out
+		})
 	})
 	return out, outLens
+}
+
+// block runs encoder block i on x, under checkpointing when ckpt.
+func (e *ConformerEncoder) block(i int, x, mask *torch.Tensor, ckpt bool) *torch.Tensor {
+	blk := e.Layers.Items[i]
+	if !ckpt {
+		return blk.Forward(x, mask, false)
+	}
+	runs := 0
+	fn := func(in []*torch.Tensor) []*torch.Tensor {
+		runs++
+		var m *torch.Tensor
+		if len(in) > 1 {
+			m = in[1]
+		}
+		return []*torch.Tensor{blk.Forward(in[0], m, runs > 1)}
+	}
+	if mask != nil {
+		return torch.Recompute(fn, x, mask)[0]
+	}
+	return torch.Recompute(fn, x)[0]
 }
 
 // Encode runs the encoder (see ConformerEncoder.Forward).

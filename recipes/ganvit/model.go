@@ -343,14 +343,18 @@ func (v *ViT) Forward(x *torch.Tensor) *torch.Tensor {
 		cls := v.ClassToken.ToDType(h.DType()).Expand(n, -1, -1)
 		h = torch.Cat([]*torch.Tensor{cls, h}, 1)
 		h = h.Add(v.Encoder.PosEmbedding)
-		for _, b := range v.Encoder.Layers.Items {
-			// Release each block's input once the next has it: autograd
-			// keeps what backward needs, and the scope would otherwise hold
-			// every block's output until the forward ends.
-			next := v.block(b, h)
-			h.Free()
-			h = next
-		}
+		// Each block's input is released once the block has run (the first
+		// here, the others by Pipe): autograd keeps what backward needs, and
+		// the scope would otherwise hold every block's output until the
+		// forward ends.
+		items := v.Encoder.Layers.Items
+		h = torch.Pipe(h, len(items), func(i int, h *torch.Tensor) *torch.Tensor {
+			out := v.block(items[i], h)
+			if i == 0 {
+				h.Free()
+			}
+			return out
+		})
 		h = v.Encoder.LN.Forward(h)
 		return v.Heads.Head.Forward(h.Select(1, 0))
 	})

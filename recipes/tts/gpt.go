@@ -326,17 +326,20 @@ func (g *GPT) Forward(latents, emb *torch.Tensor, caches []kvCache) *torch.Tenso
 		x = torch.Cat([]*torch.Tensor{latents, emb}, 1)
 	}
 	ckpt := g.Cfg.GradCheckpointing && g.Training() && torch.GradEnabled() && caches == nil
-	for i, b := range g.Blocks.Items {
+	// Each block runs in a scope of its own, and its output is released
+	// once the next block has run (autograd keeps what backward needs).
+	x = torch.Pipe(x, len(g.Blocks.Items), func(i int, x *torch.Tensor) *torch.Tensor {
+		b := g.Blocks.Items[i]
 		switch {
 		case caches != nil:
-			x = b.forward(x, &caches[i])
+			return b.forward(x, &caches[i])
 		case ckpt:
-			x = torch.Recompute(func(in []*torch.Tensor) []*torch.Tensor {
+			return torch.Recompute(func(in []*torch.Tensor) []*torch.Tensor {
 				return []*torch.Tensor{b.forward(in[0], nil)}
 			}, x)[0]
 		default:
-			x = torch.TidyTensor(func() *torch.Tensor { return b.forward(x, nil) })
+			return b.forward(x, nil)
 		}
-	}
+	})
 	return g.LNF.Forward(x)
 }
