@@ -12,14 +12,21 @@ import (
 	"github.com/torchfit/torchfit/torch/ptfile"
 )
 
-// The ASR twin computes what torchfit computes: one step's loss and
-// gradients agree within Tolerance, and Measure times both sides.
-func TestASRTwinMatches(t *testing.T) {
+// startPython starts the twins' Python side for t (closed when t ends).
+func startPython(t *testing.T) *Python {
+	t.Helper()
 	root, err := RepoRoot()
 	require.NoError(t, err)
 	py, err := StartPython(root)
 	require.NoError(t, err)
-	defer py.Close()
+	t.Cleanup(func() { py.Close() })
+	return py
+}
+
+// The ASR twin computes what torchfit computes: one step's loss and
+// gradients agree within Tolerance, and Measure times both sides.
+func TestASRTwinMatches(t *testing.T) {
+	py := startPython(t)
 	tw, err := Lookup("asr/tiny")
 	require.NoError(t, err)
 	for _, prec := range []amp.Precision{amp.FP32, amp.BF16} {
@@ -70,11 +77,7 @@ func (p perturbedInst) Export(path string, check *ptfile.Dict) error {
 }
 
 func TestMismatchIsCaught(t *testing.T) {
-	root, err := RepoRoot()
-	require.NoError(t, err)
-	py, err := StartPython(root)
-	require.NoError(t, err)
-	defer py.Close()
+	py := startPython(t)
 	tw, err := Lookup("asr/tiny")
 	require.NoError(t, err)
 	_, err = Measure(py, perturbed{tw}, Config{Threads: 1, Precision: amp.FP32, Batch: 2, Length: 96, Seed: 3},
@@ -107,11 +110,7 @@ func TestASRShapeSweep(t *testing.T) {
 // gradients) on 2 spectrograms; the TTS GPT (fp32 only: Supports) on 2
 // utterances.
 func TestRecipeTwinsMatch(t *testing.T) {
-	root, err := RepoRoot()
-	require.NoError(t, err)
-	py, err := StartPython(root)
-	require.NoError(t, err)
-	defer py.Close()
+	py := startPython(t)
 	for _, tc := range []struct {
 		name  string
 		grads int // parameters with gradients, at least
@@ -151,11 +150,7 @@ func (n naiveSpec) Build(cfg Config) (Instance, error) {
 }
 
 func TestCLIPModeMismatchIsCaught(t *testing.T) {
-	root, err := RepoRoot()
-	require.NoError(t, err)
-	py, err := StartPython(root)
-	require.NoError(t, err)
-	defer py.Close()
+	py := startPython(t)
 	tw, err := Lookup("clip/cpu")
 	require.NoError(t, err)
 	_, err = Measure(py, naiveSpec{tw}, Config{Threads: 1, Precision: amp.FP32, Batch: 2, Seed: 3},
@@ -168,19 +163,13 @@ func TestCLIPModeMismatchIsCaught(t *testing.T) {
 // passes the same check and is timed in the same rotation; its first step
 // (compilation) is reported on its own.
 func TestCompiledASRTwin(t *testing.T) {
-	root, err := RepoRoot()
-	require.NoError(t, err)
-	py, err := StartPython(root)
-	require.NoError(t, err)
-	defer py.Close()
+	py := startPython(t)
 	info, err := py.Info()
 	require.NoError(t, err)
 	if !info.Compile {
 		t.Skipf("Python's torch %s has no torch.compile (TORCHFIT_PYTHON=.venv/bin/python has 2.x)", info.Torch)
 	}
-	cp, err := StartPython(root)
-	require.NoError(t, err)
-	defer cp.Close()
+	cp := startPython(t)
 	tw, err := Lookup("asr/tiny")
 	require.NoError(t, err)
 	res, err := Measure(py, tw, Config{Threads: 1, Precision: amp.FP32, Batch: 2, Length: 96, Seed: 3},
@@ -215,19 +204,13 @@ func TestCompiledASRTwin(t *testing.T) {
 // that is asked for gives no figures but its reason, in the table, and the
 // eager measurement is as without it.
 func TestCompiledNotAvailable(t *testing.T) {
-	root, err := RepoRoot()
-	require.NoError(t, err)
-	py, err := StartPython(root)
-	require.NoError(t, err)
-	defer py.Close()
+	py := startPython(t)
 	info, err := py.Info()
 	require.NoError(t, err)
 	if info.Compile {
 		t.Skipf("Python's torch %s has torch.compile (TestCompiledASRTwin measures it)", info.Torch)
 	}
-	cp, err := StartPython(root)
-	require.NoError(t, err)
-	defer cp.Close()
+	cp := startPython(t)
 	tw, err := Lookup("asr/tiny")
 	require.NoError(t, err)
 	res, err := Measure(py, tw, Config{Threads: 1, Precision: amp.FP32, Batch: 2, Length: 96, Seed: 3},
@@ -263,11 +246,7 @@ func TestMambaPyPeakLimit(t *testing.T) {
 // scope of their own, so what backward does not keep is released as
 // Python's reference counting releases it; the step held 13 % more before).
 func TestTTSTwinPeak(t *testing.T) {
-	root, err := RepoRoot()
-	require.NoError(t, err)
-	py, err := StartPython(root)
-	require.NoError(t, err)
-	defer py.Close()
+	py := startPython(t)
 	tw, err := Lookup("tts/cpu")
 	require.NoError(t, err)
 	res, err := Measure(py, tw, Config{Threads: 1, Precision: amp.FP32, Batch: 4, Length: 96, Seed: 3},
