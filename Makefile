@@ -78,7 +78,7 @@ NVCC ?= $(firstword $(wildcard $(LIBTORCH)/../nvidia/cu13/bin/nvcc $(LIBTORCH)/.
 NVCC_FLAGS ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
 SCAN_KERNEL := scan/internal/kernel/cudabin/scan_cuda.fatbin
 
-.PHONY: deps scan-kernel env venv check-libtorch build vet test test-one test-torch2 cuda-link gpu-check gpu-pack test-short fuzz demo bench bench-ops bench-ops-floor bench-checkpoint bench-attention quality-clip quality-mamba bench-recipes bench-ganvit quality-ganvit memory-ganvit bench-scan clean
+.PHONY: deps scan-kernel env venv check-libtorch build vet test test-one test-torch2 cuda-link gpu-check gpu-pack test-short fuzz demo bench bench-ops bench-ops-floor bench-checkpoint bench-attention quality-clip quality-mamba bench-recipes bench-split bench-ganvit quality-ganvit memory-ganvit bench-scan clean
 
 # deps installs what a fresh Debian bookworm machine lacks (idempotent):
 # Debian's libtorch and the tools the recipes and tests use; with the cuda
@@ -272,6 +272,16 @@ quality-clip: deps
 BENCHFLAGS ?=
 bench-recipes: deps
 	$(GO) run $(GOFLAGS_TAGS) ./bench/cmd/bench-recipes -out /tmp/torchfit-bench-recipes.md $(BENCHFLAGS)
+
+# Where each side's step time goes: bench-recipes under a system-wide perf
+# record switched on around Go's and eager Python's timed steps only, the
+# samples split between libtorch's kernels, libc and the kernel, and the
+# binding (scripts/bench_split.sh; needs perf). SPLIT_TWINS, SPLIT_PRECISIONS
+# pick the rows; BENCHFLAGS go to bench-recipes (-threads 1 by default).
+SPLITFLAGS ?= -threads 1 -reps 3 -steps 5
+bench-split: deps
+	$(GO) build $(GOFLAGS_TAGS) -o /tmp/torchfit-bench-recipes ./bench/cmd/bench-recipes
+	scripts/bench_split.sh /tmp/torchfit-bench-recipes $(SPLITFLAGS) $(BENCHFLAGS)
 
 # The GAN + ViT recipe's measurements (recipes/ganvit/README.md), not in make
 # test. bench-ganvit: GAN iteration time and peak, fp32 vs mixed precision;

@@ -34,6 +34,9 @@ type Options struct {
 	// Its failures do not fail the measurement: Result.CompiledNA says
 	// why it has no figures.
 	Compiled *Python
+	// Perf, when not nil, records the timed steps of Go (not its
+	// variants) and of eager Python, and nothing else.
+	Perf *PerfControl
 	// Logf reports progress (nil: quiet).
 	Logf func(format string, args ...any)
 }
@@ -328,7 +331,7 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 	for r := 0; r < o.reps(); r++ {
 		for k := range sides {
 			s := sides[(k+r)%len(sides)] // rotate who goes first
-			ts, cs, err := s.run()
+			ts, cs, err := o.recorded(s.name, s.run)
 			if err != nil && s.name == compiledSide {
 				compiledFailed("steps", err)
 				continue
@@ -358,6 +361,22 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 		logf("%s", line)
 	}
 	return res, nil
+}
+
+// recorded runs a side's steps, under perf when o.Perf says so and the
+// side is Go's or eager Python's.
+func (o Options) recorded(name string, run func() ([]float64, []float64, error)) ([]float64, []float64, error) {
+	if o.Perf == nil || (name != "go" && name != "python") {
+		return run()
+	}
+	if err := o.Perf.Enable(); err != nil {
+		return nil, nil, err
+	}
+	ts, cs, err := run()
+	if e := o.Perf.Disable(); err == nil && e != nil {
+		return nil, nil, e
+	}
+	return ts, cs, err
 }
 
 // compiledSide names the compiled Python side in Measure's rotation.

@@ -139,7 +139,8 @@ func TestFusedAdamFallsBack(t *testing.T) {
 }
 
 // fusedCases reach every branch of the kernel: Adam's weight decay added
-// to the gradient, AdamW's decay of the parameter, AMSGrad, maximize, and
+// to the gradient, AdamW's decay of the parameter, AMSGrad, maximize (the
+// general loops), plain Adam and AdamW (the vectorised fast loops), and
 // both forms of ATen's lerp (PyTorch 2.1+ first moment): 1 − β1 < 0.5
 // (self + w·(end − self)) and ≥ 0.5 (end − (end − self)·(1 − w)). The
 // shapes make blocks of the kernel span parameters and the threads split
@@ -155,6 +156,10 @@ var fusedCases = []struct {
 	{"AdamW/beta1=0.5", "torch.optim.AdamW(ps, lr=0.02, betas=(0.5, 0.95), weight_decay=0.2)",
 		func(ps []Named) *Adam {
 			return NewAdamW(ps, AdamConfig{LR: 0.02, Beta1: 0.5, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.2})
+		}},
+	{"Adam", "torch.optim.Adam(ps, lr=0.01)", // the fast loops without decay
+		func(ps []Named) *Adam {
+			return NewAdam(ps, AdamConfig{LR: 0.01, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 		}},
 	{"AdamW/amsgrad", "torch.optim.AdamW(ps, lr=0.01, amsgrad=True)",
 		func(ps []Named) *Adam {
@@ -259,7 +264,7 @@ func TestFusedAdamCasesMatchPyTorch(t *testing.T) {
 	var want [][][]float64
 	pyref.Run(t, fusedCasesPyScript, map[string]any{"cases": pys, "shapes": fusedCaseShapes, "steps": fusedCaseSteps}, &want)
 	require.Len(t, want, len(fusedCases))
-	t.Logf("libtorch first moment by lerp: %v; fused square root by ATen: %v", adamLerp(), torch.FusedATenSqrt())
+	t.Logf("libtorch first moment by lerp: %v", adamLerp())
 	for ci, c := range fusedCases {
 		for _, tc := range []struct {
 			fused   bool
@@ -277,7 +282,6 @@ func TestFusedAdamCasesMatchPyTorch(t *testing.T) {
 // computes what the ops compute, and the formulas differ.
 func TestFusedAdamFormulasMatchOps(t *testing.T) {
 	defer func(f func() bool) { adamLerp = f }(adamLerp)
-	defer torch.ForceFusedATenSqrt(true)()
 	for _, c := range fusedCases {
 		var results [2][][]float32
 		for li, lerp := range []bool{false, true} {
@@ -291,5 +295,40 @@ func TestFusedAdamFormulasMatchOps(t *testing.T) {
 		if results[0] != nil && results[1] != nil {
 			require.NotEqual(t, results[0], results[1], "%s: lerp and mul/add round alike everywhere", c.name)
 		}
+	}
+}
+
+// BenchmarkAdamWStep: one AdamW step over 2.1 M float32 parameters in
+// four tensors at 1 thread, as ATen ops and fused with each kernel the
+// CPU runs (go test ./nn -run '^$' -bench AdamWStep).
+func BenchmarkAdamWStep(b *testing.B) {
+	defer torch.SetNumThreads(torch.NumThreads())
+	torch.SetNumThreads(1)
+	for _, kernel := range []string{"ops", "default", "avx2", "avx512"} {
+		b.Run(kernel, func(b *testing.B) {
+			defer SetFusedOptimizers(SetFusedOptimizers(kernel != "ops"))
+			if kernel != "ops" {
+				undo, err := torch.ForceFusedKernel(kernel)
+				if err != nil {
+					b.Skipf("%v", err)
+				}
+				defer undo()
+			}
+			torch.ManualSeed(1)
+			var ps []Named
+			for k, s := range [][]int64{{1024, 1024}, {1024}, {512, 2048}, {2048}} {
+				p := Named{Name: string(rune('a' + k)), T: torch.Randn(s).Keep()}
+				torch.Tidy(func() { p.T.SetGrad(torch.Randn(s)) })
+				ps = append(ps, p)
+			}
+			defer optimFree(ps)
+			opt := NewAdamW(ps, AdamWDefaults(1e-3))
+			defer opt.Free()
+			opt.Step() // the moments' first allocation
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				opt.Step()
+			}
+		})
 	}
 }

@@ -25,9 +25,9 @@ type AdamHyper struct {
 // AdamStep applies one Adam/AdamW step to every parameter that has a
 // gradient in one native call (the work split over libtorch's threads):
 // each element goes through the float32 operations of PyTorch's
-// single-tensor loop, in its order and with its roundings, in one pass
-// over memory instead of nine ops per parameter (with libtorch's sqrt over
-// blocks where it is MKL's, FusedATenSqrt). maxExpAvgSq is nil
+// single-tensor loop, in its order and with its roundings, in two
+// vectorised passes over blocks of memory with libtorch's sqrt between
+// them, instead of nine ops per parameter. maxExpAvgSq is nil
 // without AMSGrad. It returns which parameters had a gradient and were
 // updated, and ok false — nothing changed — when some tensor is not a
 // dense, contiguous float32 CPU tensor (the caller then runs the ops).
@@ -87,19 +87,4 @@ func ForceFusedKernel(name string) (undo func(), err error) {
 		return nil, &Error{Op: "ForceFusedKernel", Msg: err.Error(), wrapped: err}
 	}
 	return func() { fused.ForceKernel("") }, nil
-}
-
-// FusedATenSqrt reports whether AdamStep takes the square root of
-// exp_avg_sq with libtorch's own sqrt, over blocks of elements (libtorch
-// built with MKL: its float sqrt is MKL's vsSqrt, which does not always
-// round correctly, so the kernel cannot compute it itself), rather than
-// inline (elsewhere; ATen's sqrt is then the correctly rounded one).
-func FusedATenSqrt() bool { return fused.ATenSqrt() }
-
-// ForceFusedATenSqrt makes AdamStep take square roots with libtorch's
-// sqrt (on) or inline (off), for tests that run both on one libtorch, and
-// returns what puts libtorch's choice back.
-func ForceFusedATenSqrt(on bool) (undo func()) {
-	fused.ForceATenSqrt(on)
-	return fused.DefaultATenSqrt
 }

@@ -57,6 +57,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	plotPNG := fs.String("plot", "bench-growth.png", "the picture -grow-batch or -grow-length draws")
 	pyEnv := fs.String("python-env", "", "comma-separated KEY=VALUE added to the Python side's environment (e.g. MALLOC_MMAP_THRESHOLD_=33554432)")
 	compile := fs.Bool("compile", false, "also time Python with torch.compile (inductor, default mode; a second Python process) in the same rotation (default: on when the Python side's torch has torch.compile, 2.x)")
+	perfCtl := fs.String("perf-control", "", "CTL,ACK: the FIFOs of a `perf record --control fifo:CTL,ACK -D -1` to switch on around Go's and eager Python's timed steps only (scripts/bench_split.sh)")
 	variants := fs.String("variants", "", "Go variants timed in the same rotation (see bench.Levers): "+strings.Join(bench.LeverNames(), ", "))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -216,6 +217,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		defer cpy.Close()
 		logf("Python %s also with torch.compile (inductor, default mode), in a second process", info.Torch)
 	}
+	var perf *bench.PerfControl
+	if *perfCtl != "" {
+		if perf, err = bench.OpenPerfControl(*perfCtl); err != nil {
+			return err
+		}
+		defer perf.Close()
+	}
 	start := time.Now()
 	var results []bench.Result
 	for _, tw := range tws {
@@ -234,7 +242,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 						cfg.Length = v
 					}
 					logf("%s, %d thread(s), %s, batch %d, length %d", tw.Name(), th, p, cfg.Batch, cfg.Length)
-					r, err := bench.Measure(py, tw, cfg, bench.Options{Reps: *reps, Steps: *steps, Warmup: *warmup, Variants: vs, Compiled: cpy, Logf: logf}, dir)
+					r, err := bench.Measure(py, tw, cfg, bench.Options{Reps: *reps, Steps: *steps, Warmup: *warmup, Variants: vs, Compiled: cpy, Perf: perf, Logf: logf}, dir)
 					if err != nil {
 						return err
 					}

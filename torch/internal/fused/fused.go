@@ -6,12 +6,11 @@
 package fused
 
 /*
-#cgo CXXFLAGS: -std=c++17 -O2 -fPIC -Wno-deprecated-declarations -Wno-unused-parameter
+#cgo CXXFLAGS: -std=c++17 -O3 -fPIC -Wno-deprecated-declarations -Wno-unused-parameter
 #cgo CPPFLAGS: -I${SRCDIR}/../capi
 #cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++
 #cgo nocallback tf_fused_adam
 #cgo nocallback tf_fused_isa
-#cgo nocallback tf_fused_aten_sqrt
 #include <stdlib.h>
 #include "fused.h"
 */
@@ -82,21 +81,3 @@ func ForceKernel(name string) error {
 	}
 	return fmt.Errorf("fused: no kernel %q (have %v)", name, isaNames)
 }
-
-// ATenSqrt reports whether Adam takes the square root of exp_avg_sq with
-// libtorch's sqrt over blocks (libtorch with MKL, whose vsSqrt does not
-// always round correctly) rather than inline (correctly rounded).
-func ATenSqrt() bool { return C.tf_fused_aten_sqrt(-1) == 1 }
-
-// ForceATenSqrt makes Adam take square roots with libtorch's sqrt (on) or
-// inline (off), for tests; DefaultATenSqrt puts the choice back.
-func ForceATenSqrt(on bool) {
-	if on {
-		C.tf_fused_aten_sqrt(1)
-	} else {
-		C.tf_fused_aten_sqrt(0)
-	}
-}
-
-// DefaultATenSqrt puts ATenSqrt back to libtorch's choice.
-func DefaultATenSqrt() { C.tf_fused_aten_sqrt(-2) }

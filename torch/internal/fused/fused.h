@@ -47,13 +47,6 @@ enum { TF_FUSED_ISA_DEFAULT = 0, TF_FUSED_ISA_AVX2 = 1, TF_FUSED_ISA_AVX512 = 2 
 // Returns the kernel in use.
 int32_t tf_fused_isa(int32_t force);
 
-// tf_fused_aten_sqrt: how tf_fused_adam takes the square root of
-// exp_avg_sq: 1 with libtorch's at::sqrt_ over blocks (chosen where
-// libtorch has MKL, whose vsSqrt its sqrt calls and which does not always
-// round correctly), 0 inline with std::sqrt (correctly rounded, as ATen's
-// sqrt is without MKL). force 0 or 1 selects one (for tests), -2 the
-// default again, -1 nothing. Returns the mode in use.
-int32_t tf_fused_aten_sqrt(int32_t force);
 
 #ifdef __cplusplus
 }
