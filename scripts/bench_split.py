@@ -50,6 +50,17 @@ def where(comm, dso, sym):
     return "other:" + base
 
 
+# Kinds of work, by symbol (first match wins), for the top file: a rough
+# map of where the kernels' time goes, to bound what fusing a chain of
+# them could save.
+KINDS = [("GEMM/conv", r"gemm|mkl_blas|dnnl|perf-[0-9]+\.map|conv|brgemm|jit|im2col|col2im|unfold"),
+         ("layer norm", r"LayerNorm|RowwiseMoments|layer_norm"), ("SiLU/sigmoid", r"silu|sigmoid"), ("GLU", r"glu"),
+         ("GELU", r"gelu|Gelu"), ("softmax", r"softmax|Softmax"), ("add/sub", r"add_kernel|sub_kernel|addcmul|lerp"),
+         ("mul/div", r"mul_kernel|div_true|div_kernel"), ("copy/cast", r"copy_kernel|reduced_float_copy|direct_copy"),
+         ("ReLU/threshold", r"threshold|relu|leaky"), ("fill", r"fill|memset"), ("reductions", r"sum_kernel|reduce|Reduce"),
+         ("AdamW (torchfit)", r"moments_|::apply_(avx|default)"), ("dropout (torchfit)", r"apply_(f32|f64|bf16|f16|range)"),
+         ("malloc/free", r"malloc|_int_free|cfree|memalign|unlink_chunk|consolidate"), ("OS kernel", r"kallsyms")]
+kinds = {"go": collections.Counter(), "python": collections.Counter()}
 count = {"go": collections.Counter(), "python": collections.Counter()}
 syms = {"go": collections.Counter(), "python": collections.Counter()}
 line_re = re.compile(r"^\s*(\S+)\s+[0-9a-f]+\s+(.*) \(([^()]*)\)\s*$")
@@ -68,6 +79,8 @@ with open(text, errors="replace") as f:
         w = where(comm, dso, sym)
         count[side][w] += 1
         syms[side][(w, sym, os.path.basename(dso))] += 1
+        both = sym + " " + dso
+        kinds[side][next((k for k, p in KINDS if re.search(p, both)), "other")] += 1
 
 go, py = count["go"], count["python"]
 gt, pt = sum(go.values()), sum(py.values())
@@ -89,6 +102,7 @@ print(f"| {label} | {gt} | {pt} | {gt / pt:.2f} | {pct(go, 'libtorch', gt):.1f} 
 with open(topfile, "w") as f:
     for side, total in (("go", gt), ("python", pt)):
         f.write(f"## {label}: {side}, {total} samples\n")
+        f.write("kinds: " + ", ".join(f"{k} {100.0 * kinds[side][k] / total:.1f} %" for k, _ in KINDS + [("other", "")]) + "\n")
         for (w, sym, dso), n in syms[side].most_common(25):
             f.write(f"{100.0 * n / total:5.1f} %  {w:9s} {sym[:110]}  [{dso}]\n")
         f.write("\n")
