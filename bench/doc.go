@@ -15,6 +15,10 @@
 // one Go step call by call (-count: operators, the backward pass,
 // torchfit's other shim calls, Go's time between calls) and sweep the
 // ASR twin's padding multiple (-shapes: lever 4, shape bucketing).
+// -perf-control switches a `perf record --control` on around Go's and
+// eager Python's timed steps only (Options.Perf, PerfControl): `make
+// bench-split` splits each side's samples between libtorch's kernels,
+// torchfit's own, libc and the OS kernel, and the binding.
 //
 // With a PyTorch 2.x Python side (TORCHFIT_PYTHON), bench-recipes also
 // times the twin under torch.compile (inductor, default mode; -compile,

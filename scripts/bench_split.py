@@ -24,8 +24,8 @@ text, label, gocomm, topfile = sys.argv[1:5]
 # perf-PID.map: code generated at run time and announced to perf (oneDNN's
 # JIT kernels).
 KERNELS = re.compile(r"^perf-[0-9]+\.map$|"
-                     r"libtorch_cpu|libtorch\.so|libc10|^\[JIT\]|libgomp|libiomp|libmkl|openblas|libdnnl|libsleef|libm\.so|libstdc\+\+|libgcc_s|libtorch_cuda|libcu|libnv|libc10_cuda")
-SYSTEM = re.compile(r"^libc\.so|^\[kernel|^ld-linux|libpthread")
+                     r"libtorch_cpu|libtorch\.so|libc10|^\[JIT\]|libgomp|libiomp|libmkl|openblas|libdnnl|libsleef|libm\.so|libstdc\+\+|libgcc_s|libblas|liblapack|libcpuinfo|libtensorpipe|libfbgemm|libXNNPACK|libpthreadpool|libgloo|libprotobuf|libtorch_cuda|libcu|libnv|libc10_cuda")
+SYSTEM = re.compile(r"^libc\.so|^\[kernel|^ld-linux|libpthread|^\[vdso\]")
 # torchfit's own kernels, compiled into the Go binary (fused AdamW, fused
 # dropout, the attention kernel, the selective scan): by their function
 # names, GCC's clones (name.avx512f...) included.
