@@ -72,7 +72,9 @@ func (v ViTTwin) Build(cfg Config) (Instance, error) {
 			Groups: []nn.ParamGroup{nn.ParamGroup{Params: nn.Parameters(m)}.WithWeightDecay(0.01)},
 			Loss: func(mb *data.Batch) *torch.Tensor {
 				x := ganvit.Images(mb.Fields["spec"], vc.Image)
-				return torch.CrossEntropy(m.Forward(x), mb.Fields["label"], nil, torch.ReduceMean, -100, 0)
+				logits := m.Forward(x)
+				x.Free() // as the recipe's Classifier.Loss
+				return torch.CrossEntropy(logits, mb.Fields["label"], nil, torch.ReduceMean, -100, 0)
 			},
 			Spec: map[string]any{
 				"image": vc.Image, "patch": vc.Patch, "layers": vc.Layers, "heads": vc.Heads, "hidden": vc.Hidden,

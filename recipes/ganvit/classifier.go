@@ -91,7 +91,9 @@ func (c *Classifier) Free() {
 // Loss is the cross-entropy of a micro-batch (fields spec, label).
 func (c *Classifier) Loss(mb *data.Batch) *torch.Tensor {
 	x := Images(mb.Field("spec"), c.V.Cfg.Image)
-	return torch.CrossEntropy(c.V.Forward(x), mb.Field("label"), nil, torch.ReduceMean, -100, 0)
+	logits := c.V.Forward(x)
+	x.Free() // autograd keeps what it needs (under autocast a bf16 copy); the float32 image goes now, as in Python
+	return torch.CrossEntropy(logits, mb.Field("label"), nil, torch.ReduceMean, -100, 0)
 }
 
 // Step trains on one effective batch.

@@ -253,10 +253,16 @@ func vitNorm(d int64) *nn.LayerNorm {
 // Forward runs the block on x (N, L, Hidden).
 func (b *EncoderBlock) Forward(x *torch.Tensor) *torch.Tensor {
 	return torch.TidyTensor(func() *torch.Tensor {
+		// The norms' outputs are released once used, as Python's rebinding
+		// does: under autocast the projections keep bf16 copies of them.
 		ln := b.LN1.Forward(x)
 		y, _ := b.Attn.Forward(ln, ln, ln, nn.AttnOpts{})
+		ln.Free()
 		x = b.Dropout.Forward(y).Add(x)
-		return x.Add(b.MLP.Forward(b.LN2.Forward(x)))
+		ln = b.LN2.Forward(x)
+		y = b.MLP.Forward(ln)
+		ln.Free()
+		return x.Add(y)
 	})
 }
 
