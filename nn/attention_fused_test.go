@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -202,4 +203,76 @@ func BenchmarkAttention(b *testing.B) {
 			}
 		}
 	}
+}
+
+// MultiheadAttention projects with one packed linear when query, key and
+// value are one tensor, and packs key and value when they are one: the
+// three forms give the output and gradients of three separate
+// projections (float64), and under bf16 autocast the packed form keeps
+// one bf16 copy of its input for backward instead of three.
+func TestMultiheadAttentionPackedProjection(t *testing.T) {
+	torch.ManualSeed(12)
+	const n, l, s, e, h = 2, 9, 7, 16, 4
+	m := NewMultiheadAttention(e, h, 0, true)
+	To(m, torch.CPU, torch.Float64)
+	x := torch.Randn([]int64{n, l, e}, torch.Float64)
+	mem := torch.Randn([]int64{n, s, e}, torch.Float64)
+	g := torch.Randn([]int64{n, l, e}, torch.Float64)
+	run := func(attend func(q, kv *torch.Tensor) *torch.Tensor) []*torch.Tensor {
+		params := paramTensors(m)
+		torch.ZeroGrad(params)
+		xi, mi := x.Detach().SetRequiresGrad(true), mem.Detach().SetRequiresGrad(true)
+		y := attend(xi, mi)
+		y.Mul(g).Sum().Backward()
+		out := []*torch.Tensor{y.Detach(), xi.Grad().Clone(), mi.Grad().Clone()}
+		for _, p := range params {
+			out = append(out, p.Grad().Clone())
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name           string
+		packed, single func(q, kv *torch.Tensor) *torch.Tensor
+	}{
+		{"self-attention",
+			func(q, kv *torch.Tensor) *torch.Tensor {
+				y, _ := m.Forward(q, q, q, AttnOpts{})
+				return y.Add(kv.SumDim([]int64{1}, true).MulScalar(0)) // kv joins the graph
+			},
+			func(q, kv *torch.Tensor) *torch.Tensor {
+				y, _ := m.Forward(q, q.Ref(), q.Ref(), AttnOpts{}) // three handles: three projections
+				return y.Add(kv.SumDim([]int64{1}, true).MulScalar(0))
+			}},
+		{"shared key and value",
+			func(q, kv *torch.Tensor) *torch.Tensor { y, _ := m.Forward(q, kv, kv, AttnOpts{}); return y },
+			func(q, kv *torch.Tensor) *torch.Tensor { y, _ := m.Forward(q, kv, kv.Ref(), AttnOpts{}); return y }},
+	} {
+		torch.Tidy(func() {
+			a, b := run(tc.packed), run(tc.single)
+			for i := range a {
+				require.True(t, a[i].AllClose(b[i], 1e-10, 1e-12), "%s: tensor %d", tc.name, i)
+			}
+		})
+	}
+
+	// The bytes a bf16 self-attention's forward keeps: one cast of its
+	// input (n·l·e bf16) fewer than twice over with three projections.
+	m32 := NewMultiheadAttention(e, h, 0, true)
+	x32 := torch.Randn([]int64{n, l, e})
+	held := func(attend func(x *torch.Tensor) *torch.Tensor) int64 {
+		var kept int64
+		torch.Tidy(func() {
+			// Not a leaf, as a layer norm's output: autocast caches the
+			// casts of leaves that require grad only.
+			xi := x32.Detach().SetRequiresGrad(true).MulScalar(1)
+			base := torch.MustMemoryStats(torch.CPU).Allocated
+			var y *torch.Tensor
+			amp.Autocast(torch.CPU, torch.BFloat16, func() { y = attend(xi) })
+			kept = torch.MustMemoryStats(torch.CPU).Allocated - base - y.NBytes()
+		})
+		return kept
+	}
+	packed := held(func(x *torch.Tensor) *torch.Tensor { y, _ := m32.Forward(x, x, x, AttnOpts{}); return y })
+	single := held(func(x *torch.Tensor) *torch.Tensor { y, _ := m32.Forward(x, x.Ref(), x.Ref(), AttnOpts{}); return y })
+	require.Equal(t, int64(2*n*l*e*2), single-packed, "packed %d, three projections %d bytes", packed, single)
 }
