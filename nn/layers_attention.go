@@ -199,26 +199,20 @@ func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts
 		}
 		h := m.NumHeads
 		d := e / h
-		proj := func(x *torch.Tensor, part, length int64) *torch.Tensor {
-			var b *torch.Tensor
-			if m.InProjBias != nil {
-				b = m.InProjBias.Narrow(0, part*e, e)
-			}
-			y := torch.Linear(x, m.InProjWeight.Narrow(0, part*e, e), b)
-			return y.Reshape(n, length, h, d).Transpose(1, 2) // (N, H, len, d)
-		}
-		// Self-attention (query, key and value the same tensor) and a
-		// shared key/value project together, as PyTorch's
-		// _in_projection_packed does: one linear over the packed weight,
-		// so that under autocast its input is cast and kept for backward
-		// once rather than once per projection.
-		packed := func(x *torch.Tensor, from, parts, length int64) []*torch.Tensor {
+		// project runs parts consecutive projections (from: the first, 0 q,
+		// 1 k, 2 v) of x as one linear over their slice of the packed
+		// weight, giving each as (N, H, length, d). Self-attention (query,
+		// key and value the same tensor) and a shared key/value project
+		// together, as PyTorch's _in_projection_packed does, so that under
+		// autocast their input is cast and kept for backward once rather
+		// than once per projection.
+		project := func(x *torch.Tensor, from, parts, length int64) []*torch.Tensor {
 			var b *torch.Tensor
 			if m.InProjBias != nil {
 				b = m.InProjBias.Narrow(0, from*e, parts*e)
 			}
 			y := torch.Linear(x, m.InProjWeight.Narrow(0, from*e, parts*e), b)
-			y = y.Reshape(n, length, parts, e).Permute(2, 0, 1, 3).Contiguous() // (parts, N, len, E)
+			y = y.Reshape(n, length, parts, e).Permute(2, 0, 1, 3).Contiguous() // (parts, N, len, E); no copy for one part
 			out := make([]*torch.Tensor, parts)
 			for i := range out {
 				out[i] = y.Select(0, int64(i)).Reshape(n, length, h, d).Transpose(1, 2)
@@ -228,13 +222,13 @@ func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts
 		var qh, kh, vh *torch.Tensor
 		switch {
 		case query == key && key == value:
-			qkv := packed(q, 0, 3, l)
+			qkv := project(q, 0, 3, l)
 			qh, kh, vh = qkv[0], qkv[1], qkv[2]
 		case key == value:
-			kv := packed(k, 1, 2, s)
-			qh, kh, vh = proj(q, 0, l), kv[0], kv[1]
+			kv := project(k, 1, 2, s)
+			qh, kh, vh = project(q, 0, 1, l)[0], kv[0], kv[1]
 		default:
-			qh, kh, vh = proj(q, 0, l), proj(k, 1, s), proj(v, 2, s)
+			qh, kh, vh = project(q, 0, 1, l)[0], project(k, 1, 1, s)[0], project(v, 2, 1, s)[0]
 		}
 		p := 0.0
 		if m.Training() {

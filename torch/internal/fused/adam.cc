@@ -10,9 +10,10 @@
 //   denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
 //   param.addcdiv_(exp_avg, denom, value=-step_size)
 //
-// Here each element goes through the same float32 operations in one pass,
-// rounding as those kernels do (measured against them on this libtorch's
-// AVX2 kernels, element by element): a Python float becomes a float32
+// Here each element goes through the same float32 operations in one call
+// (two passes over each block of memory, below), rounding as those kernels
+// do (measured against them on this libtorch's AVX2 kernels, element by
+// element): a Python float becomes a float32
 // scalar; add with alpha is fma(other, alpha, self); addcmul is
 // fma(value·t1, t2, self); addcdiv is self + (value·t1)/t2; lerp with a
 // weight w is fma(w, end - self, self) for |w| < 0.5, else fma(w - 1,

@@ -47,7 +47,6 @@ enum { TF_FUSED_ISA_DEFAULT = 0, TF_FUSED_ISA_AVX2 = 1, TF_FUSED_ISA_AVX512 = 2 
 // Returns the kernel in use.
 int32_t tf_fused_isa(int32_t force);
 
-
 #ifdef __cplusplus
 }
 #endif
