@@ -74,6 +74,38 @@ func ResetPeakMemory(d Device) error {
 	return nil
 }
 
+// TraceMemory runs f and returns what torchfit's CPU counting allocator
+// did meanwhile, in order, from every thread: +n for an allocation of n
+// bytes, −n for a free — what torch.profiler's memory events are to a
+// Python user (profile_memory=True), so the two sides of the same step can
+// be compared event by event. Only one trace runs at a time; a second one
+// started meanwhile fails. A panic in f stops the trace and goes on.
+func TraceMemory(f func()) (events []int64, err error) {
+	if err := capi.StartMemTrace(); err != nil {
+		return nil, wrapErr("TraceMemory", err)
+	}
+	defer func() {
+		ev, stopErr := capi.StopMemTrace()
+		events = ev
+		if stopErr != nil && err == nil {
+			err = wrapErr("TraceMemory", stopErr)
+		}
+	}()
+	f()
+	return nil, nil
+}
+
+// TracePeak is the highest running sum of a trace's events: the peak
+// above what was allocated when the trace started.
+func TracePeak(events []int64) int64 {
+	var now, peak int64
+	for _, n := range events {
+		now += n
+		peak = max(peak, now)
+	}
+	return peak
+}
+
 // SetMemoryLimit caps the memory torchfit may allocate on d (0 removes the
 // cap). An allocation past the cap fails with ErrOutOfMemory, as a real one
 // would: on the CPU this simulates a smaller GPU. On CUDA it sets the caching

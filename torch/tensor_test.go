@@ -329,3 +329,34 @@ func TestMemoryAccountingExact(t *testing.T) {
 	require.EqualValues(t, base.Allocated+1_000_000, MustMemoryStats(CPU).PeakAllocated)
 	require.Greater(t, MustMemoryStats(CPU).Allocations, base.Allocations)
 }
+
+// TraceMemory records each allocation and free in order with its size, as
+// torch.profiler's memory events do; a trace inside a trace is refused, a
+// panic in f still stops it, and TracePeak is the running sum's maximum.
+func TestTraceMemory(t *testing.T) {
+	settle()
+	var sumBytes int64
+	ev, err := TraceMemory(func() {
+		a := Zeros([]int64{1000, 1000})  // +4,000,000
+		b := Zeros([]int64{10}, Float64) // +80
+		c := a.Sum()                     // +4 (a scalar)
+		sumBytes = c.NBytes()            // a float32 scalar
+		b.Free()                         // −80
+		a.Free()                         // −4,000,000
+		c.Free()                         // −4
+		_, err := TraceMemory(func() {})
+		require.Error(t, err, "one trace at a time")
+	})
+	require.NoError(t, err)
+	require.Equal(t, []int64{4_000_000, 80, sumBytes, -80, -4_000_000, -sumBytes}, ev)
+	require.EqualValues(t, 4_000_084, TracePeak(ev))
+	require.Zero(t, TracePeak([]int64{-5, 3}), "peak above the start: never below it")
+
+	func() {
+		defer func() { require.NotNil(t, recover()) }()
+		_, _ = TraceMemory(func() { panic("f") })
+	}()
+	ev, err = TraceMemory(func() { Zeros([]int64{3}).Free() })
+	require.NoError(t, err, "the panic stopped the trace")
+	require.Equal(t, []int64{12, -12}, ev)
+}

@@ -87,7 +87,11 @@ func layerNorm(l *nn.LayerNorm, x *torch.Tensor) *torch.Tensor {
 }
 
 // quickGELU is OpenAI CLIP's activation, x·σ(1.702x).
-func quickGELU(x *torch.Tensor) *torch.Tensor { return x.Mul(x.MulScalar(1.702).Sigmoid()) }
+func quickGELU(x *torch.Tensor) *torch.Tensor {
+	s := x.MulScalar(1.702)
+	defer s.Free() // the sigmoid keeps its output, not its input
+	return x.Mul(s.Sigmoid())
+}
 
 // mlp is a residual block's feed-forward: c_fc, QuickGELU, c_proj.
 type mlp struct {
@@ -119,10 +123,22 @@ func newResBlock(width, heads int64, causal bool) *resBlock {
 
 func (b *resBlock) forward(x *torch.Tensor) *torch.Tensor {
 	return torch.TidyTensor(func() *torch.Tensor {
+		// Each temporary is released once used, as Python's reference
+		// counting releases it: autograd keeps what backward needs (under
+		// autocast, bf16 copies of the norms' outputs).
 		h := layerNorm(b.Ln1, x)
 		a, _ := b.Attn.Forward(h, h, h, nn.AttnOpts{Causal: b.causal})
+		h.Free()
 		x = x.Add(a)
-		return x.Add(b.MLP.CProj.Forward(quickGELU(b.MLP.CFc.Forward(layerNorm(b.Ln2, x)))))
+		a.Free()
+		h = layerNorm(b.Ln2, x)
+		f := b.MLP.CFc.Forward(h)
+		h.Free()
+		g := quickGELU(f)
+		f.Free()
+		h = b.MLP.CProj.Forward(g)
+		g.Free()
+		return x.Add(h)
 	})
 }
 

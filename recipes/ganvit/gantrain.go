@@ -104,8 +104,12 @@ type GANStep struct {
 	Duration           time.Duration
 }
 
+// bce frees its target once the loss is built, as Python's temporary
+// goes: autograd keeps what backward needs.
 func bce(logits *torch.Tensor, target float64) *torch.Tensor {
-	return torch.BCEWithLogits(logits, torch.FullLike(logits, target), nil, nil, torch.ReduceMean)
+	y := torch.FullLike(logits, target)
+	defer y.Free()
+	return torch.BCEWithLogits(logits, y, nil, nil, torch.ReduceMean)
 }
 
 // Step runs one iteration on b (fields spec, cond, label; b stays the
@@ -168,13 +172,32 @@ func (t *GAN) dLoss(mb *data.Batch) *torch.Tensor {
 	x, c, y, z := mb.Field("spec"), mb.Field("cond"), mb.Field("label"), mb.Field("z")
 	var fake *torch.Tensor
 	torch.NoGrad(func() { fake = t.G.Forward(z, c, y) }) // no generator activations kept
-	real := bce(t.D.Forward(x, c, y), 1)
-	return real.Add(bce(t.D.Forward(fake, c, y), 0)).MulScalar(0.5)
+	// Each temporary goes once used, as in Python (autograd keeps what
+	// backward needs): the logits, the two halves and the fake batch.
+	logits := t.D.Forward(x, c, y)
+	real := bce(logits, 1)
+	logits.Free()
+	logits = t.D.Forward(fake, c, y)
+	fake.Free()
+	gen := bce(logits, 0)
+	logits.Free()
+	sum := real.Add(gen)
+	real.Free()
+	gen.Free()
+	defer sum.Free()
+	return sum.MulScalar(0.5)
 }
 
 func (t *GAN) gLoss(mb *data.Batch) *torch.Tensor {
 	c, y, z := mb.Field("cond"), mb.Field("label"), mb.Field("z")
-	return bce(t.D.Forward(t.G.Forward(z, c, y), c, y), 1)
+	fake := t.G.Forward(z, c, y)
+	logits := t.D.Forward(fake, c, y)
+	// Autograd holds what backward needs; this reference would keep the
+	// generator's whole output (the uncropped tanh) alive through the
+	// generator's backward, where Python's temporary is already gone.
+	fake.Free()
+	defer logits.Free()
+	return bce(logits, 1)
 }
 
 // setTrainable turns requires_grad on or off for every parameter of m.

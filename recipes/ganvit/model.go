@@ -345,10 +345,22 @@ func (v *ViT) Forward(x *torch.Tensor) *torch.Tensor {
 	}
 	return torch.TidyTensor(func() *torch.Tensor {
 		n := x.Size(0)
-		h := v.ConvProj.Forward(x).Reshape(n, c.Hidden, -1).Permute(0, 2, 1)
-		cls := v.ClassToken.ToDType(h.DType()).Expand(n, -1, -1)
-		h = torch.Cat([]*torch.Tensor{cls, h}, 1)
-		h = h.Add(v.Encoder.PosEmbedding)
+		y := v.ConvProj.Forward(x)
+		r := y.Reshape(n, c.Hidden, -1)
+		p := r.Permute(0, 2, 1)
+		// Cat promotes to the wider dtype, as torchvision's under autocast:
+		// a bf16 patch sequence is cast to the float32 class token's.
+		cls := v.ClassToken.Expand(n, -1, -1)
+		h := torch.Cat([]*torch.Tensor{cls, p}, 1)
+		// Neither cat nor add keeps its inputs for backward: the patches
+		// and the sequence before the position embedding go once used, as
+		// Python's rebinding of x releases them.
+		for _, t := range []*torch.Tensor{y, r, p, cls} {
+			t.Free()
+		}
+		e := h.Add(v.Encoder.PosEmbedding)
+		h.Free()
+		h = e
 		// Each block's input is released once the block has run (the first
 		// here, the others by Pipe): autograd keeps what backward needs, and
 		// the scope would otherwise hold every block's output until the

@@ -488,6 +488,24 @@ func ResetPeak(deviceType, device int) error {
 	return check(C.tf_mem_reset_peak(C.int32_t(deviceType), C.int32_t(device)))
 }
 
+// StartMemTrace starts recording the CPU counting allocator's events.
+func StartMemTrace() error { return check(C.tf_mem_trace(1, nil, nil)) }
+
+// StopMemTrace stops the recording and returns its events: +bytes for an
+// allocation, -bytes for a free, in order.
+func StopMemTrace() ([]int64, error) {
+	var p *C.int64_t
+	var n C.int64_t
+	if err := check(C.tf_mem_trace(0, &p, &n)); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	defer C.free(unsafe.Pointer(p))
+	return append([]int64(nil), unsafe.Slice((*int64)(unsafe.Pointer(p)), int(n))...), nil
+}
+
 // SetLimit caps an allocator: bytes > 0 absolute, otherwise fraction of device memory.
 func SetLimit(deviceType, device int, bytes int64, fraction float64) error {
 	return check(C.tf_mem_set_limit(C.int32_t(deviceType), C.int32_t(device), C.int64_t(bytes), C.double(fraction)))

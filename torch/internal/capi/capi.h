@@ -167,6 +167,10 @@ typedef struct {
 } tf_memstats;
 tf_err tf_mem_stats(int32_t device_type, int32_t device, tf_memstats* out);
 tf_err tf_mem_reset_peak(int32_t device_type, int32_t device);
+// CPU counting allocator's event trace: on 1 starts it; on 0 stops it and
+// returns the events (+bytes allocated, -bytes freed, in order) in *events
+// (malloc'd, the caller frees; NULL when *n is 0).
+tf_err tf_mem_trace(int32_t on, int64_t** events, int64_t* n);
 // bytes > 0 sets an absolute cap; otherwise fraction (of device memory; CUDA only).
 tf_err tf_mem_set_limit(int32_t device_type, int32_t device, int64_t bytes, double fraction);
 // *done is 0 when there is no cache to empty (CPU builds).

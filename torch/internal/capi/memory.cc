@@ -14,6 +14,10 @@
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "shim.h"
 
@@ -42,6 +46,24 @@ struct Counters {
 
 Counters counters;
 
+// The event trace (tf_mem_trace): every counted allocation (+bytes) and
+// free (−bytes) in order, from every thread, while on. One static
+// recorder, never destroyed, so a free racing with the end of a trace
+// finds it alive.
+struct Trace {
+  std::atomic<bool> on{false};
+  std::mutex mu;
+  std::vector<int64_t> events;
+};
+
+Trace trace;
+
+inline void record(int64_t n) {
+  if (!trace.on.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> g(trace.mu);
+  if (trace.on.load(std::memory_order_relaxed)) trace.events.push_back(n);
+}
+
 void update_peak(int64_t now) {
   int64_t p = counters.peak.load(std::memory_order_relaxed);
   while (now > p && !counters.peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
@@ -54,6 +76,7 @@ void counting_delete(void* ptr) {
   int64_t n = *reinterpret_cast<int64_t*>(base);
   counters.allocated.fetch_sub(n, std::memory_order_relaxed);
   counters.blocks.fetch_sub(1, std::memory_order_relaxed);
+  record(-n);
   c10::free_cpu(base);
 }
 
@@ -94,6 +117,7 @@ struct CountingAllocator final : public at::Allocator {
     update_peak(now);
     counters.blocks.fetch_add(1, std::memory_order_relaxed);
     counters.total_allocs.fetch_add(1, std::memory_order_relaxed);
+    record(n);
     void* data = static_cast<char*>(base) + kHeader;
     return {data, data, &counting_delete, dev};
   }
@@ -196,6 +220,29 @@ tf_err tf_mem_reset_peak(int32_t device_type, int32_t device) {
   (void)device;
   TORCH_CHECK(false, "CUDA not available: torchfit was built without the cuda tag");
 #endif
+  TF_CATCH
+}
+
+tf_err tf_mem_trace(int32_t on, int64_t** events, int64_t* n) {
+  TF_TRY
+  std::lock_guard<std::mutex> g(trace.mu);
+  if (on) {
+    TORCH_CHECK(!trace.on.load(), "a memory trace is already running");
+    trace.events.clear();
+    trace.on.store(true);
+    return nullptr;
+  }
+  TORCH_CHECK(trace.on.load(), "no memory trace is running");
+  trace.on.store(false);
+  std::vector<int64_t> ev;
+  ev.swap(trace.events);
+  *n = static_cast<int64_t>(ev.size());
+  *events = nullptr;
+  if (!ev.empty()) {
+    *events = static_cast<int64_t*>(std::malloc(ev.size() * sizeof(int64_t)));
+    TORCH_CHECK(*events, "out of memory copying ", ev.size(), " trace events");
+    std::memcpy(*events, ev.data(), ev.size() * sizeof(int64_t));
+  }
   TF_CATCH
 }
 
