@@ -89,9 +89,13 @@ func (c *Classifier) Free() {
 }
 
 // Loss is the cross-entropy of a micro-batch (fields spec, label).
-func (c *Classifier) Loss(mb *data.Batch) *torch.Tensor {
-	x := Images(mb.Field("spec"), c.V.Cfg.Image)
-	logits := c.V.Forward(x)
+func (c *Classifier) Loss(mb *data.Batch) *torch.Tensor { return ClassifierLoss(c.V, mb) }
+
+// ClassifierLoss is v's cross-entropy on a micro-batch (fields spec,
+// label), as the classifier stage trains it.
+func ClassifierLoss(v *ViT, mb *data.Batch) *torch.Tensor {
+	x := Images(mb.Field("spec"), v.Cfg.Image)
+	logits := v.Forward(x)
 	x.Free() // autograd keeps what it needs (under autocast a bf16 copy); the float32 image goes now, as in Python
 	defer logits.Free() // the loss keeps its log-softmax, not the logits
 	return torch.CrossEntropy(logits, mb.Field("label"), nil, torch.ReduceMean, -100, 0)
