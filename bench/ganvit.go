@@ -70,7 +70,7 @@ func (v ViTTwin) Build(cfg Config) (Instance, error) {
 		s = &SingleModel{
 			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: 3e-4, ClipNorm: 1, Device: cfg.Dev(),
 			Groups: []nn.ParamGroup{nn.ParamGroup{Params: nn.Parameters(m)}.WithWeightDecay(0.01)},
-			Loss: func(mb *data.Batch) *torch.Tensor { return ganvit.ClassifierLoss(m, mb) },
+			Loss:   func(mb *data.Batch) *torch.Tensor { return ganvit.ClassifierLoss(m, mb) },
 			Spec: map[string]any{
 				"image": vc.Image, "patch": vc.Patch, "layers": vc.Layers, "heads": vc.Heads, "hidden": vc.Hidden,
 				"mlp": vc.MLP, "classes": vc.Classes,

@@ -96,7 +96,7 @@ func (c *Classifier) Loss(mb *data.Batch) *torch.Tensor { return ClassifierLoss(
 func ClassifierLoss(v *ViT, mb *data.Batch) *torch.Tensor {
 	x := Images(mb.Field("spec"), v.Cfg.Image)
 	logits := v.Forward(x)
-	x.Free() // autograd keeps what it needs (under autocast a bf16 copy); the float32 image goes now, as in Python
+	x.Free()            // autograd keeps what it needs (under autocast a bf16 copy); the float32 image goes now, as in Python
 	defer logits.Free() // the loss keeps its log-softmax, not the logits
 	return torch.CrossEntropy(logits, mb.Field("label"), nil, torch.ReduceMean, -100, 0)
 }
