@@ -32,7 +32,9 @@
 // freed tensor panics with ErrFreed. LiveTensors counts references;
 // MemoryStats reports the allocator (on the CPU, torchfit's counting
 // allocator, which libtorch uses for every CPU tensor, so memory is
-// measured exactly without a GPU). Finalizers remain only as a safety net.
+// measured exactly without a GPU); TraceMemory records its allocations and
+// frees in order, as torch.profiler's memory events do, to find which
+// tensor makes a peak. Finalizers remain only as a safety net.
 //
 // # Threads
 //
