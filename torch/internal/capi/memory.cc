@@ -54,14 +54,22 @@ struct Trace {
   std::atomic<bool> on{false};
   std::mutex mu;
   std::vector<int64_t> events;
+  bool lost = false;  // an event could not be stored (the host is out of memory)
 };
 
 Trace trace;
 
-inline void record(int64_t n) {
+// record runs inside the allocator and its deleter, which must not throw:
+// an event that cannot be stored marks the trace incomplete instead.
+inline void record(int64_t n) noexcept {
   if (!trace.on.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> g(trace.mu);
-  if (trace.on.load(std::memory_order_relaxed)) trace.events.push_back(n);
+  if (!trace.on.load(std::memory_order_relaxed)) return;
+  try {
+    trace.events.push_back(n);
+  } catch (...) {
+    trace.lost = true;
+  }
 }
 
 void update_peak(int64_t now) {
@@ -229,6 +237,7 @@ tf_err tf_mem_trace(int32_t on, int64_t** events, int64_t* n) {
   if (on) {
     TORCH_CHECK(!trace.on.load(), "a memory trace is already running");
     trace.events.clear();
+    trace.lost = false;
     trace.on.store(true);
     return nullptr;
   }
@@ -236,6 +245,7 @@ tf_err tf_mem_trace(int32_t on, int64_t** events, int64_t* n) {
   trace.on.store(false);
   std::vector<int64_t> ev;
   ev.swap(trace.events);
+  TORCH_CHECK(!trace.lost, "the memory trace lost events: the host ran out of memory storing them");
   *n = static_cast<int64_t>(ev.size());
   *events = nullptr;
   if (!ev.empty()) {
