@@ -21,7 +21,11 @@ type SampleOptions struct {
 	Temperature float64 // 0: greedy
 	TopK        int     // 0: all
 	TopP        float64 // 0 or 1: all
-	Seed        uint64
+	// RepetitionPenalty divides the logit of every code already generated
+	// (multiplies it where negative) before temperature, as Hugging
+	// Face's generate does for XTTS; 0 or 1: none.
+	RepetitionPenalty float64
+	Seed              uint64
 	// MaxCodes bounds the codes generated (0: 10 per phoneme + 50, at
 	// most the model's MaxCodes).
 	MaxCodes int
@@ -29,7 +33,7 @@ type SampleOptions struct {
 
 // DefaultSampleOptions are XTTS's.
 func DefaultSampleOptions() SampleOptions {
-	return SampleOptions{Temperature: 0.75, TopK: 50, TopP: 0.85, Seed: 1}
+	return SampleOptions{Temperature: 0.75, TopK: 50, TopP: 0.85, RepetitionPenalty: 1, Seed: 1}
 }
 
 // Validate checks the options.
@@ -41,6 +45,8 @@ func (o SampleOptions) Validate() error {
 		return &recipes.ConfigError{Field: "top-k", Value: o.TopK, Reason: "must be >= 0 (0: all)"}
 	case !(o.TopP >= 0 && o.TopP <= 1):
 		return &recipes.ConfigError{Field: "top-p", Value: o.TopP, Reason: "must be in [0, 1]"}
+	case !(o.RepetitionPenalty >= 0 && o.RepetitionPenalty <= 100):
+		return &recipes.ConfigError{Field: "repetition-penalty", Value: o.RepetitionPenalty, Reason: "must be in [0, 100] (0 or 1: none)"}
 	case o.MaxCodes < 0:
 		return &recipes.ConfigError{Field: "max-codes", Value: o.MaxCodes, Reason: "must be >= 0"}
 	}
@@ -92,14 +98,17 @@ func (m *Model) Generate(latents *torch.Tensor, text []int64, o SampleOptions) (
 			h := m.GPT.Forward(latents, m.GPT.Embed(t(ids), t(kind), t(pos)), caches)
 			logits = m.GPT.AudioHead.Forward(h.Select(1, h.Size(1)-1)).ToDevice(torch.CPU).Float32s()
 		})
+		seen := map[int64]bool{}
 		for j := 1; j <= limit; j++ {
 			logits[cfg.audioStart()] = float32(math.Inf(-1))
+			penalise(logits, seen, o.RepetitionPenalty)
 			c := sample(logits, o, r)
 			if c == cfg.audioStop() {
 				stopped = true
 				return
 			}
 			codes = append(codes, c)
+			seen[c] = true
 			if j == limit {
 				return
 			}
@@ -111,6 +120,23 @@ func (m *Model) Generate(latents *torch.Tensor, text []int64, o SampleOptions) (
 		}
 	})
 	return codes, stopped
+}
+
+// penalise applies the repetition penalty p to the logits of the codes
+// seen: a positive logit is divided by p, a negative one multiplied, so
+// p > 1 makes every seen code less likely (Hugging Face's
+// RepetitionPenaltyLogitsProcessor).
+func penalise(logits []float32, seen map[int64]bool, p float64) {
+	if p == 0 || p == 1 {
+		return
+	}
+	for c := range seen {
+		if v := logits[c]; v > 0 {
+			logits[c] = float32(float64(v) / p)
+		} else {
+			logits[c] = float32(float64(v) * p)
+		}
+	}
 }
 
 // sample draws a token from logits with temperature, top-k and top-p
