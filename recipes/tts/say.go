@@ -31,7 +31,8 @@ type SampleOptions struct {
 	MaxCodes int
 }
 
-// DefaultSampleOptions are XTTS's.
+// DefaultSampleOptions are XTTS's temperature, top-k and top-p, without
+// its repetition penalty, which measured worse on this codec (README).
 func DefaultSampleOptions() SampleOptions {
 	return SampleOptions{Temperature: 0.75, TopK: 50, TopP: 0.85, RepetitionPenalty: 1, Seed: 1}
 }
