@@ -149,6 +149,7 @@ func gptFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "dropout", Value: def.Dropout},
 		&cli.Int64Flag{Name: "cond-latents", Value: def.CondLatents, Usage: "speaker latents from the reference clip"},
 		&cli.BoolFlag{Name: "aligned-positions", Value: def.AlignedPositions, Usage: "start the position embeddings as sinusoids, the codes' at the phonemes' average rate (=false: N(0, 0.02))"},
+		&cli.StringFlag{Name: "reference", Value: RefSpeaker, Usage: "the clip conditioning each training utterance: speaker (another of the speaker's), style (one of the speaker's closest in speed and pitch) or self (a slice of the utterance, its codes not scored: XTTS's)"},
 	}
 }
 
@@ -184,6 +185,7 @@ func trainCommand() *cli.Command {
 			}
 			cfg.Codec = c.String("codec")
 			cfg.GPT = gptConfigFrom(c)
+			cfg.Reference = c.String("reference")
 			g := cfg.GPT
 			g.Vocab, g.Codes = 3, 2
 			if err := g.Validate(); err != nil {

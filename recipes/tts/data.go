@@ -297,6 +297,8 @@ type Corpus struct {
 	BySpeaker map[string][]int
 	// RefSplit is the corpus reference clips come from (itself when nil).
 	Ref *Corpus
+	// RefMode is how a reference clip is chosen (RefSpeaker when empty).
+	RefMode string
 
 	seed  uint64
 	epoch atomic.Uint64
@@ -352,8 +354,33 @@ func (c *Corpus) Mel(i int) ([]float32, error) {
 	return v, nil
 }
 
+// How a training utterance's reference clip is chosen (`tts train
+// --reference`).
+const (
+	// RefSpeaker: another utterance of the same speaker, drawn anew each
+	// epoch. Its speed and pitch are the generator's independent draws, so
+	// the GPT has to guess the target's.
+	RefSpeaker = "speaker"
+	// RefStyle: one of the speaker's styleCandidates utterances closest in
+	// speaking rate and pitch, so the reference tells the GPT how fast and
+	// how high to speak, as another take of the same session would.
+	RefStyle = "style"
+	// RefSelf: a slice of the utterance itself, its codes left out of the
+	// loss (XTTS's GPT trainer: use_masking_gt_as_prompt).
+	RefSelf = "self"
+)
+
+// RefModes lists the reference modes.
+var RefModes = []string{RefSpeaker, RefStyle, RefSelf}
+
+// styleCandidates is how many of a speaker's utterances closest in speed
+// and pitch RefStyle draws among.
+const styleCandidates = 4
+
 // RefIndex returns the item of c.Ref (or c) whose clip conditions item i:
-// another utterance of the same speaker, drawn from (seed, epoch, i).
+// another utterance of the same speaker (RefSpeaker, RefSelf) or one
+// close to item i in speed and pitch (RefStyle), drawn from (seed, epoch,
+// i).
 func (c *Corpus) RefIndex(i int) int {
 	ref := c.Ref
 	if ref == nil {
@@ -364,6 +391,9 @@ func (c *Corpus) RefIndex(i int) int {
 		return -1
 	}
 	r := rand.New(rand.NewPCG(c.seed^c.epoch.Load()*0x9e3779b97f4a7c15, uint64(i)))
+	if c.RefMode == RefStyle {
+		return ref.closestStyle(same, c.Utts[i], ref != c, i, r)
+	}
 	for range 4 {
 		k := same[r.IntN(len(same))]
 		if ref != c || k != i || len(same) == 1 {
@@ -371,6 +401,56 @@ func (c *Corpus) RefIndex(i int) int {
 		}
 	}
 	return same[0]
+}
+
+// closestStyle draws one of the styleCandidates items among same (not
+// item self unless other is true or it is the only one) whose speed and
+// pitch are closest to u's: distance |Δspeed| + |Δpitch|, the generator's
+// units (words a minute, espeak-ng's 0–99 pitch), ties to the earlier
+// item.
+func (c *Corpus) closestStyle(same []int, u speech.Utterance, other bool, self int, r *rand.Rand) int {
+	type cand struct{ k, d int }
+	var best [styleCandidates]cand
+	n := 0
+	for _, k := range same {
+		if !other && k == self && len(same) > 1 {
+			continue
+		}
+		v := c.Utts[k]
+		d := abs(v.Speed-u.Speed) + abs(v.Pitch-u.Pitch)
+		j := min(n, styleCandidates-1)
+		if n == styleCandidates && d >= best[j].d {
+			continue
+		}
+		for j > 0 && best[j-1].d > d {
+			best[j] = best[j-1]
+			j--
+		}
+		best[j] = cand{k, d}
+		n = min(n+1, styleCandidates)
+	}
+	return best[r.IntN(n)].k
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// selfSlice returns the frames [s, e) of an utterance of t frames that
+// condition it under RefSelf, drawn from (seed, epoch, i): as XTTS's
+// get_prompt_slice, a length of 3–6 s, or half the utterance when it is
+// shorter than that, at a random start.
+func (c *Corpus) selfSlice(i, t int) (s, e int) {
+	r := rand.New(rand.NewPCG(c.seed^c.epoch.Load()*0x9e3779b97f4a7c15, uint64(i)^0x5e1f))
+	n := condFrames/2 + r.IntN(condFrames-condFrames/2+1)
+	if n > t {
+		n = max(t/2, 1)
+	}
+	s = r.IntN(t - n + 1)
+	return s, s + n
 }
 
 // refMel returns the conditioning clip of item i, cut to CondFrames.
@@ -398,14 +478,21 @@ func (c *Corpus) Dataset() data.Dataset[data.Sample] {
 		if err != nil {
 			return nil, err
 		}
-		ref, err := c.refMel(i)
-		if err != nil {
+		t := len(mel) / NMels
+		var ref []float32
+		span := []int64{0, 0} // the codes left out of the loss
+		if c.RefMode == RefSelf {
+			s, e := c.selfSlice(i, t)
+			ref = mel[s*NMels : e*NMels]
+			span = []int64{int64(s / Down), CodeLen(int64(e))}
+		} else if ref, err = c.refMel(i); err != nil {
 			return nil, err
 		}
 		return data.Sample{
-			"mel":  torch.FromSlice(mel, []int64{int64(len(mel) / NMels), NMels}),
-			"cond": torch.FromSlice(ref, []int64{int64(len(ref) / NMels), NMels}),
-			"text": torch.FromSlice(c.Text[i], nil),
+			"mel":       torch.FromSlice(mel, []int64{int64(t), NMels}),
+			"cond":      torch.FromSlice(ref, []int64{int64(len(ref) / NMels), NMels}),
+			"text":      torch.FromSlice(c.Text[i], nil),
+			"cond_span": torch.FromSlice(span, nil),
 		}, nil
 	}}
 }
@@ -455,14 +542,16 @@ const (
 )
 
 // Collate builds the GPT's batch: "mel" and "cond" padded (with their
-// Lengths), and the token sequences [text start, phonemes, text stop,
+// Lengths), "cond_span" (optional: the codes [from, to) of each sample
+// that its reference slice holds, left out of the loss), and the token
+// sequences [text start, phonemes, text stop,
 // audio start, codes, audio stop] per sample: "ids" (the codes' places
 // hold 0 until the codec fills them in the loss), "kind" (kindText,
 // kindAudio, kindPad), "pos" (the position within its stream),
 // "code_idx" (which code a place holds, −1 elsewhere) and "tk" (what the
 // token is a target of: kindText for phonemes and the text stop,
-// kindAudio for codes and the audio stop, 0 for the start tokens and
-// padding).
+// kindAudio for codes and the audio stop, 0 for the start tokens,
+// padding and the codes a reference slice holds).
 func Collate(cfg GPTConfig) func([]data.Sample) (*data.Batch, error) {
 	pad := data.PadCollate(map[string]data.Pad{
 		"mel":  {Dim: 0, Multiple: framePad},
@@ -482,6 +571,12 @@ func Collate(cfg GPTConfig) func([]data.Sample) (*data.Batch, error) {
 		}()
 		melLens := b.Lengths["mel"].Int64s()
 		textLens := b.Lengths["text"].Int64s()
+		var spans []int64 // (from, to) per sample: codes not to score
+		if f, ok := b.Fields["cond_span"]; ok {
+			spans = f.Int64s()
+			f.Free()
+			delete(b.Fields, "cond_span")
+		}
 		text := b.Fields["text"]
 		nmax := text.Size(1)
 		tv := text.Int64s()
@@ -521,7 +616,11 @@ func Collate(cfg GPTConfig) func([]data.Sample) (*data.Batch, error) {
 			m := CodeLen(melLens[k])
 			put(cfg.audioStart(), kindAudio, 0, -1, 0)
 			for j := range m {
-				put(0, kindAudio, j+1, j, kindAudio)
+				target := int64(kindAudio)
+				if spans != nil && j >= spans[2*k] && j < spans[2*k+1] {
+					target = 0 // in the reference slice (RefSelf)
+				}
+				put(0, kindAudio, j+1, j, target)
 			}
 			put(cfg.audioStop(), kindAudio, m+1, -1, kindAudio)
 		}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/torchfit/torchfit/amp"
@@ -37,6 +38,9 @@ type TrainConfig struct {
 	// ValidLimit bounds the validation utterances scored per epoch (0:
 	// all).
 	ValidLimit int
+	// Reference is how the GPT's training and validation utterances are
+	// conditioned: RefSpeaker (when empty), RefStyle or RefSelf.
+	Reference string
 	// Events receives the run's events (nil: none).
 	Events train.Sink
 }
@@ -78,6 +82,9 @@ func (c *TrainConfig) check() error {
 	if err := c.Common.Validate(); err != nil {
 		return err
 	}
+	if c.Reference != "" && !slices.Contains(RefModes, c.Reference) {
+		return &recipes.ConfigError{Field: "reference", Value: c.Reference, Reason: "must be one of " + strings.Join(RefModes, ", ")}
+	}
 	if c.ValidLimit < 0 {
 		return &recipes.ConfigError{Field: "valid-limit", Value: c.ValidLimit, Reason: "must be >= 0"}
 	}
@@ -100,6 +107,7 @@ func openData(cfg *TrainConfig, vocab *Vocab) (store *FeatureStore, tr, va *Corp
 		return nil, nil, nil, err
 	}
 	va.Ref = tr // validation utterances are conditioned on training clips of their speaker
+	tr.RefMode, va.RefMode = cfg.Reference, cfg.Reference
 	if cfg.ValidLimit > 0 && va.Len() > cfg.ValidLimit {
 		va.Utts, va.Items, va.Phonemes = va.Utts[:cfg.ValidLimit], va.Items[:cfg.ValidLimit], va.Phonemes[:cfg.ValidLimit]
 		if va.Text != nil {
@@ -111,6 +119,9 @@ func openData(cfg *TrainConfig, vocab *Vocab) (store *FeatureStore, tr, va *Corp
 		mode = "a memory map"
 	}
 	cfg.logf("corpus %s: %d train / %d valid utterances; features through %s", cfg.Data, tr.Len(), va.Len(), mode)
+	if cfg.Reference != "" && cfg.Reference != RefSpeaker {
+		cfg.logf("reference clips: %s", cfg.Reference)
+	}
 	return store, tr, va, nil
 }
 
