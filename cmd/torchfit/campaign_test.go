@@ -299,6 +299,7 @@ func TestBadInputCampaign(t *testing.T) {
 		{"tts train codec of asr", ttsTrain("--codec", asrCk), ""},
 		{"tts train config of wrong type", ttsTrain("--config", wrongType), "must be an integer"},
 		{"tts train heads do not divide width", ttsTrain("--heads", "3"), ""},
+		{"tts train reference unknown", ttsTrain("--reference", "other"), ""},
 
 		// tts say
 		{"tts say empty text", say("--text", ""), ""},

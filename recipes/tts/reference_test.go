@@ -1,7 +1,11 @@
 package tts
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -151,4 +155,37 @@ func TestReferenceFlag(t *testing.T) {
 		require.ErrorAs(t, err, &ce, c.mode)
 		require.Equal(t, "reference", ce.Field)
 	}
+}
+
+// TestReferenceStyleNeedsSpeedAndPitch: a manifest without the
+// utterances' speed and pitch cannot choose by them, and `--reference
+// style` on it is the user's error, naming the split.
+func TestReferenceStyleNeedsSpeedAndPitch(t *testing.T) {
+	cfg := gptConfig(t, t.TempDir())
+	cfg.Data = copyDir(t, cfg.Data)
+	cfg.Reference = RefStyle
+	store, tr, va, err := openData(&cfg, nil)
+	require.NoError(t, err, "the generated corpus has them")
+	require.Equal(t, RefStyle, tr.RefMode)
+	require.Equal(t, RefStyle, va.RefMode)
+	store.Close()
+
+	path := filepath.Join(cfg.Data, "valid.jsonl")
+	utts, err := speech.ReadManifest(path)
+	require.NoError(t, err)
+	var b strings.Builder
+	for _, u := range utts {
+		u.Speed, u.Pitch = 0, 0
+		line, err := json.Marshal(u)
+		require.NoError(t, err)
+		b.Write(append(line, '\n'))
+	}
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	_, _, _, err = openData(&cfg, nil)
+	require.True(t, recipes.IsUserError(err), "%v", err)
+	require.ErrorContains(t, err, "valid.jsonl")
+	cfg.Reference = RefSpeaker
+	store, _, _, err = openData(&cfg, nil)
+	require.NoError(t, err, "the other modes do not need them")
+	store.Close()
 }

@@ -108,6 +108,16 @@ func openData(cfg *TrainConfig, vocab *Vocab) (store *FeatureStore, tr, va *Corp
 	}
 	va.Ref = tr // validation utterances are conditioned on training clips of their speaker
 	tr.RefMode, va.RefMode = cfg.Reference, cfg.Reference
+	if cfg.Reference == RefStyle {
+		for _, c := range []*Corpus{tr, va} {
+			for _, u := range c.Utts {
+				if u.Speed == 0 {
+					store.Close()
+					return nil, nil, nil, recipes.Usagef("tts: --reference style needs every utterance's speed and pitch (`torchfit tts data` writes them); %s's %s.jsonl has none for %s", cfg.Data, c.Split, u.ID)
+				}
+			}
+		}
+	}
 	if cfg.ValidLimit > 0 && va.Len() > cfg.ValidLimit {
 		va.Utts, va.Items, va.Phonemes = va.Utts[:cfg.ValidLimit], va.Items[:cfg.ValidLimit], va.Phonemes[:cfg.ValidLimit]
 		if va.Text != nil {
