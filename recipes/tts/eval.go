@@ -35,7 +35,7 @@ type EvalConfig struct {
 	Data       string
 	Split      string // test: held-out sentences, half read by the held-out voice
 	Limit      int    // utterances per group (seen, unseen voices); 0: all
-	Out        string // the WAVs written (tts/, codec/, vocoder/ under it)
+	Out        string // the WAVs written (tts/, codec/, vocoder/, forced/ under it)
 	Device     torch.Device
 	Sample     SampleOptions
 	GLIters    int
@@ -44,15 +44,20 @@ type EvalConfig struct {
 
 // EvalRow is one group's figures: CER of the ASR model on the original
 // recordings (the ceiling), on Griffin-Lim from the original mels (the
-// vocoder's loss), on the codec's reconstruction (the codec's), and on
-// the synthesised speech; mel L1 (natural-log mel, per bin and frame) of
+// vocoder's loss), on the codec's reconstruction (the codec's), on the
+// GPT's teacher-forced codes (its per-code errors alone), and on the
+// synthesised speech; mel L1 (natural-log mel, per bin and frame) of
 // the codec's reconstruction and, after dynamic time warping, of the
 // synthesis.
 type EvalRow struct {
-	Group                               string
-	N                                   int
-	CEROriginal, CERVocoder, CERCodec   float64
-	CERTTS                              float64
+	Group                             string
+	N                                 int
+	CEROriginal, CERVocoder, CERCodec float64
+	CERTTS                            float64
+	// CERForced is the CER of the GPT's teacher-forced codes (its
+	// likeliest code at each place given the original codes before it),
+	// ForcedAccuracy the fraction equal to the codec's own.
+	CERForced, ForcedAccuracy           float64
 	MelL1Codec, MelL1TTS                float64
 	Stopped                             int // syntheses the model ended itself
 	SecondsOriginal, SecondsSynthesised float64
@@ -127,7 +132,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 			groups[g] = append(groups[g], i)
 		}
 	}
-	for _, d := range []string{"tts", "codec", "vocoder"} {
+	for _, d := range []string{"tts", "codec", "vocoder", "forced"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Out, d), 0o755); err != nil {
 			return res, err
 		}
@@ -145,7 +150,8 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 	for _, g := range names {
 		idx := groups[g]
 		row := EvalRow{Group: g, N: len(idx)}
-		var orig, voc, cod, syn []string
+		var orig, voc, cod, syn, frc []string
+		var hits, forcedN int
 		var l1c, l1t float64
 		for k, i := range idx {
 			if err := ctx.Err(); err != nil {
@@ -176,7 +182,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 			if err != nil {
 				return res, err
 			}
-			paths := map[string][]float32{"tts": one.tts, "codec": one.codec, "vocoder": one.vocoder}
+			paths := map[string][]float32{"tts": one.tts, "codec": one.codec, "vocoder": one.vocoder, "forced": one.forced}
 			for d, w := range paths {
 				if err := audio.WriteWAV(filepath.Join(cfg.Out, d, u.ID+".wav"), audio.FloatToInt16(w), SampleRate); err != nil {
 					return res, err
@@ -186,6 +192,9 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 			voc = append(voc, filepath.Join(cfg.Out, "vocoder", u.ID+".wav"))
 			cod = append(cod, filepath.Join(cfg.Out, "codec", u.ID+".wav"))
 			syn = append(syn, filepath.Join(cfg.Out, "tts", u.ID+".wav"))
+			frc = append(frc, filepath.Join(cfg.Out, "forced", u.ID+".wav"))
+			hits += one.forcedHits
+			forcedN += one.forcedN
 			l1c += one.l1Codec
 			l1t += one.l1TTS
 			if one.stopped {
@@ -199,8 +208,9 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 			}
 		}
 		row.MelL1Codec, row.MelL1TTS = l1c/float64(len(idx)), l1t/float64(len(idx))
-		cers := make([]float64, 4)
-		for j, files := range [][]string{orig, voc, cod, syn} {
+		row.ForcedAccuracy = float64(hits) / float64(max(forcedN, 1))
+		cers := make([]float64, 5)
+		for j, files := range [][]string{orig, voc, cod, syn, frc} {
 			texts, err := cfg.Transcribe(cfg.ASR, files, cfg.Device)
 			if err != nil {
 				return res, err
@@ -221,9 +231,10 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 				}
 			}
 		}
-		row.CEROriginal, row.CERVocoder, row.CERCodec, row.CERTTS = cers[0], cers[1], cers[2], cers[3]
+		row.CEROriginal, row.CERVocoder, row.CERCodec, row.CERTTS, row.CERForced = cers[0], cers[1], cers[2], cers[3], cers[4]
 		res.Rows = append(res.Rows, row)
-		cfg.Logf("%s: CER original %.3f, vocoder %.3f, codec %.3f, TTS %.3f", g, row.CEROriginal, row.CERVocoder, row.CERCodec, row.CERTTS)
+		cfg.Logf("%s: CER original %.3f, vocoder %.3f, codec %.3f, GPT teacher-forced %.3f (code accuracy %.3f), TTS %.3f", g, row.CEROriginal, row.CERVocoder, row.CERCodec,
+			row.CERForced, row.ForcedAccuracy, row.CERTTS)
 	}
 	res.Elapsed = time.Since(start)
 	b, _ := json.MarshalIndent(res, "", " ")
@@ -234,9 +245,10 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 }
 
 type evalOne struct {
-	tts, codec, vocoder []float32
-	l1Codec, l1TTS      float64
-	stopped             bool
+	tts, codec, vocoder, forced []float32
+	l1Codec, l1TTS              float64
+	stopped                     bool
+	forcedHits, forcedN         int // teacher-forced codes equal to the codec's, of all
 }
 
 // evalOne synthesises one utterance (normalised frames and reference
@@ -252,9 +264,12 @@ func (m *Model) evalOne(mel *Mel, frames, ref []float32, text []int64, cfg EvalC
 		out.vocoder = vocode(orig)
 		pad := (t+Down-1)/Down*Down - t
 		xin := x.Unsqueeze(0).Pad([]int64{0, 0, 0, pad}, 0).ToDevice(dev)
-		var rec *torch.Tensor
+		var rec, forced *torch.Tensor
+		var truth []int64
 		torch.NoGrad(func() {
-			rec = m.denormalize(m.Codec.Decode(m.Codec.Encode(xin)).Squeeze().ToDevice(torch.CPU).Narrow(0, 0, t))
+			enc := m.Codec.Encode(xin)
+			truth = enc.Narrow(1, 0, CodeLen(t)).Reshape(-1).Int64s()
+			rec = m.denormalize(m.Codec.Decode(enc).Squeeze().ToDevice(torch.CPU).Narrow(0, 0, t))
 		})
 		out.l1Codec = rec.Sub(orig).Abs().Mean().Item()
 		out.codec = vocode(rec)
@@ -263,7 +278,19 @@ func (m *Model) evalOne(mel *Mel, frames, ref []float32, text []int64, cfg EvalC
 		so.Seed = cfg.Sample.Seed ^ seed
 		var syn *torch.Tensor
 		torch.NoGrad(func() {
-			codes, stopped := m.Generate(m.Latents(r), text, so)
+			lat := m.Latents(r)
+			tf := m.TeacherForced(lat, text, truth)
+			for j, c := range tf {
+				if c == truth[j] {
+					out.forcedHits++
+				}
+			}
+			out.forcedN = len(tf)
+			if len(tf) == 0 {
+				tf = []int64{0}
+			}
+			forced = m.denormalize(m.Codec.Decode(torch.FromSlice(tf, []int64{1, int64(len(tf))}).ToDevice(dev)).Squeeze().ToDevice(torch.CPU))
+			codes, stopped := m.Generate(lat, text, so)
 			out.stopped = stopped
 			if len(codes) == 0 {
 				codes = []int64{0}
@@ -272,6 +299,7 @@ func (m *Model) evalOne(mel *Mel, frames, ref []float32, text []int64, cfg EvalC
 		})
 		out.l1TTS = dtwL1(syn.Float32s(), orig.Float32s())
 		out.tts = vocode(syn)
+		out.forced = vocode(forced)
 	})
 	return out
 }
@@ -325,11 +353,11 @@ func dtwL1(a, b []float32) float64 {
 
 // Table writes the figures as a Markdown table.
 func (r EvalResult) Table(w io.Writer) {
-	fmt.Fprintln(w, "| voices | utterances | CER original | CER Griffin-Lim of original mels | CER codec resynthesis | CER TTS | mel L1 codec | mel L1 TTS (DTW) | ended by the model | seconds original / TTS |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| voices | utterances | CER original | CER Griffin-Lim of original mels | CER codec resynthesis | CER GPT teacher-forced (code accuracy) | CER TTS | mel L1 codec | mel L1 TTS (DTW) | ended by the model | seconds original / TTS |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, x := range r.Rows {
-		fmt.Fprintf(w, "| %s | %d | %.3f | %.3f | %.3f | **%.3f** | %.3f | %.3f | %d | %.1f / %.1f |\n", x.Group, x.N, x.CEROriginal, x.CERVocoder, x.CERCodec,
-			x.CERTTS, x.MelL1Codec, x.MelL1TTS, x.Stopped, x.SecondsOriginal, x.SecondsSynthesised)
+		fmt.Fprintf(w, "| %s | %d | %.3f | %.3f | %.3f | %.3f (%.3f) | **%.3f** | %.3f | %.3f | %d | %.1f / %.1f |\n", x.Group, x.N, x.CEROriginal, x.CERVocoder, x.CERCodec,
+			x.CERForced, x.ForcedAccuracy, x.CERTTS, x.MelL1Codec, x.MelL1TTS, x.Stopped, x.SecondsOriginal, x.SecondsSynthesised)
 	}
 }
 

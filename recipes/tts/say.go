@@ -123,6 +123,46 @@ func (m *Model) Generate(latents *torch.Tensor, text []int64, o SampleOptions) (
 	return codes, stopped
 }
 
+// TeacherForced returns the code the GPT finds likeliest at each of
+// codes' places given the true codes before it (training's pass, the
+// argmax over the codebook) and speaker latents (1, N, D). Decoded, they
+// show how much intelligibility the GPT's next-code predictions keep when
+// its own earlier choices cannot lead it astray; against Generate's codes
+// they separate the GPT's per-code errors from the drift of sampling.
+// Codes beyond the GPT's MaxCodes are left out.
+func (m *Model) TeacherForced(latents *torch.Tensor, text, codes []int64) []int64 {
+	cfg := m.GPT.Cfg
+	codes = codes[:min(int64(len(codes)), cfg.MaxCodes)]
+	if len(codes) == 0 {
+		return nil
+	}
+	var out []int64
+	dev := latents.Device()
+	torch.NoGrad(func() {
+		torch.Tidy(func() {
+			n := int64(len(text))
+			ids := append(append(append([]int64{cfg.textStart()}, text...), cfg.textStop(), cfg.audioStart()), codes...)
+			kind := make([]int64, len(ids))
+			pos := make([]int64, len(ids))
+			for j := range ids {
+				if int64(j) < n+2 {
+					kind[j], pos[j] = kindText, int64(j)
+				} else {
+					kind[j], pos[j] = kindAudio, int64(j)-(n+2)
+				}
+			}
+			t := func(v []int64) *torch.Tensor { return torch.FromSlice(v, []int64{1, int64(len(v))}).ToDevice(dev) }
+			h := m.GPT.Forward(latents, m.GPT.Embed(t(ids), t(kind), t(pos)), nil)
+			// Code j is predicted at the audio start (j = 0) or at code j − 1.
+			at := h.Narrow(1, latents.Size(1)+n+2, int64(len(codes)))
+			logits := m.GPT.AudioHead.Forward(at).Narrow(-1, 0, cfg.Codes)
+			_, idx := logits.MaxDim(-1, false)
+			out = idx.Reshape(-1).ToDevice(torch.CPU).Int64s()
+		})
+	})
+	return out
+}
+
 // penalise applies the repetition penalty p to the logits of the codes
 // seen: a positive logit is divided by p, a negative one multiplied, so
 // p > 1 makes every seen code less likely (Hugging Face's

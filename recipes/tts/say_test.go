@@ -7,7 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/torch"
 )
 
 func TestRepetitionPenalty(t *testing.T) {
@@ -78,4 +80,25 @@ func TestSampleWithPenaltyAvoidsRepeats(t *testing.T) {
 	// p(0) = e^3 / (e^3 + 3e) ≈ 0.71 without the penalty; e^0.3 / (e^0.3 + 3e) ≈ 0.14 with 10
 	require.InDelta(t, 710, count(1), 60)
 	require.InDelta(t, 142, count(10), 40)
+}
+
+// TestTeacherForcedMatchesGreedy: the greedy sampler's codes are the
+// GPT's likeliest at each step given the codes before them, so teacher
+// forcing them (one pass over the whole sequence, no cache) gives them
+// back, code for code; a prefix gives the same prefix.
+func TestTeacherForcedMatchesGreedy(t *testing.T) {
+	m := newTinyModel(t, 10)
+	defer nn.Free(m)
+	nn.SetTraining(m, false)
+	torch.ManualSeed(5)
+	ref := torch.Randn([]int64{40, NMels})
+	defer ref.Free()
+	lat := m.Latents(ref)
+	defer lat.Free()
+	text := []int64{3, 4, 5, 6, 7, 8}
+	codes, _ := m.Generate(lat, text, SampleOptions{MaxCodes: 24})
+	require.NotEmpty(t, codes)
+	require.Equal(t, codes, m.TeacherForced(lat, text, codes))
+	require.Equal(t, codes[:len(codes)/2], m.TeacherForced(lat, text, codes[:len(codes)/2]))
+	require.Empty(t, m.TeacherForced(lat, text, nil))
 }
