@@ -31,7 +31,13 @@
 //     XTTS's 0.01 × text CE + 1 × code CE, written as a sum over code
 //     targets so accumulation over micro-batches of any size gives the
 //     whole batch's gradient (Model.Loss). `tts train` trains it with the
-//     codec frozen and its codes computed under no-grad.
+//     codec frozen and its codes computed under no-grad. Each training
+//     utterance is conditioned on another utterance of its speaker
+//     (--reference speaker, the default), on one of the speaker's four
+//     closest in speaking rate and pitch (--reference style: the corpus
+//     draws both per utterance, so another clip says nothing of them), or
+//     on a slice of itself whose codes are left out of the loss
+//     (--reference self: XTTS's GPT trainer, use_masking_gt_as_prompt).
 //   - Synthesis (Say): espeak-ng phonemes of the text and the latents of
 //     the reference clip form the prompt; codes are sampled one at a time
 //     (temperature, top-k, top-p: XTTS's 0.75, 50, 0.85) with each block's
@@ -76,8 +82,11 @@
 // them with an ASR checkpoint trained on the same corpus (`torchfit asr
 // train --data DIR --preset minimal`), and reports CER against the texts
 // next to the ceiling (the ASR model on the original recordings), the
-// Griffin-Lim and codec losses, and mel L1 (after dynamic time warping for
-// the synthesis). The ASR model is the Transcriber EvalConfig and Recipe
+// Griffin-Lim and codec losses, the GPT's teacher-forced codes (its
+// likeliest code at each place given the original codes before it,
+// Model.TeacherForced: what its per-code errors cost before sampling's
+// drift adds its own), and mel L1 (after dynamic time warping for the
+// synthesis). The ASR model is the Transcriber EvalConfig and Recipe
 // are given (the command line's is asr.TranscribeFiles): this package does
 // not import the ASR recipe. RunMemoryTest (`tts memory-test`) trains at
 // each micro-batch for a duration without out-of-memory adaptation and
