@@ -444,6 +444,9 @@ func abs(x int) int {
 // get_prompt_slice, a length of 3–6 s, or half the utterance when it is
 // shorter than that, at a random start.
 func (c *Corpus) selfSlice(i, t int) (s, e int) {
+	if t < 2 {
+		return 0, t
+	}
 	r := rand.New(rand.NewPCG(c.seed^c.epoch.Load()*0x9e3779b97f4a7c15, uint64(i)^0x5e1f))
 	n := condFrames/2 + r.IntN(condFrames-condFrames/2+1)
 	if n > t {

@@ -86,7 +86,9 @@ func TestReferenceStyle(t *testing.T) {
 // target kind is 0, every other code's kindAudio.
 func TestReferenceSelf(t *testing.T) {
 	c := &Corpus{seed: 5}
-	for _, n := range []int{1, 2, 9, 100, 187, 400, 1000} {
+	s0, e0 := c.selfSlice(0, 1)
+	require.Equal(t, []int{0, 1}, []int{s0, e0}, "one frame: all of it")
+	for _, n := range []int{2, 3, 9, 100, 187, 400, 1000} {
 		for e := range 16 {
 			c.SetEpoch(e)
 			s, end := c.selfSlice(e, n)
