@@ -390,7 +390,7 @@ func (c *Corpus) RefIndex(i int) int {
 	if len(same) == 0 {
 		return -1
 	}
-	r := rand.New(rand.NewPCG(c.seed^c.epoch.Load()*0x9e3779b97f4a7c15, uint64(i)))
+	r := c.draw(uint64(i))
 	if c.RefMode == RefStyle {
 		return ref.closestStyle(same, c.Utts[i], ref != c, i, r)
 	}
@@ -439,6 +439,12 @@ func abs(x int) int {
 	return x
 }
 
+// draw is the generator of one item's reference draws: (seed, epoch,
+// stream).
+func (c *Corpus) draw(stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(c.seed^c.epoch.Load()*0x9e3779b97f4a7c15, stream))
+}
+
 // selfSlice returns the frames [s, e) of an utterance of t frames that
 // condition it under RefSelf, drawn from (seed, epoch, i): as XTTS's
 // get_prompt_slice, a length of 3–6 s, or half the utterance when it is
@@ -447,7 +453,7 @@ func (c *Corpus) selfSlice(i, t int) (s, e int) {
 	if t < 2 {
 		return 0, t
 	}
-	r := rand.New(rand.NewPCG(c.seed^c.epoch.Load()*0x9e3779b97f4a7c15, uint64(i)^0x5e1f))
+	r := c.draw(uint64(i) ^ 0x5e1f)
 	n := condFrames/2 + r.IntN(condFrames-condFrames/2+1)
 	if n > t {
 		n = max(t/2, 1)
