@@ -87,16 +87,7 @@ func (m *Model) Generate(latents *torch.Tensor, text []int64, o SampleOptions) (
 	torch.NoGrad(func() {
 		var logits []float32
 		torch.Tidy(func() {
-			n := int64(len(text))
-			ids := append(append([]int64{cfg.textStart()}, text...), cfg.textStop(), cfg.audioStart())
-			kind := make([]int64, len(ids))
-			pos := make([]int64, len(ids))
-			for j := range ids {
-				kind[j], pos[j] = kindText, int64(j)
-			}
-			kind[n+2], pos[n+2] = kindAudio, 0
-			t := func(v []int64) *torch.Tensor { return torch.FromSlice(v, []int64{1, int64(len(v))}).ToDevice(dev) }
-			h := m.GPT.Forward(latents, m.GPT.Embed(t(ids), t(kind), t(pos)), caches)
+			h := m.GPT.Forward(latents, m.embedPrompt(text, nil, dev), caches)
 			logits = m.GPT.AudioHead.Forward(h.Select(1, h.Size(1)-1)).ToDevice(torch.CPU).Float32s()
 		})
 		seen := map[int64]bool{}
@@ -123,6 +114,26 @@ func (m *Model) Generate(latents *torch.Tensor, text []int64, o SampleOptions) (
 	return codes, stopped
 }
 
+// embedPrompt embeds [text start, text, text stop, audio start, codes]
+// as one sequence (1, L, D) on dev: the text stream's positions from 0,
+// the audio stream's from 0 at the audio start.
+func (m *Model) embedPrompt(text, codes []int64, dev torch.Device) *torch.Tensor {
+	cfg := m.GPT.Cfg
+	n := len(text) + 2
+	ids := append(append(append([]int64{cfg.textStart()}, text...), cfg.textStop(), cfg.audioStart()), codes...)
+	kind := make([]int64, len(ids))
+	pos := make([]int64, len(ids))
+	for j := range ids {
+		if j < n {
+			kind[j], pos[j] = kindText, int64(j)
+		} else {
+			kind[j], pos[j] = kindAudio, int64(j-n)
+		}
+	}
+	t := func(v []int64) *torch.Tensor { return torch.FromSlice(v, []int64{1, int64(len(v))}).ToDevice(dev) }
+	return m.GPT.Embed(t(ids), t(kind), t(pos))
+}
+
 // TeacherForced returns the code the GPT finds likeliest at each of
 // codes' places given the true codes before it (training's pass, the
 // argmax over the codebook) and speaker latents (1, N, D). Decoded, they
@@ -140,21 +151,9 @@ func (m *Model) TeacherForced(latents *torch.Tensor, text, codes []int64) []int6
 	dev := latents.Device()
 	torch.NoGrad(func() {
 		torch.Tidy(func() {
-			n := int64(len(text))
-			ids := append(append(append([]int64{cfg.textStart()}, text...), cfg.textStop(), cfg.audioStart()), codes...)
-			kind := make([]int64, len(ids))
-			pos := make([]int64, len(ids))
-			for j := range ids {
-				if int64(j) < n+2 {
-					kind[j], pos[j] = kindText, int64(j)
-				} else {
-					kind[j], pos[j] = kindAudio, int64(j)-(n+2)
-				}
-			}
-			t := func(v []int64) *torch.Tensor { return torch.FromSlice(v, []int64{1, int64(len(v))}).ToDevice(dev) }
-			h := m.GPT.Forward(latents, m.GPT.Embed(t(ids), t(kind), t(pos)), nil)
+			h := m.GPT.Forward(latents, m.embedPrompt(text, codes, dev), nil)
 			// Code j is predicted at the audio start (j = 0) or at code j − 1.
-			at := h.Narrow(1, latents.Size(1)+n+2, int64(len(codes)))
+			at := h.Narrow(1, latents.Size(1)+int64(len(text))+2, int64(len(codes)))
 			logits := m.GPT.AudioHead.Forward(at).Narrow(-1, 0, cfg.Codes)
 			_, idx := logits.MaxDim(-1, false)
 			out = idx.Reshape(-1).ToDevice(torch.CPU).Int64s()
