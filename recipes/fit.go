@@ -186,41 +186,54 @@ func CollateAt(ds data.Dataset[data.Sample], collate func([]data.Sample) (*data.
 	return collate(samples)
 }
 
-// Worst holds the batch of the longest examples for one micro-batch size
-// at a time, for a planner's measurements: asking for another size frees
-// the one held. A planner measures what the device holds, so batches of
-// sizes not being measured would count in every candidate's need (and,
-// under a real cap, make a candidate that fits run out of memory).
+// Worst holds what a training run holds of its data, at its worst, for a
+// planner's measurements: the loader's batches — the effective batch of
+// the longest examples, collated on the host as the recipes' loaders
+// collate it, as many copies as the loader keeps alive on the CPU
+// (data.Options.Resident: the one trained on and those its workers build
+// ahead) — and each micro-batch taken from the first as the trainer takes
+// it (Batch.Slice to the device: a view on the CPU, a copy elsewhere). On
+// the CPU the loader's batches are in the memory measured, as they are in
+// training: a planner that held only the micro-batch under-counted every
+// candidate, most of all those smaller than the effective batch, and a
+// plan that fitted ran out of memory. On a CUDA device they are on the
+// host and one is held. Nothing else is held, so no other size counts in
+// a candidate's need.
 type Worst struct {
-	collate func(n int) (*data.Batch, error)
-	n       int
-	b       *data.Batch
+	b []*data.Batch
 }
 
-// NewWorst returns a Worst that collates the first n of order from ds.
-func NewWorst(ds data.Dataset[data.Sample], collate func([]data.Sample) (*data.Batch, error), order []int) *Worst {
-	return &Worst{collate: func(n int) (*data.Batch, error) { return CollateAt(ds, collate, order[:min(n, len(order))]) }}
-}
-
-// Batch returns the batch of the n longest examples (Worst's; valid until
-// the next call with another n, or Free).
-func (w *Worst) Batch(n int) (*data.Batch, error) {
-	if w.b != nil && w.n == n {
-		return w.b, nil
+// NewWorst collates the first effective examples of order from ds: the
+// loader batch a planner's micro-batches are taken from, for a run on
+// device whose loader has options o (its Workers and Prefetch).
+func NewWorst(ds data.Dataset[data.Sample], collate func([]data.Sample) (*data.Batch, error), order []int, effective int, device torch.Device, o data.Options) (*Worst, error) {
+	n := 1
+	if !device.IsCUDA() {
+		n = o.Resident()
 	}
-	w.Free()
-	b, err := w.collate(n)
-	if err != nil {
-		return nil, err
+	w := &Worst{}
+	for range n {
+		b, err := CollateAt(ds, collate, order[:min(effective, len(order))])
+		if err != nil {
+			w.Free()
+			return nil, err
+		}
+		w.b = append(w.b, b)
 	}
-	w.b, w.n = b, n
-	return b, nil
+	return w, nil
 }
 
-// Free releases the batch held.
+// Micro returns the first n examples of the loader batch on device, as the
+// trainer's micro-batch (at most the whole batch). The caller owns it (Free
+// it, or take it inside Tidy).
+func (w *Worst) Micro(n int, device torch.Device) *data.Batch {
+	return w.b[0].Slice(0, min(n, w.b[0].Size()), device)
+}
+
+// Free releases the loader batches.
 func (w *Worst) Free() {
-	if w.b != nil {
-		w.b.Free()
-		w.b = nil
+	for _, b := range w.b {
+		b.Free()
 	}
+	w.b = nil
 }

@@ -138,7 +138,7 @@ func planFor(run *recipes.Run, cfg TrainConfig) (memplan.Result, error) {
 	defer session.End()
 	run.Logf("planning for %s: effective batch %d, preset %s (each candidate is a measured dry run)", torch.FormatBytes(b), cfg.MicroBatch*cfg.Accum, preset)
 	return PlanMemory(PlanConfig{Data: cfg.Data, Preset: preset, Device: cfg.Device, Budget: b, EffectiveBatch: cfg.MicroBatch * cfg.Accum,
-		Report: func(r memplan.Row) { run.Logf("  %s", planLine(r, cfg.MicroBatch*cfg.Accum)) }})
+		Workers: cfg.Workers, Prefetch: cfg.Prefetch, Report: func(r memplan.Row) { run.Logf("  %s", planLine(r, cfg.MicroBatch*cfg.Accum)) }})
 }
 
 // planLine is a measured candidate as the plan reports it: what it needs

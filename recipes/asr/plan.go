@@ -10,6 +10,7 @@ import (
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
 )
 
 // PlanConfig asks which micro-batch, accumulation, precision and
@@ -20,6 +21,9 @@ type PlanConfig struct {
 	Device         torch.Device
 	Budget         int64 // bytes the training may use on the device
 	EffectiveBatch int
+	// Workers and Prefetch are the training loader's: on the CPU the
+	// batches it keeps alive count in the plan (data.Options.Resident).
+	Workers, Prefetch int
 	// Precisions allowed (nil: memplan.Precisions for the device and CPU).
 	Precisions []amp.Precision
 	// Report receives each candidate as it is measured (nil: none).
@@ -64,8 +68,11 @@ func planMemory(c PlanConfig) (memplan.Result, error) {
 		return memplan.Result{}, fmt.Errorf("asr: no training utterances in %s", c.Data)
 	}
 	ds := dataset(corpus)
-	// The longest utterances, one micro-batch size at a time.
-	worst := recipes.NewWorst(ds, Collate, order)
+	// The loader's batch of the longest utterances, micro-batches taken from it.
+	worst, err := recipes.NewWorst(ds, Collate, order, c.EffectiveBatch, c.Device, data.Options{Workers: c.Workers, Prefetch: c.Prefetch})
+	if err != nil {
+		return memplan.Result{}, err
+	}
 	defer worst.Free()
 	torch.ManualSeed(1)
 	m, err := NewConformer(mcfg)
@@ -83,16 +90,12 @@ func planMemory(c PlanConfig) (memplan.Result, error) {
 		precisions = memplan.Precisions(c.Device, amp.HostCPU())
 	}
 	measure := func(cand memplan.Candidate) (memplan.Measurement, error) {
-		b, err := worst.Batch(cand.MicroBatch)
-		if err != nil {
-			return memplan.Measurement{}, err
-		}
 		m.Cfg.GradCheckpointing = cand.Checkpointing
 		defer func() { m.Cfg.GradCheckpointing = false }()
 		scaler := amp.NewGradScaler(c.Device, amp.ScalerOptions{Disabled: !cand.Precision.Scaled()})
 		weight := float64(cand.MicroBatch) / float64(c.EffectiveBatch)
 		micro := func() error {
-			mb := b.Slice(0, b.Size(), c.Device)
+			mb := worst.Micro(cand.MicroBatch, c.Device)
 			var loss *torch.Tensor
 			run := func() {
 				loss, _, _ = m.Loss(mb.Field("feats"), mb.Length("feats"), mb.Field("tokens"), mb.Length("tokens"))

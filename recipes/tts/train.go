@@ -617,7 +617,8 @@ func scoreGPT(m *Model, ds data.Dataset[data.Sample], collate func([]data.Sample
 
 // autoBatch finds the micro-batch for the run (--auto-batch): with a
 // memory budget (--memory-limit or --memory-fraction), the core's planner
-// measures dry runs of this model on the longest utterances and picks the
+// measures dry runs of this model on the longest utterances (the loader's
+// batches held as training holds them, recipes.Worst) and picks the
 // micro-batch and checkpointing for the budget; without one, the largest
 // micro-batch that fits the device is searched. Either way the effective
 // batch is kept.
@@ -632,7 +633,10 @@ func autoBatch(cfg *TrainConfig, m *Model, t *train.Trainer, opt nn.Optimizer, t
 		budget = int64(cfg.MemoryFraction * float64(st.DeviceTotal))
 	}
 	if budget > 0 {
-		longest := recipes.NewWorst(ds, collate, order)
+		longest, err := recipes.NewWorst(ds, collate, order, effective, cfg.Device, data.Options{Workers: cfg.Workers, Prefetch: cfg.Prefetch})
+		if err != nil {
+			return err
+		}
 		defer longest.Free()
 		ckpt := []bool{false, true}
 		if cfg.GradCheckpointing {
@@ -645,17 +649,13 @@ func autoBatch(cfg *TrainConfig, m *Model, t *train.Trainer, opt nn.Optimizer, t
 				cfg.logf("plan: %v: need %s%s", r.Candidate, torch.FormatBytes(r.Need()), map[bool]string{true: "", false: " (does not fit)"}[r.Fits])
 			}},
 			func(c memplan.Candidate) (memplan.Measurement, error) {
-				mb, err := longest.Batch(c.MicroBatch)
-				if err != nil {
-					return memplan.Measurement{}, err
-				}
 				m.GPT.Cfg.GradCheckpointing = c.Checkpointing
 				defer func() { m.GPT.Cfg.GradCheckpointing = cfg.GradCheckpointing }()
 				eng := t.Engine()
 				return memplan.DryRun{Device: cfg.Device, Model: m, Optimizers: []nn.Optimizer{opt}}.Run(c.Accum,
 					func() error {
 						return torch.TidyErr(func() error {
-							mbd := mb.Slice(0, mb.Size(), cfg.Device)
+							mbd := longest.Micro(c.MicroBatch, cfg.Device)
 							var loss *torch.Tensor
 							eng.Autocast(func() { loss = m.Loss(mbd) })
 							loss.Backward()

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/torchfit/torchfit/audio"
+	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/report"
 	"github.com/torchfit/torchfit/torch"
@@ -302,4 +303,38 @@ func TestCodecCropFramesBounded(t *testing.T) {
 		require.Equal(t, "crop-frames", ce.Field)
 		require.NoDirExists(t, cfg.CheckpointDir)
 	}
+}
+
+// TestPlanNeedBoundsTheRun: what --auto-batch's plan says a candidate
+// needs bounds what training with it takes — the loader's batches
+// (workers building ahead included) are in both — so a plan that fits the
+// cap trains under it. Every epoch of the corpus is one pass of 4 steps.
+func TestPlanNeedBoundsTheRun(t *testing.T) {
+	var rows []memplan.Row
+	for _, ckpt := range []bool{false, true} { // the plain runs fit: checkpointing is asked for to be measured
+		cfg := gptConfig(t, t.TempDir())
+		cfg.AutoBatch, cfg.DryRun, cfg.CheckpointDir, cfg.Workers, cfg.Prefetch = true, true, "", 1, 2
+		cfg.GradCheckpointing = ckpt
+		require.NoError(t, torch.SetMemoryLimit(torch.CPU, 1<<30))
+		res, err := Train(context.Background(), cfg)
+		require.NoError(t, torch.SetMemoryLimit(torch.CPU, 0))
+		require.NoError(t, err)
+		require.NotNil(t, res.Planned)
+		rows = append(rows, res.Planned.Rows...)
+	}
+	runs := 0
+	for _, r := range rows {
+		if r.Err != nil || r.MicroBatch*r.Accum != 8 {
+			continue
+		}
+		cfg := gptConfig(t, t.TempDir())
+		cfg.MicroBatch, cfg.Accum, cfg.GradCheckpointing = r.MicroBatch, r.Accum, r.Checkpointing
+		cfg.MaxSteps, cfg.CheckpointDir, cfg.Workers, cfg.Prefetch = 4, "", 1, 2
+		got, err := Train(context.Background(), cfg)
+		require.NoError(t, err)
+		t.Logf("%v: planned %s, trained %s", r.Candidate, torch.FormatBytes(r.Need()), torch.FormatBytes(got.PeakMemory))
+		require.LessOrEqual(t, got.PeakMemory, r.Need(), "%v", r.Candidate)
+		runs++
+	}
+	require.GreaterOrEqual(t, runs, 8, "the plans measured micro-batches 1, 2, 4 and 8, each with and without checkpointing")
 }

@@ -120,6 +120,25 @@ type Loader[S any, B TensorBatch] struct {
 	stats        Stats
 }
 
+// Resident bounds, in batches, the CPU memory a loader with these options
+// holds while its caller holds a batch (a caller that frees each batch
+// before asking for the next): that batch and, with workers, the
+// Workers×Prefetch built ahead, and while each worker builds one its
+// samples before collation (a batch's worth each). Without workers a batch
+// is built in Next, while the caller holds none. A memory planner on the
+// CPU holds as many (recipes.NewWorst): a training step runs while the
+// workers build.
+func (o Options) Resident() int {
+	if o.Workers <= 0 {
+		return 1
+	}
+	p := o.Prefetch
+	if p == 0 {
+		p = 2
+	}
+	return 1 + o.Workers*(max(p, 0)+1)
+}
+
 // NewLoader returns a loader over ds. Close it when done.
 func NewLoader[S any, B TensorBatch](ds Dataset[S], collate func([]S) (B, error), opt Options) (*Loader[S, B], error) {
 	if ds == nil || collate == nil {

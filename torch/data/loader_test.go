@@ -459,3 +459,41 @@ func TestDevice(t *testing.T) {
 	require.NoError(t, l.Close())
 	require.Equal(t, base, torch.LiveTensors())
 }
+
+// TestResident: while the caller holds a batch, the CPU memory a loader
+// holds never passes Options.Resident batches, and once the workers have
+// filled the pipeline it is the caller's batch and the Workers×Prefetch
+// built ahead.
+func TestResident(t *testing.T) {
+	for _, tc := range []struct{ workers, prefetch, want, full int }{
+		{0, 0, 1, 1}, {0, 3, 1, 1}, {1, 0, 4, 3}, {1, 2, 4, 3}, {2, 1, 5, 3}, {2, 3, 9, 7},
+	} {
+		t.Run(fmt.Sprintf("w%d_p%d", tc.workers, tc.prefetch), func(t *testing.T) {
+			o := Options{BatchSize: 4, Workers: tc.workers, Prefetch: tc.prefetch}
+			require.Equal(t, tc.want, o.Resident())
+			ds := DatasetFunc[Sample]{N: 64, F: func(i int) (Sample, error) {
+				return Sample{"x": torch.Full([]int64{256}, float64(i), torch.Float32, torch.CPU)}, nil
+			}}
+			const batch = 4 * 256 * 4
+			held := func() int64 { return torch.MustMemoryStats(torch.CPU).Allocated }
+			base := held()
+			l := newLoader(t, ds, o)
+			var peak int64
+			for k := 0; k < 6; k++ { // the pipeline refills while the caller holds each batch
+				b, err := l.Next(context.Background())
+				require.NoError(t, err)
+				require.NoError(t, torch.ResetPeakMemory(torch.CPU))
+				deadline := time.Now().Add(5 * time.Second)
+				for held()-base < int64(tc.full)*batch && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+				time.Sleep(5 * time.Millisecond) // a worker over the limit would show here
+				require.Equal(t, int64(tc.full)*batch, held()-base, "the caller's batch and %d built ahead", tc.full-1)
+				peak = max(peak, torch.MustMemoryStats(torch.CPU).PeakAllocated-base)
+				b.Free()
+			}
+			require.LessOrEqual(t, peak, int64(o.Resident())*batch)
+			t.Logf("peak %d batches' worth (bound %d)", peak/batch, o.Resident())
+		})
+	}
+}
