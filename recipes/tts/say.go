@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 
@@ -29,6 +30,13 @@ type SampleOptions struct {
 	// MaxCodes bounds the codes generated (0: 10 per phoneme + 50, at
 	// most the model's MaxCodes).
 	MaxCodes int
+	// Candidates is how many sequences are sampled (seeds Seed, Seed+1,
+	// …) to keep the one the GPT itself finds likeliest — the mean log
+	// probability of its codes and stop token under the model's own
+	// distribution, one that stopped before one that ran to MaxCodes: the
+	// best-of-N of Tortoise's num_autoregressive_samples, ranked by the
+	// GPT instead of a CLVP model. 0 or 1: one.
+	Candidates int
 }
 
 // DefaultSampleOptions are XTTS's temperature, top-k and top-p, without
@@ -50,6 +58,8 @@ func (o SampleOptions) Validate() error {
 		return &recipes.ConfigError{Field: "repetition-penalty", Value: o.RepetitionPenalty, Reason: "must be in [0, 100] (0 or 1: none)"}
 	case o.MaxCodes < 0:
 		return &recipes.ConfigError{Field: "max-codes", Value: o.MaxCodes, Reason: "must be >= 0"}
+	case o.Candidates < 0 || o.Candidates > 64:
+		return &recipes.ConfigError{Field: "candidates", Value: o.Candidates, Reason: "must be in [0, 64] (0 or 1: one)"}
 	}
 	return nil
 }
@@ -68,8 +78,25 @@ func (m *Model) Latents(ref *torch.Tensor) *torch.Tensor {
 // the prompt [latents | text start, phonemes, text stop, audio start] goes
 // through the GPT once, then one code at a time, each step attending to
 // the cached keys and values of every earlier position, until the audio
-// stop token or the length bound.
+// stop token or the length bound. With o.Candidates > 1 it samples that
+// many sequences and keeps the likeliest (SampleOptions.Candidates).
 func (m *Model) Generate(latents *torch.Tensor, text []int64, o SampleOptions) (codes []int64, stopped bool) {
+	best := math.Inf(-1)
+	for k := range max(o.Candidates, 1) {
+		one := o
+		one.Seed = o.Seed + uint64(k)
+		c, st, score := m.generate(latents, text, one)
+		if st && !stopped || st == stopped && score > best {
+			codes, stopped, best = c, st, score
+		}
+	}
+	return codes, stopped
+}
+
+// generate samples one sequence and returns it with its mean log
+// probability per token (codes and, when stopped, the stop token) under
+// the GPT's distribution before temperature, top-k, top-p and penalty.
+func (m *Model) generate(latents *torch.Tensor, text []int64, o SampleOptions) (codes []int64, stopped bool, score float64) {
 	cfg := m.GPT.Cfg
 	limit := o.MaxCodes
 	if limit == 0 {
@@ -84,6 +111,13 @@ func (m *Model) Generate(latents *torch.Tensor, text []int64, o SampleOptions) (
 		}
 	}()
 	dev := latents.Device()
+	var logp float64
+	n := 0
+	defer func() {
+		if n > 0 {
+			score = logp / float64(n)
+		}
+	}()
 	torch.NoGrad(func() {
 		var logits []float32
 		torch.Tidy(func() {
@@ -93,8 +127,14 @@ func (m *Model) Generate(latents *torch.Tensor, text []int64, o SampleOptions) (
 		seen := map[int64]bool{}
 		for j := 1; j <= limit; j++ {
 			logits[cfg.audioStart()] = float32(math.Inf(-1))
-			penalise(logits, seen, o.RepetitionPenalty)
+			raw := logits
+			if o.RepetitionPenalty != 0 && o.RepetitionPenalty != 1 {
+				logits = slices.Clone(logits)
+				penalise(logits, seen, o.RepetitionPenalty)
+			}
 			c := sample(logits, o, r)
+			logp += float64(raw[c]) - logSumExp(raw)
+			n++
 			if c == cfg.audioStop() {
 				stopped = true
 				return
@@ -111,7 +151,20 @@ func (m *Model) Generate(latents *torch.Tensor, text []int64, o SampleOptions) (
 			})
 		}
 	})
-	return codes, stopped
+	return codes, stopped, score
+}
+
+// logSumExp is log Σ exp(v) over v (−Inf entries add nothing).
+func logSumExp(v []float32) float64 {
+	hi := math.Inf(-1)
+	for _, x := range v {
+		hi = math.Max(hi, float64(x))
+	}
+	var s float64
+	for _, x := range v {
+		s += math.Exp(float64(x) - hi)
+	}
+	return hi + math.Log(s)
 }
 
 // embedPrompt embeds [text start, text, text stop, audio start, codes]

@@ -1,6 +1,7 @@
 package tts
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -101,4 +102,89 @@ func TestTeacherForcedMatchesGreedy(t *testing.T) {
 	require.Equal(t, codes, m.TeacherForced(lat, text, codes))
 	require.Equal(t, codes[:len(codes)/2], m.TeacherForced(lat, text, codes[:len(codes)/2]))
 	require.Empty(t, m.TeacherForced(lat, text, nil))
+}
+
+// TestCandidatesKeepTheLikeliest: with Candidates n, Generate samples
+// seeds Seed … Seed+n−1 and keeps the sequence of the highest mean log
+// probability among those that stopped (all, if none did); one candidate
+// is the plain sample of Seed.
+func TestCandidatesKeepTheLikeliest(t *testing.T) {
+	m := newTinyModel(t, 10)
+	defer nn.Free(m)
+	nn.SetTraining(m, false)
+	torch.ManualSeed(5)
+	ref := torch.Randn([]int64{40, NMels})
+	defer ref.Free()
+	lat := m.Latents(ref)
+	defer lat.Free()
+	text := []int64{3, 4, 5, 6, 7, 8}
+	o := DefaultSampleOptions()
+	o.Temperature, o.MaxCodes, o.Seed = 1.5, 24, 7 // hot enough for the candidates to differ
+	type cand struct {
+		codes   []int64
+		stopped bool
+		score   float64
+	}
+	var cs []cand
+	for k := range 6 {
+		one := o
+		one.Seed += uint64(k)
+		c, st, sc := m.generate(lat, text, one)
+		require.False(t, math.IsNaN(sc))
+		require.LessOrEqual(t, sc, 0.0, "a mean log probability")
+		cs = append(cs, cand{c, st, sc})
+	}
+	plain, _ := m.Generate(lat, text, o)
+	require.Equal(t, cs[0].codes, plain)
+	// The score, kept step by step through the cache, is one pass's: the
+	// log-softmax (audio start masked) at each code's place and the stop's.
+	for _, c := range cs {
+		n := len(c.codes) + btoi(c.stopped)
+		var rows []float32
+		torch.NoGrad(func() {
+			torch.Tidy(func() {
+				h := m.GPT.Forward(lat, m.embedPrompt(text, c.codes, torch.CPU), nil)
+				at := h.Narrow(1, lat.Size(1)+int64(len(text))+2, int64(n))
+				rows = m.GPT.AudioHead.Forward(at).Reshape(int64(n), -1).Float32s()
+			})
+		})
+		width := len(rows) / n
+		var sum float64
+		for j := range n {
+			row := rows[j*width : (j+1)*width]
+			row[m.GPT.Cfg.audioStart()] = float32(math.Inf(-1))
+			tok := m.GPT.Cfg.audioStop()
+			if j < len(c.codes) {
+				tok = c.codes[j]
+			}
+			sum += float64(row[tok]) - logSumExp(row)
+		}
+		require.InDelta(t, sum/float64(n), c.score, 1e-4)
+		t.Logf("codes %d stopped %v score %.3f", len(c.codes), c.stopped, c.score)
+	}
+	for _, n := range []int{1, 2, 6} {
+		want := cs[0]
+		for _, c := range cs[1:n] {
+			if c.stopped && !want.stopped || c.stopped == want.stopped && c.score > want.score {
+				want = c
+			}
+		}
+		o.Candidates = n
+		got, stopped := m.Generate(lat, text, o)
+		require.Equal(t, want.codes, got, "candidates %d", n)
+		require.Equal(t, want.stopped, stopped)
+	}
+	distinct := map[string]bool{}
+	for _, c := range cs {
+		distinct[fmt.Sprint(c.codes)] = true
+	}
+	require.Greater(t, len(distinct), 1, "the candidates differ")
+}
+
+// TestLogSumExp: the normaliser of the sequence score, stable for large
+// logits and blind to masked ones.
+func TestLogSumExp(t *testing.T) {
+	require.InDelta(t, math.Log(math.Exp(1)+math.Exp(2)+math.Exp(3)), logSumExp([]float32{1, 2, 3}), 1e-9)
+	require.InDelta(t, 2.0, logSumExp([]float32{2, float32(math.Inf(-1))}), 1e-9)
+	require.InDelta(t, 1000+math.Log(2), logSumExp([]float32{1000, 1000}), 1e-9, "no overflow")
 }
