@@ -306,6 +306,8 @@ func TestBadInputCampaign(t *testing.T) {
 		{"tts say top-p 2", say("--top-p", "2"), ""},
 		{"tts say repetition penalty negative", say("--repetition-penalty", "-1"), ""},
 		{"tts say repetition penalty NaN", say("--repetition-penalty", "NaN"), ""},
+		{"tts say candidates negative", say("--candidates", "-1"), ""},
+		{"tts say candidates absurd", say("--candidates", "100000"), ""},
 		{"tts say 7-bit speaker", say("--speaker", bits7), ""},
 		{"tts say existing out untouched on bad text", say("--out", existingWAV, "--text", " "), ""},
 
