@@ -1,6 +1,7 @@
 package memplan
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -273,14 +274,25 @@ func (d DryRun) run(accum int, micro, update func() error) (Measurement, error) 
 	if rerr := snap.Restore(); rerr != nil && err == nil {
 		err = rerr
 	}
-	if err == nil && dev.IsCUDA() {
-		_, err = torch.ClearBlasWorkspaces()
+	// A candidate that ran out of memory must leave nothing behind either:
+	// the next one would be measured over what it left (and a plan would
+	// find that nothing fits).
+	oom := errors.Is(err, torch.ErrOutOfMemory)
+	if (err == nil || oom) && dev.IsCUDA() {
+		if _, cerr := torch.ClearBlasWorkspaces(); cerr != nil && err == nil {
+			err = cerr
+		}
 	}
-	if err == nil {
+	if err == nil || oom {
 		st, serr := torch.MemoryStats(dev)
 		switch {
 		case serr != nil:
-			err = serr
+			if err == nil {
+				err = serr
+			}
+		case st.Allocated > start.Allocated && oom:
+			err = fmt.Errorf("memplan: dry run: %w: %s after running out of memory (%v) (micro and update must release what they create, also when they fail; Keep nothing)",
+				ErrLeak, torch.FormatBytes(st.Allocated-start.Allocated), err)
 		case st.Allocated > start.Allocated:
 			err = fmt.Errorf("memplan: dry run: %w: %s (micro and update must release what they create; Keep nothing)",
 				ErrLeak, torch.FormatBytes(st.Allocated-start.Allocated))

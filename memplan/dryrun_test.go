@@ -166,6 +166,23 @@ func TestDryRunErrors(t *testing.T) {
 	kept.Free()
 	f.requireRestored(t)
 
+	// A leak is a leak when the candidate also ran out of memory: reported
+	// as such, not as a candidate that does not fit (the next would be
+	// measured over what it left).
+	kept = nil
+	_, err = memplan.DryRun{Model: f.m, Optimizers: []nn.Optimizer{f.opt}}.Run(1, func() error {
+		kept = torch.Zeros([]int64{1000}).Keep()
+		st := torch.MustMemoryStats(torch.CPU)
+		require.NoError(t, torch.SetMemoryLimit(torch.CPU, st.Allocated+1<<20))
+		defer torch.SetMemoryLimit(torch.CPU, 0)
+		torch.Zeros([]int64{1 << 20}) // 4 MiB: over the limit
+		return nil
+	}, func() error { return nil })
+	require.ErrorIs(t, err, memplan.ErrLeak)
+	require.NotErrorIs(t, err, torch.ErrOutOfMemory)
+	kept.Free()
+	f.requireRestored(t)
+
 	var oe *memplan.OptionError
 	_, err = memplan.DryRun{}.Run(0, func() error { return nil }, func() error { return nil })
 	require.ErrorAs(t, err, &oe)

@@ -12,6 +12,8 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
 
 #ifdef TF_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -331,3 +333,28 @@ tf_err tf_checkpoint(uint64_t fn, const tf_tensor* inputs, int32_t nin, tf_tenso
 }
 
 }  // extern "C"
+
+// ---- after a failed backward ----------------------------------------------------
+
+namespace {
+// Drain is a node with sequence number 0: the engine's ready queue pops a
+// higher sequence number first, so a graph rooted at it runs after every
+// task left in the queue — each of them, its graph gone, is dropped with
+// what it holds — and only then completes.
+struct Drain : torch::autograd::Node {
+  Drain() : Node(/*sequence_nr=*/0) {}
+  variable_list apply(variable_list&& grads) override { return {}; }
+  std::string name() const override { return "torchfit::Drain"; }
+};
+}  // namespace
+
+void tf::drain_autograd() noexcept {
+  try {
+    auto one = at::zeros({}, at::kFloat);
+    auto fn = std::make_shared<Drain>();
+    fn->add_input_metadata(one);
+    torch::autograd::Engine::get_default_engine().execute({torch::autograd::Edge(fn, 0)}, {one}, /*keep_graph=*/false,
+                                                          /*create_graph=*/false, /*accumulate_grad=*/true, {});
+  } catch (...) {
+  }
+}

@@ -146,6 +146,26 @@ extern std::atomic<int64_t> exhaustion_probe;
 extern std::atomic<int64_t> fault_countdown;
 void maybe_fault();
 
+// Runs fn, a call into the autograd engine (backward, grad). When it
+// throws, the engine has stopped at the first failing node and left the
+// rest of that graph's ready tasks — nodes holding their saved tensors and
+// the gradients flowing into them — in this thread's CPU ready queue,
+// which outlives the call (the engine reuses it for the thread's next
+// backward, and pops a later graph's newer nodes first): a backward that
+// ran out of memory half-way kept its memory after its tensors were
+// freed. drain_autograd empties the queue before the exception goes on
+// (autograd.cc).
+void drain_autograd() noexcept;
+template <class F>
+void engine_call(F fn) {
+  try {
+    fn();
+  } catch (...) {
+    drain_autograd();
+    throw;
+  }
+}
+
 // Every OS thread that enters the shim gets libtorch's OpenMP thread count
 // before its first libtorch call (and again after tf_set_num_threads), so
 // all threads agree on it as Python's single thread does (backend.cc).

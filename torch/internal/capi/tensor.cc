@@ -119,7 +119,7 @@ tf_err tf_backward(tf_tensor t, tf_tensor grad, int32_t retain_graph, int32_t cr
   if (grad) grads.push_back(grad->t);
   tf_optional<bool> retain;
   if (retain_graph) retain = true;
-  torch::autograd::backward({t->t}, grads, retain, create_graph != 0);
+  tf::engine_call([&] { torch::autograd::backward({t->t}, grads, retain, create_graph != 0); });
   TF_CATCH
 }
 
@@ -154,7 +154,8 @@ tf_err tf_autograd_grad(const tf_tensor* outputs, int32_t nout, const tf_tensor*
   for (int32_t k = 0; k < nin; k++) ins.push_back(inputs[k]->t);
   tf_optional<bool> retain;
   if (retain_graph) retain = true;
-  auto res = torch::autograd::grad(outs, ins, gouts, retain, create_graph != 0, allow_unused != 0);
+  std::vector<at::Tensor> res;
+  tf::engine_call([&] { res = torch::autograd::grad(outs, ins, gouts, retain, create_graph != 0, allow_unused != 0); });
   for (int32_t k = 0; k < nin; k++) grads[k] = res[k].defined() ? tf::wrap(res[k]) : nullptr;
   TF_CATCH
 }
