@@ -19,7 +19,11 @@
 // primitive fails — matches ErrBackend instead: not memory, and the process
 // is not safe to go on. A std::bad_alloc while the host has no memory left
 // (256 MiB more cannot be allocated either) is ErrOutOfMemory. A C++ exception never
-// aborts the process.
+// aborts the process. A backward that fails half-way (Backward, Gradients)
+// leaves nothing of its graph behind once its tensors are freed: libtorch's
+// autograd engine keeps the tasks it did not run in a per-thread queue,
+// which torchfit empties, so a step retried at a smaller micro-batch after
+// running out of memory has all its memory back.
 //
 // # Deterministic memory
 //
