@@ -297,7 +297,6 @@ func sampleFlags() []cli.Flag {
 		&cli.Uint64Flag{Name: "seed", Value: d.Seed},
 		&cli.IntFlag{Name: "max-codes", Usage: "stop after this many codes (0: 10 per phoneme + 50)"},
 		&cli.IntFlag{Name: "candidates", Value: 1, Usage: "sample this many code sequences (seeds seed, seed+1, …) and keep the one the GPT finds likeliest"},
-		&cli.Float64Flag{Name: "contrast", Usage: "with --candidates: rank by the log probability given the text minus this times that given no text (0: likelihood alone)"},
 		&cli.IntFlag{Name: "griffin-lim-iters", Value: 32, Usage: "Griffin-Lim iterations"},
 		&cli.IntFlag{Name: "threads", Usage: "libtorch CPU threads (0: default)"},
 	}
@@ -311,7 +310,7 @@ func sampleFrom(c *cli.Context) (torch.Device, SampleOptions, error) {
 	if n := c.Int("threads"); n > 0 {
 		torch.SetNumThreads(n)
 	}
-	o := SampleOptions{Temperature: c.Float64("temperature"), TopK: c.Int("top-k"), TopP: c.Float64("top-p"), RepetitionPenalty: c.Float64("repetition-penalty"), Seed: c.Uint64("seed"), MaxCodes: c.Int("max-codes"), Candidates: c.Int("candidates"), Contrast: c.Float64("contrast")}
+	o := SampleOptions{Temperature: c.Float64("temperature"), TopK: c.Int("top-k"), TopP: c.Float64("top-p"), RepetitionPenalty: c.Float64("repetition-penalty"), Seed: c.Uint64("seed"), MaxCodes: c.Int("max-codes"), Candidates: c.Int("candidates")}
 	return dev, o, o.Validate()
 }
 

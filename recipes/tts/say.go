@@ -37,12 +37,6 @@ type SampleOptions struct {
 	// best-of-N of Tortoise's num_autoregressive_samples, ranked by the
 	// GPT instead of a CLVP model. 0 or 1: one.
 	Candidates int
-	// Contrast ranks the candidates by their mean log probability given
-	// the text minus Contrast times that given no text (the same speaker,
-	// an empty phoneme sequence): maximum mutual information's anti-LM
-	// reranking, which favours codes the text explains over codes that
-	// are merely likely. 0: likelihood alone.
-	Contrast float64
 }
 
 // DefaultSampleOptions are XTTS's temperature, top-k and top-p, without
@@ -64,8 +58,6 @@ func (o SampleOptions) Validate() error {
 		return &recipes.ConfigError{Field: "repetition-penalty", Value: o.RepetitionPenalty, Reason: "must be in [0, 100] (0 or 1: none)"}
 	case o.MaxCodes < 0:
 		return &recipes.ConfigError{Field: "max-codes", Value: o.MaxCodes, Reason: "must be >= 0"}
-	case !(o.Contrast >= 0 && o.Contrast <= 10):
-		return &recipes.ConfigError{Field: "contrast", Value: o.Contrast, Reason: "must be in [0, 10] (0: likelihood alone)"}
 	case o.Candidates < 0 || o.Candidates > 64:
 		return &recipes.ConfigError{Field: "candidates", Value: o.Candidates, Reason: "must be in [0, 64] (0 or 1: one)"}
 	}
@@ -94,9 +86,6 @@ func (m *Model) Generate(latents *torch.Tensor, text []int64, o SampleOptions) (
 		one := o
 		one.Seed = o.Seed + uint64(k)
 		c, st, score := m.generate(latents, text, one)
-		if o.Contrast > 0 && max(o.Candidates, 1) > 1 {
-			score -= o.Contrast * m.sequenceScore(latents, nil, c, st)
-		}
 		if st && !stopped || st == stopped && score > best {
 			codes, stopped, best = c, st, score
 		}
@@ -176,40 +165,6 @@ func logSumExp(v []float32) float64 {
 		s += math.Exp(float64(x) - hi)
 	}
 	return hi + math.Log(s)
-}
-
-// sequenceScore is the mean log probability of codes (and the stop token
-// when stopped) given text and speaker latents, in one pass.
-func (m *Model) sequenceScore(latents *torch.Tensor, text, codes []int64, stopped bool) float64 {
-	cfg := m.GPT.Cfg
-	codes = codes[:min(int64(len(codes)), cfg.MaxCodes)]
-	n := len(codes)
-	if stopped {
-		n++
-	}
-	if n == 0 {
-		return 0
-	}
-	var rows []float32
-	torch.NoGrad(func() {
-		torch.Tidy(func() {
-			h := m.GPT.Forward(latents, m.embedPrompt(text, codes, latents.Device()), nil)
-			at := h.Narrow(1, latents.Size(1)+int64(len(text))+2, int64(n))
-			rows = m.GPT.AudioHead.Forward(at).Reshape(int64(n), -1).ToDevice(torch.CPU).Float32s()
-		})
-	})
-	width := len(rows) / n
-	var sum float64
-	for j := range n {
-		row := rows[j*width : (j+1)*width]
-		row[cfg.audioStart()] = float32(math.Inf(-1))
-		tok := cfg.audioStop()
-		if j < len(codes) {
-			tok = codes[j]
-		}
-		sum += float64(row[tok]) - logSumExp(row)
-	}
-	return sum / float64(n)
 }
 
 // embedPrompt embeds [text start, text, text stop, audio start, codes]
