@@ -83,20 +83,26 @@ func TestSampleWithPenaltyAvoidsRepeats(t *testing.T) {
 	require.InDelta(t, 142, count(10), 40)
 }
 
-// TestTeacherForcedMatchesGreedy: the greedy sampler's codes are the
-// GPT's likeliest at each step given the codes before them, so teacher
-// forcing them (one pass over the whole sequence, no cache) gives them
-// back, code for code; a prefix gives the same prefix.
-func TestTeacherForcedMatchesGreedy(t *testing.T) {
+// samplingFixture is a tiny untrained model in eval mode, the latents of
+// a random reference and a text (freed when the test ends).
+func samplingFixture(t *testing.T) (*Model, *torch.Tensor, []int64) {
 	m := newTinyModel(t, 10)
-	defer nn.Free(m)
+	t.Cleanup(func() { nn.Free(m) })
 	nn.SetTraining(m, false)
 	torch.ManualSeed(5)
 	ref := torch.Randn([]int64{40, NMels})
 	defer ref.Free()
 	lat := m.Latents(ref)
-	defer lat.Free()
-	text := []int64{3, 4, 5, 6, 7, 8}
+	t.Cleanup(lat.Free)
+	return m, lat, []int64{3, 4, 5, 6, 7, 8}
+}
+
+// TestTeacherForcedMatchesGreedy: the greedy sampler's codes are the
+// GPT's likeliest at each step given the codes before them, so teacher
+// forcing them (one pass over the whole sequence, no cache) gives them
+// back, code for code; a prefix gives the same prefix.
+func TestTeacherForcedMatchesGreedy(t *testing.T) {
+	m, lat, text := samplingFixture(t)
 	codes, _ := m.Generate(lat, text, SampleOptions{MaxCodes: 24})
 	require.NotEmpty(t, codes)
 	require.Equal(t, codes, m.TeacherForced(lat, text, codes))
@@ -109,15 +115,7 @@ func TestTeacherForcedMatchesGreedy(t *testing.T) {
 // probability among those that stopped (all, if none did); one candidate
 // is the plain sample of Seed.
 func TestCandidatesKeepTheLikeliest(t *testing.T) {
-	m := newTinyModel(t, 10)
-	defer nn.Free(m)
-	nn.SetTraining(m, false)
-	torch.ManualSeed(5)
-	ref := torch.Randn([]int64{40, NMels})
-	defer ref.Free()
-	lat := m.Latents(ref)
-	defer lat.Free()
-	text := []int64{3, 4, 5, 6, 7, 8}
+	m, lat, text := samplingFixture(t)
 	o := DefaultSampleOptions()
 	o.Temperature, o.MaxCodes, o.Seed = 1.5, 24, 7 // hot enough for the candidates to differ
 	type cand struct {
