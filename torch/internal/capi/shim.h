@@ -154,14 +154,21 @@ void maybe_fault();
 // backward, and pops a later graph's newer nodes first): a backward that
 // ran out of memory half-way kept its memory after its tensors were
 // freed. drain_autograd empties the queue before the exception goes on
-// (autograd.cc).
+// (autograd.cc) — from the outermost call only: inside a backward (a Go
+// function run by one) the queue still holds the live graph's tasks.
 void drain_autograd() noexcept;
+inline thread_local int engine_depth = 0;  // engine_calls running on this thread
 template <class F>
 void engine_call(F fn) {
+  struct Depth {
+    Depth() { engine_depth++; }
+    ~Depth() { engine_depth--; }
+  };
   try {
+    Depth d;
     fn();
   } catch (...) {
-    drain_autograd();
+    if (engine_depth == 0) drain_autograd();
     throw;
   }
 }
