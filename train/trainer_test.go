@@ -114,6 +114,7 @@ func peakAt(t *testing.T, micro int) int64 {
 	defer b.Free()
 	_, err = tr.Step(b) // creates the momentum buffers
 	require.NoError(t, err)
+	torch.CollectGarbage() // no earlier garbage released mid-step
 	base := torch.MustMemoryStats(torch.CPU).Allocated
 	require.NoError(t, torch.ResetPeakMemory(torch.CPU))
 	_, err = tr.Step(b)
