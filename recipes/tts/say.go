@@ -113,11 +113,6 @@ func (m *Model) generate(latents *torch.Tensor, text []int64, o SampleOptions) (
 	dev := latents.Device()
 	var logp float64
 	n := 0
-	defer func() {
-		if n > 0 {
-			score = logp / float64(n)
-		}
-	}()
 	torch.NoGrad(func() {
 		var logits []float32
 		torch.Tidy(func() {
@@ -151,6 +146,9 @@ func (m *Model) generate(latents *torch.Tensor, text []int64, o SampleOptions) (
 			})
 		}
 	})
+	if n > 0 {
+		score = logp / float64(n)
+	}
 	return codes, stopped, score
 }
 
