@@ -286,17 +286,10 @@ func (m *Model) evalOne(mel *Mel, frames, ref []float32, text []int64, cfg EvalC
 				}
 			}
 			out.forcedN = len(tf)
-			// decode turns codes into log-mels on the CPU (none: one code 0).
-			decode := func(codes []int64) *torch.Tensor {
-				if len(codes) == 0 {
-					codes = []int64{0}
-				}
-				return m.denormalize(m.Codec.Decode(torch.FromSlice(codes, []int64{1, int64(len(codes))}).ToDevice(dev)).Squeeze().ToDevice(torch.CPU))
-			}
-			forced = decode(tf)
+			forced = m.decodeCodes(tf)
 			codes, stopped := m.Generate(lat, text, so)
 			out.stopped = stopped
-			syn = decode(codes)
+			syn = m.decodeCodes(codes)
 		})
 		out.l1TTS = dtwL1(syn.Float32s(), orig.Float32s())
 		out.tts = vocode(syn)

@@ -429,11 +429,7 @@ func (m *Model) say(ph string, ref []float32, cfg SayConfig) ([]float32, SayResu
 			lat := m.Latents(m.normalize(lm).ToDevice(m.device()))
 			codes, stopped := m.Generate(lat, ids, cfg.Sample)
 			res.Codes, res.Stopped = len(codes), stopped
-			if len(codes) == 0 {
-				codes = []int64{0}
-			}
-			out := m.Codec.Decode(torch.FromSlice(codes, []int64{1, int64(len(codes))}).ToDevice(m.device()))
-			return m.denormalize(out.Squeeze().ToDevice(torch.CPU))
+			return m.decodeCodes(codes)
 		})
 	})
 	if err != nil {
@@ -443,6 +439,16 @@ func (m *Model) say(ph string, ref []float32, cfg SayConfig) ([]float32, SayResu
 	wav, err := mel.Vocode(logmel, cfg.GLIters, cfg.Sample.Seed)
 	res.Seconds = float64(len(wav)) / SampleRate
 	return wav, res, err
+}
+
+// decodeCodes turns codes into denormalised log-mels (T, NMels) on the
+// CPU through the codec (no codes: one code 0).
+func (m *Model) decodeCodes(codes []int64) *torch.Tensor {
+	if len(codes) == 0 {
+		codes = []int64{0}
+	}
+	out := m.Codec.Decode(torch.FromSlice(codes, []int64{1, int64(len(codes))}).ToDevice(m.device()))
+	return m.denormalize(out.Squeeze().ToDevice(torch.CPU))
 }
 
 func (m *Model) device() torch.Device { return m.Codec.Codebook.Device() }
