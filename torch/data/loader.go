@@ -120,6 +120,9 @@ type Loader[S any, B TensorBatch] struct {
 	stats        Stats
 }
 
+// defaultPrefetch is Options.Prefetch when it is 0.
+const defaultPrefetch = 2
+
 // Resident bounds, in batches, the CPU memory a loader with these options
 // holds while its caller holds a batch (a caller that frees each batch
 // before asking for the next): that batch and, with workers, the
@@ -134,7 +137,7 @@ func (o Options) Resident() int {
 	}
 	p := o.Prefetch
 	if p == 0 {
-		p = 2
+		p = defaultPrefetch
 	}
 	return 1 + o.Workers*(max(p, 0)+1)
 }
@@ -148,7 +151,7 @@ func NewLoader[S any, B TensorBatch](ds Dataset[S], collate func([]S) (B, error)
 		opt.BatchSize = 1
 	}
 	if opt.Prefetch == 0 {
-		opt.Prefetch = 2
+		opt.Prefetch = defaultPrefetch
 	}
 	if opt.BatchSize < 0 || opt.Workers < 0 || opt.Prefetch < 0 {
 		return nil, fmt.Errorf("data: NewLoader: negative BatchSize, Workers or Prefetch (%d, %d, %d)",
