@@ -108,6 +108,8 @@ func TestTTSFromTheCommandLine(t *testing.T) {
 			"--checkpoint-dir", filepath.Join(dir, "codec2")}, "--codes 64 (it has 32)"},
 		{"resume the GPT as another", append(append([]string{"tts", "train", "--data", d, "--resume", gpt, "--checkpoint-dir", filepath.Join(dir, "gpt2")}, tiny...),
 			"--layers", "2", "--codec", notAudio), "--layers 2 (it has 1), --codec " + notAudio},
+		{"a ranker without candidates", append(say("नाचता", ref), "--rank-asr", codec), "--rank-asr ranks the candidates: it needs --candidates 2 or more"},
+		{"a ranker that is not there", append(say("नाचता", ref), "--rank-asr", filepath.Join(dir, "none.pt"), "--candidates", "2"), "none.pt"},
 		{"memory-test sizes", []string{"tts", "memory-test", "--data", d, "--codec", codec, "--batch-sizes", "2,x"}, "batch-sizes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -170,10 +170,17 @@ func (m *Mel) Vocode(logmel *torch.Tensor, iters int, seed uint64) ([]float32, e
 func (m *Mel) vocode(logmel *torch.Tensor, iters int, seed uint64) []float32 {
 	var out []float32
 	torch.Tidy(func() {
+		// The STFT pads the signal by NFFT/2 on each side by reflection,
+		// which needs more than NFFT/2 samples: a shorter mel (a sequence
+		// the GPT stopped at once) is vocoded with silence after it, then
+		// cut to its own length.
+		const minFrames = NFFT/(2*Hop) + 2
 		t := logmel.Size(0)
-		length := (t - 1) * Hop
-		wav := m.GriffinLim(m.Magnitude(logmel), iters, length, nil, seed)
-		out = wav.Float32s()
+		if t < minFrames {
+			logmel = logmel.Pad([]int64{0, 0, 0, minFrames - t}, logFloor())
+		}
+		wav := m.GriffinLim(m.Magnitude(logmel), iters, (max(t, minFrames)-1)*Hop, nil, seed)
+		out = wav.Narrow(-1, 0, (t-1)*Hop).Float32s()
 	})
 	var peak float32
 	for _, v := range out {

@@ -123,6 +123,23 @@ func TestGriffinLimRecovers(t *testing.T) {
 	require.Less(t, e32, 0.8)
 }
 
+// TestVocodeShortMels: a mel of fewer frames than the STFT's reflection
+// padding needs (a sequence the GPT stopped at once decodes to 2) is
+// vocoded to its own length, (frames − 1) × Hop samples; from 4 frames
+// on, as before.
+func TestVocodeShortMels(t *testing.T) {
+	m, err := NewMel()
+	require.NoError(t, err)
+	defer m.Close()
+	for _, frames := range []int64{1, 2, 3, 4, 8} {
+		mel := torch.Full([]int64{frames, NMels}, -2)
+		w, err := m.Vocode(mel, 2, 1)
+		mel.Free()
+		require.NoError(t, err, "%d frames", frames)
+		require.Len(t, w, int((frames-1)*Hop), "%d frames", frames)
+	}
+}
+
 func TestDTWL1(t *testing.T) {
 	a := make([]float32, 10*NMels)
 	for i := range a {

@@ -38,7 +38,7 @@ func (Recipe) Usage() string {
 
 // Commands are the recipe's verbs.
 func (r Recipe) Commands() []*cli.Command {
-	return []*cli.Command{dataCommand(), trainCodecCommand(), trainCommand(), sayCommand(), evalCommand(r.Transcribe), memoryTestCommand()}
+	return []*cli.Command{dataCommand(), trainCodecCommand(), trainCommand(), sayCommand(r.Transcribe), evalCommand(r.Transcribe), memoryTestCommand()}
 }
 
 // configKeys maps the seed's config.yaml keys to flags. Other keys whose
@@ -314,7 +314,7 @@ func sampleFrom(c *cli.Context) (torch.Device, SampleOptions, error) {
 	return dev, o, o.Validate()
 }
 
-func sayCommand() *cli.Command {
+func sayCommand(transcribe Transcriber) *cli.Command {
 	return &cli.Command{
 		Name:  "say",
 		Usage: "speak a text in the voice of a reference clip: phonemes → codes (KV-cached sampling) → codec → mel → Griffin-Lim → 16 kHz WAV",
@@ -323,6 +323,7 @@ func sayCommand() *cli.Command {
 			&cli.StringFlag{Name: "text", Usage: "what to say (Konkani or Marathi in Devanagari)"},
 			&cli.StringFlag{Name: "speaker", Usage: "reference clip of the voice (WAV, at least 0.5 s)"},
 			&cli.StringFlag{Name: "out", Value: "out.wav", Usage: "WAV to write"},
+			&cli.StringFlag{Name: "rank-asr", Usage: "an ASR checkpoint that keeps, of the --candidates, the one it transcribes closest to --text"},
 		}, sampleFlags()...),
 		Action: func(c *cli.Context) error {
 			dev, o, err := sampleFrom(c)
@@ -336,7 +337,7 @@ func sayCommand() *cli.Command {
 				return err
 			}
 			res, err := Say(c.Context, SayConfig{Checkpoint: c.String("checkpoint"), Text: c.String("text"), Speaker: c.String("speaker"),
-				Out: c.String("out"), Device: dev, Sample: o, GLIters: c.Int("griffin-lim-iters")})
+				Out: c.String("out"), Device: dev, Sample: o, GLIters: c.Int("griffin-lim-iters"), Rank: c.String("rank-asr"), Transcribe: transcribe})
 			if err != nil {
 				return err
 			}
@@ -346,6 +347,9 @@ func sayCommand() *cli.Command {
 			}
 			if res.Unknown > 0 {
 				fmt.Fprintf(os.Stderr, "torchfit: warning: %d phonemes outside the model's vocabulary were read as <unk>\n", res.Unknown)
+			}
+			if c.String("rank-asr") != "" {
+				end += fmt.Sprintf("; candidate %d of %d by the GPT's likelihood, kept by the ranker at CER %.3f", res.Pick+1, o.Candidates, res.CER)
 			}
 			fmt.Printf("wrote %s: %.2f s, %d codes (%s); phonemes: %s\n", c.String("out"), res.Seconds, res.Codes, end, res.Phonemes)
 			return nil
@@ -360,6 +364,7 @@ func evalCommand(transcribe Transcriber) *cli.Command {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "checkpoint", Usage: "a checkpoint of `tts train` (required)"},
 			&cli.StringFlag{Name: "asr", Usage: "an ASR checkpoint trained on the same corpus (required)"},
+			&cli.StringFlag{Name: "rank-asr", Usage: "another ASR checkpoint (not --asr) that keeps, of the --candidates, the one it transcribes closest to the text"},
 			&cli.StringFlag{Name: "data", Value: "data/tts"},
 			&cli.StringFlag{Name: "split", Value: "test"},
 			&cli.IntFlag{Name: "limit", Value: 40, Usage: "utterances per group of voices (0: all)"},
@@ -377,7 +382,7 @@ func evalCommand(transcribe Transcriber) *cli.Command {
 				return recipes.Usagef("--out %s is not a directory: name one for the WAVs and eval.json", c.String("out"))
 			}
 			log := report.NewLogger(os.Stderr)
-			res, err := Evaluate(c.Context, EvalConfig{Checkpoint: c.String("checkpoint"), ASR: c.String("asr"), Transcribe: transcribe, Data: c.String("data"),
+			res, err := Evaluate(c.Context, EvalConfig{Checkpoint: c.String("checkpoint"), ASR: c.String("asr"), Rank: c.String("rank-asr"), Transcribe: transcribe, Data: c.String("data"),
 				Split: c.String("split"), Limit: c.Int("limit"), Out: c.String("out"), Device: dev, Sample: o, GLIters: c.Int("griffin-lim-iters"), Logf: log.Printf})
 			if err != nil {
 				return err

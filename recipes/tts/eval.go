@@ -29,8 +29,12 @@ type Transcriber func(checkpoint string, files []string, dev torch.Device) ([]st
 // EvalConfig is `torchfit tts eval`: intelligibility and mel distance on
 // held-out sentences.
 type EvalConfig struct {
-	Checkpoint string      // from `tts train`
-	ASR        string      // an ASR checkpoint trained on the same corpus (`torchfit asr train --data DIR`)
+	Checkpoint string // from `tts train`
+	ASR        string // an ASR checkpoint trained on the same corpus (`torchfit asr train --data DIR`)
+	// Rank is another ASR checkpoint that picks among the candidates
+	// (Sample.Candidates > 1) the one it transcribes closest to the text,
+	// instead of the GPT's likeliest; never the judge (ASR).
+	Rank       string
 	Transcribe Transcriber // reads ASR's checkpoint: asr.TranscribeFiles (cmd/torchfit wires it in)
 	Data       string
 	Split      string // test: held-out sentences, half read by the held-out voice
@@ -57,9 +61,12 @@ type EvalRow struct {
 	// CERForced is the CER of the GPT's teacher-forced codes (its
 	// likeliest code at each place given the original codes before it),
 	// ForcedAccuracy the fraction equal to the codec's own.
-	CERForced, ForcedAccuracy           float64
-	MelL1Codec, MelL1TTS                float64
-	Stopped                             int // syntheses the model ended itself
+	CERForced, ForcedAccuracy float64
+	MelL1Codec, MelL1TTS      float64
+	Stopped                   int // syntheses the model ended itself
+	// Reranked counts the syntheses where the ranker (EvalConfig.Rank)
+	// chose another candidate than the GPT's likeliest.
+	Reranked                            int `json:",omitempty"`
 	SecondsOriginal, SecondsSynthesised float64
 }
 
@@ -96,12 +103,21 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 	if cfg.Transcribe == nil {
 		return res, errors.New("tts: eval: no Transcriber to score the speech with (EvalConfig.Transcribe)")
 	}
+	if err := checkRanker(cfg.Rank, cfg.ASR, cfg.Sample.Candidates, cfg.Transcribe); err != nil {
+		return res, err
+	}
 	if cfg.Split == "" {
 		cfg.Split = "test"
 	}
-	// The ASR checkpoint is read before anything is synthesised or written.
-	if _, err := cfg.Transcribe(cfg.ASR, nil, cfg.Device); err != nil {
-		return res, err
+	// The ASR checkpoints are read before anything is synthesised or
+	// written.
+	for _, a := range []string{cfg.ASR, cfg.Rank} {
+		if a == "" {
+			continue
+		}
+		if _, err := cfg.Transcribe(a, nil, cfg.Device); err != nil {
+			return res, err
+		}
 	}
 	var m *Model
 	torch.Main().Do(func() { m, err = LoadModel(cfg.Checkpoint, cfg.Device) })
@@ -132,7 +148,11 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 			groups[g] = append(groups[g], i)
 		}
 	}
-	for _, d := range []string{"tts", "codec", "vocoder", "forced"} {
+	dirs := []string{"tts", "codec", "vocoder", "forced"}
+	if cfg.Rank != "" {
+		dirs = append(dirs, "candidates")
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(cfg.Out, d), 0o755); err != nil {
 			return res, err
 		}
@@ -182,7 +202,23 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 			if err != nil {
 				return res, err
 			}
-			paths := map[string][]float32{"tts": one.tts, "codec": one.codec, "vocoder": one.vocoder, "forced": one.forced}
+			pick := 0
+			if cfg.Rank != "" {
+				files := make([]string, len(one.tts))
+				for k, w := range one.tts {
+					files[k] = filepath.Join(cfg.Out, "candidates", fmt.Sprintf("%s_%d.wav", u.ID, k))
+					if err := audio.WriteWAV(files[k], audio.FloatToInt16(w), SampleRate); err != nil {
+						return res, err
+					}
+				}
+				if pick, _, err = rankByASR(cfg.Transcribe, cfg.Rank, u.Text, files, cfg.Device); err != nil {
+					return res, err
+				}
+				if pick > 0 {
+					row.Reranked++
+				}
+			}
+			paths := map[string][]float32{"tts": one.tts[pick], "codec": one.codec, "vocoder": one.vocoder, "forced": one.forced}
 			for d, w := range paths {
 				if err := audio.WriteWAV(filepath.Join(cfg.Out, d, u.ID+".wav"), audio.FloatToInt16(w), SampleRate); err != nil {
 					return res, err
@@ -196,12 +232,12 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 			hits += one.forcedHits
 			forcedN += one.forcedN
 			l1c += one.l1Codec
-			l1t += one.l1TTS
-			if one.stopped {
+			l1t += dtwL1(one.ttsMel[pick], one.orig)
+			if one.stopped[pick] {
 				row.Stopped++
 			}
 			row.SecondsOriginal += u.Duration
-			row.SecondsSynthesised += float64(len(one.tts)) / SampleRate
+			row.SecondsSynthesised += float64(len(one.tts[pick])) / SampleRate
 			res.Examples = append(res.Examples, EvalExample{ID: u.ID, Group: g, Voice: u.Voice, Reference: refCorpus.Utts[ri].ID, Text: u.Text, WAV: syn[len(syn)-1]})
 			if (k+1)%10 == 0 {
 				cfg.Logf("%s: %d of %d synthesised", g, k+1, len(idx))
@@ -245,10 +281,15 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 }
 
 type evalOne struct {
-	tts, codec, vocoder, forced []float32
-	l1Codec, l1TTS              float64
-	stopped                     bool
-	forcedHits, forcedN         int // teacher-forced codes equal to the codec's, of all
+	codec, vocoder, forced []float32
+	orig                   []float32 // the original log-mels
+	// tts are the synthesised candidates' speech, ttsMel their log-mels
+	// and stopped whether the GPT ended them, the GPT's likeliest first:
+	// all candidates when a ranker chooses, else that one alone.
+	tts, ttsMel         [][]float32
+	stopped             []bool
+	l1Codec             float64
+	forcedHits, forcedN int // teacher-forced codes equal to the codec's, of all
 }
 
 // evalOne synthesises one utterance (normalised frames and reference
@@ -276,7 +317,7 @@ func (m *Model) evalOne(mel *Mel, frames, ref []float32, text []int64, cfg EvalC
 		r := torch.FromSlice(ref, []int64{int64(len(ref) / NMels), NMels}).ToDevice(dev)
 		so := cfg.Sample
 		so.Seed = cfg.Sample.Seed ^ seed
-		var syn *torch.Tensor
+		var cands []Candidate
 		torch.NoGrad(func() {
 			lat := m.Latents(r)
 			tf := m.TeacherForced(lat, text, truth)
@@ -287,12 +328,19 @@ func (m *Model) evalOne(mel *Mel, frames, ref []float32, text []int64, cfg EvalC
 			}
 			out.forcedN = len(tf)
 			forced = m.decodeCodes(tf)
-			codes, stopped := m.Generate(lat, text, so)
-			out.stopped = stopped
-			syn = m.decodeCodes(codes)
+			cands = m.Sample(lat, text, so)
 		})
-		out.l1TTS = dtwL1(syn.Float32s(), orig.Float32s())
-		out.tts = vocode(syn)
+		if cfg.Rank == "" {
+			cands = cands[:1]
+		}
+		for _, c := range cands {
+			var syn *torch.Tensor
+			torch.NoGrad(func() { syn = m.decodeCodes(c.Codes) })
+			out.ttsMel = append(out.ttsMel, syn.Float32s())
+			out.tts = append(out.tts, vocode(syn))
+			out.stopped = append(out.stopped, c.Stopped)
+		}
+		out.orig = orig.Float32s()
 		out.forced = vocode(forced)
 	})
 	return out

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -74,6 +76,34 @@ func (m *Model) Latents(ref *torch.Tensor) *torch.Tensor {
 	})
 }
 
+// Candidate is one sampled code sequence and the GPT's score of it.
+type Candidate struct {
+	Codes   []int64
+	Stopped bool    // the GPT ended it (not the length bound)
+	Score   float64 // mean log probability per token (see generate)
+}
+
+// better is the GPT's ranking: one that stopped before one that ran to
+// the length bound, then the likelier.
+func (c Candidate) better(o Candidate) bool {
+	return c.Stopped && !o.Stopped || c.Stopped == o.Stopped && c.Score > o.Score
+}
+
+// Sample samples max(o.Candidates, 1) code sequences (seeds o.Seed,
+// o.Seed+1, …) for phoneme ids given speaker latents (1, N, D) and
+// returns them in the GPT's order (Candidate.better; ties keep the seed
+// order), the likeliest first.
+func (m *Model) Sample(latents *torch.Tensor, text []int64, o SampleOptions) []Candidate {
+	cs := make([]Candidate, max(o.Candidates, 1))
+	for k := range cs {
+		one := o
+		one.Seed = o.Seed + uint64(k)
+		cs[k].Codes, cs[k].Stopped, cs[k].Score = m.generate(latents, text, one)
+	}
+	sort.SliceStable(cs, func(a, b int) bool { return cs[a].better(cs[b]) })
+	return cs
+}
+
 // Generate samples codes for phoneme ids given speaker latents (1, N, D):
 // the prompt [latents | text start, phonemes, text stop, audio start] goes
 // through the GPT once, then one code at a time, each step attending to
@@ -81,16 +111,8 @@ func (m *Model) Latents(ref *torch.Tensor) *torch.Tensor {
 // stop token or the length bound. With o.Candidates > 1 it samples that
 // many sequences and keeps the likeliest (SampleOptions.Candidates).
 func (m *Model) Generate(latents *torch.Tensor, text []int64, o SampleOptions) (codes []int64, stopped bool) {
-	best := math.Inf(-1)
-	for k := range max(o.Candidates, 1) {
-		one := o
-		one.Seed = o.Seed + uint64(k)
-		c, st, score := m.generate(latents, text, one)
-		if st && !stopped || st == stopped && score > best {
-			codes, stopped, best = c, st, score
-		}
-	}
-	return codes, stopped
+	c := m.Sample(latents, text, o)[0]
+	return c.Codes, c.Stopped
 }
 
 // generate samples one sequence and returns it with its mean log
@@ -295,6 +317,11 @@ type SayConfig struct {
 	Sample     SampleOptions
 	GLIters    int    // Griffin-Lim iterations
 	Espeak     string // espeak-ng binary
+	// Rank is an ASR checkpoint that keeps, of Sample.Candidates, the one
+	// it transcribes closest to Text (instead of the GPT's likeliest), with
+	// Transcribe (asr.TranscribeFiles; cmd/torchfit wires it in).
+	Rank       string
+	Transcribe Transcriber
 }
 
 // minReference is the shortest reference clip accepted, in seconds.
@@ -332,6 +359,10 @@ type SayResult struct {
 	Codes    int
 	Stopped  bool // the model ended the utterance (not the length bound)
 	Seconds  float64
+	// Pick is the candidate kept, in the GPT's order (0: its likeliest);
+	// CER is the ranker's CER of it (SayConfig.Rank; else 0).
+	Pick int
+	CER  float64
 }
 
 // ReadReference reads a reference clip: a WAV file of at least
@@ -375,6 +406,9 @@ func Say(ctx context.Context, cfg SayConfig) (res SayResult, err error) {
 	if err := needFile("checkpoint", cfg.Checkpoint); err != nil {
 		return res, err
 	}
+	if err := checkRanker(cfg.Rank, "", cfg.Sample.Candidates, cfg.Transcribe); err != nil {
+		return res, err
+	}
 	ref, err := ReadReference(cfg.Speaker)
 	if err != nil {
 		return res, err
@@ -391,6 +425,12 @@ func Say(ctx context.Context, cfg SayConfig) (res SayResult, err error) {
 		return res, err
 	}
 	res.Phonemes = ph
+	if cfg.Rank != "" {
+		// The ranker's checkpoint is read before the model runs.
+		if _, err := cfg.Transcribe(cfg.Rank, nil, cfg.Device); err != nil {
+			return res, err
+		}
+	}
 	torch.Main().Do(func() {
 		var m *Model
 		if m, err = LoadModel(cfg.Checkpoint, cfg.Device); err != nil {
@@ -419,26 +459,66 @@ func (m *Model) say(ph string, ref []float32, cfg SayConfig) ([]float32, SayResu
 		return nil, res, err
 	}
 	defer mel.Close()
-	var logmel *torch.Tensor
+	var cands []Candidate
 	err = torch.Try(func() {
-		logmel = torch.TidyTensor(func() *torch.Tensor {
+		torch.Tidy(func() {
 			lm, err := mel.LogMel(ref)
 			if err != nil {
 				panic(&torch.Error{Op: "LogMel", Msg: err.Error()})
 			}
 			lat := m.Latents(m.normalize(lm).ToDevice(m.device()))
-			codes, stopped := m.Generate(lat, ids, cfg.Sample)
-			res.Codes, res.Stopped = len(codes), stopped
-			return m.decodeCodes(codes)
+			cands = m.Sample(lat, ids, cfg.Sample)
 		})
 	})
 	if err != nil {
 		return nil, res, err
 	}
-	defer logmel.Free()
-	wav, err := mel.Vocode(logmel, cfg.GLIters, cfg.Sample.Seed)
-	res.Seconds = float64(len(wav)) / SampleRate
-	return wav, res, err
+	if cfg.Rank == "" {
+		cands = cands[:1]
+	}
+	wavs := make([][]float32, len(cands))
+	for k, c := range cands {
+		var logmel *torch.Tensor
+		if err := torch.Try(func() { logmel = torch.TidyTensor(func() *torch.Tensor { return m.decodeCodes(c.Codes) }) }); err != nil {
+			return nil, res, err
+		}
+		wavs[k], err = mel.Vocode(logmel, cfg.GLIters, cfg.Sample.Seed)
+		logmel.Free()
+		if err != nil {
+			return nil, res, err
+		}
+	}
+	if cfg.Rank != "" {
+		if res.Pick, res.CER, err = rankWAVs(cfg, wavs); err != nil {
+			return nil, res, err
+		}
+	}
+	c := cands[res.Pick]
+	res.Codes, res.Stopped = len(c.Codes), c.Stopped
+	res.Seconds = float64(len(wavs[res.Pick])) / SampleRate
+	return wavs[res.Pick], res, nil
+}
+
+// rankWAVs writes the candidates' speech to a temporary directory and
+// returns the one cfg.Rank transcribes closest to cfg.Text, with its CER.
+func rankWAVs(cfg SayConfig, wavs [][]float32) (int, float64, error) {
+	dir, err := os.MkdirTemp("", "torchfit-tts-rank")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer os.RemoveAll(dir)
+	files := make([]string, len(wavs))
+	for k, w := range wavs {
+		files[k] = filepath.Join(dir, fmt.Sprintf("%d.wav", k))
+		if err := audio.WriteWAV(files[k], audio.FloatToInt16(w), SampleRate); err != nil {
+			return 0, 0, err
+		}
+	}
+	pick, cers, err := rankByASR(cfg.Transcribe, cfg.Rank, cfg.Text, files, cfg.Device)
+	if err != nil {
+		return 0, 0, err
+	}
+	return pick, cers[pick], nil
 }
 
 // decodeCodes turns codes into denormalised log-mels (T, NMels) on the

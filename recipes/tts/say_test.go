@@ -172,6 +172,15 @@ func TestCandidatesKeepTheLikeliest(t *testing.T) {
 		require.Equal(t, want.codes, got, "candidates %d", n)
 		require.Equal(t, want.stopped, stopped)
 	}
+	// Sample returns all six, in that ranking's order.
+	o.Candidates = 6
+	all := m.Sample(lat, text, o)
+	require.Len(t, all, 6)
+	for k := 1; k < len(all); k++ {
+		require.False(t, all[k].better(all[k-1]), "candidate %d ranks after %d", k, k-1)
+	}
+	got, _ := m.Generate(lat, text, o)
+	require.Equal(t, all[0].Codes, got)
 	distinct := map[string]bool{}
 	for _, c := range cs {
 		distinct[fmt.Sprint(c.codes)] = true

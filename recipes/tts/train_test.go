@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,6 +94,76 @@ func TestTrainLearnsAndSpeaks(t *testing.T) {
 		require.NoError(t, err)
 		require.InDelta(t, sr.Seconds, float64(len(x))/SampleRate, 1e-9)
 	}
+
+	// A ranker keeps the candidate it transcribes closest to the text:
+	// here one that hears the text in the third of four and nothing in
+	// the others.
+	var heard [][]string
+	fake := func(text string, want int) Transcriber {
+		return func(_ string, files []string, _ torch.Device) ([]string, error) {
+			heard = append(heard, files)
+			out := make([]string, len(files))
+			for k, f := range files {
+				if strings.HasSuffix(f, fmt.Sprintf("_%d.wav", want)) || filepath.Base(f) == fmt.Sprintf("%d.wav", want) {
+					out[k] = text
+				}
+			}
+			return out, nil
+		}
+	}
+	ranked := SayConfig{Checkpoint: res.Checkpoint, Text: items[0].Text, Speaker: filepath.Join(cfg.Data, items[0].Path), Out: wav, Device: torch.CPU,
+		Sample: SampleOptions{Temperature: 1.5, TopK: 0, TopP: 1, Seed: 1, MaxCodes: 30, Candidates: 4}, GLIters: 2, Rank: filepath.Join(out, "ranker.pt"), Transcribe: fake(items[0].Text, 2)}
+	require.NoError(t, os.WriteFile(ranked.Rank, nil, 0o644))
+	sr, err = Say(context.Background(), ranked)
+	require.NoError(t, err)
+	require.Equal(t, 2, sr.Pick)
+	require.Zero(t, sr.CER)
+	require.Len(t, heard, 2, "the ranker is read first, then hears the candidates")
+	require.Len(t, heard[1], 4)
+	for _, f := range heard[1] {
+		require.NoFileExists(t, f, "the candidates' WAVs are removed")
+	}
+
+	// So does `tts eval`'s, beside its judge, which it must not be: the
+	// ranker hears the text in each sentence's second candidate.
+	texts := map[string]string{}
+	for _, it := range readManifest(t, cfg.Data, "test") {
+		texts[strings.TrimSuffix(filepath.Base(it.Path), ".wav")] = it.Text
+	}
+	ev := EvalConfig{Checkpoint: res.Checkpoint, ASR: cfg.Codec, Rank: ranked.Rank, Data: cfg.Data, Limit: 2, Out: filepath.Join(out, "eval"),
+		Device: torch.CPU, Sample: ranked.Sample, GLIters: 2, Transcribe: func(ck string, files []string, _ torch.Device) ([]string, error) {
+			heard := make([]string, len(files))
+			for k, f := range files {
+				name := strings.TrimSuffix(filepath.Base(f), ".wav")
+				if i := strings.LastIndex(name, "_"); ck == ranked.Rank && name[i+1:] == "1" {
+					heard[k] = texts[name[:i]]
+				}
+			}
+			return heard, nil
+		}}
+	er, err := Evaluate(context.Background(), ev)
+	require.NoError(t, err)
+	require.NotEmpty(t, er.Rows)
+	for _, row := range er.Rows {
+		require.Equal(t, row.N, row.Reranked, row.Group)
+	}
+	for _, e := range er.Examples {
+		kept, err := os.ReadFile(e.WAV)
+		require.NoError(t, err)
+		second, err := os.ReadFile(filepath.Join(ev.Out, "candidates", e.ID+"_1.wav"))
+		require.NoError(t, err)
+		require.Equal(t, second, kept, "the ranker's choice is the synthesis scored")
+	}
+	ev.Rank = ev.ASR
+	_, err = Evaluate(context.Background(), ev)
+	require.True(t, recipes.IsUserError(err), "the judge cannot rank: %v", err)
+
+	ranked.Transcribe = nil
+	_, err = Say(context.Background(), ranked)
+	require.Error(t, err, "no transcriber to rank with")
+	ranked.Rank, ranked.Sample.Candidates = cfg.Codec, 1
+	_, err = Say(context.Background(), ranked)
+	require.True(t, recipes.IsUserError(err), "a ranker needs candidates: %v", err)
 
 	// A codec checkpoint is not a model that speaks.
 	_, err = Say(context.Background(), SayConfig{Checkpoint: cfg.Codec, Text: "नाचता", Speaker: filepath.Join(cfg.Data, items[0].Path),
