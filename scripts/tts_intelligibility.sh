@@ -8,17 +8,25 @@
 # with the unseen one, within BUDGET_MIN (30) CPU minutes. CHECK=0 prints
 # the figures without failing (the smoke run of make test).
 #
+# RANK_STEPS > 0 also trains a second ASR model, the ranker: the judge's
+# command with seed RANK_SEED (2) instead of 1, for RANK_STEPS steps; tts
+# eval then keeps, of its candidates (EVAL_FLAGS, e.g. --candidates 8),
+# the one the ranker transcribes closest to the text (--rank-asr).
+#
 # A corpus or checkpoint directory already in OUT is reused (delete it to
 # redo that step; its CPU time is then not counted). Sizes: UTTERANCES,
-# ASR_STEPS, CODEC_STEPS, GPT_STEPS, LIMIT (utterances per group of
-# voices); extra flags: ASR_FLAGS, CODEC_FLAGS, GPT_FLAGS; OUT is the
-# directory, TORCHFIT the binary (built here when unset).
+# ASR_STEPS, CODEC_STEPS, GPT_STEPS, RANK_STEPS, LIMIT (utterances per
+# group of voices); extra flags: ASR_FLAGS, CODEC_FLAGS, GPT_FLAGS,
+# EVAL_FLAGS; OUT is the directory, TORCHFIT the binary (built here when
+# unset).
 set -euo pipefail
 OUT=${OUT:-out/tts-quality}
 UTTERANCES=${UTTERANCES:-4000}
 ASR_STEPS=${ASR_STEPS:-400}
 CODEC_STEPS=${CODEC_STEPS:-4000}
 GPT_STEPS=${GPT_STEPS:-600}
+RANK_STEPS=${RANK_STEPS:-0}
+RANK_SEED=${RANK_SEED:-2}
 LIMIT=${LIMIT:-40}
 SEEN=${SEEN:-0.35}
 UNSEEN=${UNSEEN:-0.45}
@@ -48,12 +56,20 @@ stage() {
 [ -f "$OUT/data/test.jsonl" ] || stage data "$tf" tts data --out "$OUT/data" --utterances "$UTTERANCES"
 [ -n "$(last "$OUT/asr")" ] || stage judge "$tf" asr train --data "$OUT/data" --preset minimal --batch-size 8 --grad-accum 2 \
 	--max-steps "$ASR_STEPS" --lr 1e-3 --valid-limit 100 --checkpoint-dir "$OUT/asr" --checkpoint-every 100 --workers 1 --threads 1 ${ASR_FLAGS:-}
+rank=()
+if [ "$RANK_STEPS" -gt 0 ]; then
+	[ -n "$(last "$OUT/ranker")" ] || stage ranker "$tf" asr train --data "$OUT/data" --preset minimal --batch-size 8 --grad-accum 2 \
+		--max-steps "$RANK_STEPS" --lr 1e-3 --valid-limit 100 --checkpoint-dir "$OUT/ranker" --checkpoint-every 100 --workers 1 --threads 1 \
+		--seed "$RANK_SEED" ${ASR_FLAGS:-}
+	rank=(--rank-asr "$(last "$OUT/ranker")")
+fi
 [ -n "$(last "$OUT/codec")" ] || stage codec "$tf" tts train-codec --data "$OUT/data" --max-steps "$CODEC_STEPS" \
 	--checkpoint-dir "$OUT/codec" --workers 1 --threads 1 ${CODEC_FLAGS:-}
 [ -n "$(last "$OUT/gpt")" ] || stage gpt "$tf" tts train --data "$OUT/data" --codec "$(last "$OUT/codec")" --batch-size 8 --grad-accum 2 \
 	--max-steps "$GPT_STEPS" --warmup 50 --lr 1e-3 --valid-limit 100 --checkpoint-dir "$OUT/gpt" --checkpoint-every 200 --workers 1 --threads 1 --dropout 0 ${GPT_FLAGS:-}
 rm -rf "$OUT/eval"
-stage eval "$tf" tts eval --checkpoint "$(last "$OUT/gpt")" --asr "$(last "$OUT/asr")" --data "$OUT/data" --limit "$LIMIT" --out "$OUT/eval" --threads 1
+stage eval "$tf" tts eval --checkpoint "$(last "$OUT/gpt")" --asr "$(last "$OUT/asr")" --data "$OUT/data" --limit "$LIMIT" --out "$OUT/eval" --threads 1 \
+	"${rank[@]}" ${EVAL_FLAGS:-}
 read -r seen unseen < <(python3 -c 'import json,sys; r={x["Group"]: x["CERTTS"] for x in json.load(open(sys.argv[1]))["Rows"]}; print("%.3f %.3f" % (r["seen voices"], r["unseen voice"]))' "$OUT/eval/eval.json")
 minutes=$(awk -v t="$cpu" -v hz="$hz" 'BEGIN { printf "%.2f", t / hz / 60 }')
 verdict="CER TTS $seen (seen voices) and $unseen (unseen voice) after $minutes CPU minutes (target ≤ $SEEN and ≤ $UNSEEN within $BUDGET_MIN)"

@@ -38,8 +38,9 @@ func atof(t *testing.T, s string) float64 {
 // there, the Mamba model's held-out loss falls from ln 50257 = 10.86 to
 // below 7.5 in 20 steps, CLIP's fine-tuned model learns colours (chance:
 // 1/8) and improves on its pretrained start, and TTS's whole chain —
-// corpus, judge, codec, GPT, synthesis, transcription — gives finite
-// figures for every group and stage.
+// corpus, judge, ranker, codec, GPT, synthesis of two candidates, their
+// ranking, transcription — gives finite figures for every group and
+// stage.
 func TestQualitySmoke(t *testing.T) {
 	bin := binary(t)
 	t.Run("mamba", func(t *testing.T) {
@@ -70,9 +71,10 @@ func TestQualitySmoke(t *testing.T) {
 	t.Run("tts", func(t *testing.T) {
 		dir := t.TempDir()
 		out := script(t, bin, "tts_intelligibility.sh", nil, "OUT="+dir, "UTTERANCES=40", "ASR_STEPS=3", "CODEC_STEPS=3", "GPT_STEPS=3", "LIMIT=1",
+			"RANK_STEPS=3", "EVAL_FLAGS=--candidates 2",
 			"ASR_FLAGS=--valid-limit 4", "CODEC_FLAGS=--channels 16 --codes 32 --code-dim 8 --batch-size 4",
 			"GPT_FLAGS=--decoder-dim 32 --text-encoder-dim 16 --layers 1 --heads 2 --cond-latents 4 --valid-limit 4")
-		for _, stage := range []string{"data", "judge", "codec", "gpt", "eval"} {
+		for _, stage := range []string{"data", "judge", "ranker", "codec", "gpt", "eval"} {
 			require.Regexp(t, "quality-tts: "+stage+": [0-9.]+ CPU seconds", out)
 		}
 		require.Regexp(t, `quality-tts: NOT met: CER TTS [0-9.]+ \(seen voices\) and [0-9.]+ \(unseen voice\) after [0-9.]+ CPU minutes`, out)
@@ -99,5 +101,8 @@ func TestQualitySmoke(t *testing.T) {
 		wavs, err := filepath.Glob(filepath.Join(dir, "eval", "tts", "*.wav"))
 		require.NoError(t, err)
 		require.Len(t, wavs, 2)
+		cands, err := filepath.Glob(filepath.Join(dir, "eval", "candidates", "*.wav"))
+		require.NoError(t, err)
+		require.Len(t, cands, 4, "two candidates a sentence, ranked by the ranker")
 	})
 }
