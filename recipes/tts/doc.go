@@ -51,7 +51,11 @@
 //     seed+N−1) and keeps the one the GPT finds likeliest, mean log
 //     probability per token under its own distribution: Tortoise's
 //     best-of-N (num_autoregressive_samples) ranked by the GPT rather than
-//     a CLVP model; 8 took 0.03–0.04 off the seen-voice CER (README). The codec
+//     a CLVP model; 8 took 0.03–0.04 off the seen-voice CER (README).
+//     `--rank-asr CKPT` ranks them instead as CLVP does, by how well the
+//     speech says the text: another ASR model (never eval's judge)
+//     transcribes each candidate and the one of lowest CER is kept; with 8
+//     it took another 0.05 off (README). The codec
 //     decodes them to log-mels, which Mel.Magnitude inverts to a linear
 //     spectrogram (non-negative least squares through the filterbank) and
 //     Griffin-Lim (torchaudio's, momentum 0.99) turns into a 16 kHz WAV.
