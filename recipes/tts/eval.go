@@ -204,14 +204,8 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 			}
 			pick := 0
 			if cfg.Rank != "" {
-				files := make([]string, len(one.tts))
-				for k, w := range one.tts {
-					files[k] = filepath.Join(cfg.Out, "candidates", fmt.Sprintf("%s_%d.wav", u.ID, k))
-					if err := audio.WriteWAV(files[k], audio.FloatToInt16(w), SampleRate); err != nil {
-						return res, err
-					}
-				}
-				if pick, _, err = rankByASR(cfg.Transcribe, cfg.Rank, u.Text, files, cfg.Device); err != nil {
+				name := func(k int) string { return filepath.Join(cfg.Out, "candidates", fmt.Sprintf("%s_%d.wav", u.ID, k)) }
+				if pick, _, err = rankByASR(cfg.Transcribe, cfg.Rank, u.Text, one.tts, name, cfg.Device); err != nil {
 					return res, err
 				}
 				if pick > 0 {

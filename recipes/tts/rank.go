@@ -4,17 +4,25 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 )
 
-// rankByASR returns the index of the candidate (WAV files, the GPT's
-// likeliest first) that an ASR model transcribes closest to text, and
-// each candidate's CER: Tortoise's CLVP reranking, with a speech
-// recogniser scoring how well the speech says the text. Ties go to the
-// earlier, likelier candidate.
-func rankByASR(transcribe Transcriber, checkpoint, text string, files []string, dev torch.Device) (int, []float64, error) {
+// rankByASR writes the candidates' speech (the GPT's likeliest first) to
+// the WAV files path(k) names and returns the index of the one an ASR
+// model transcribes closest to text, and each candidate's CER: Tortoise's
+// CLVP reranking, with a speech recogniser scoring how well the speech
+// says the text. Ties go to the earlier, likelier candidate.
+func rankByASR(transcribe Transcriber, checkpoint, text string, wavs [][]float32, path func(k int) string, dev torch.Device) (int, []float64, error) {
+	files := make([]string, len(wavs))
+	for k, w := range wavs {
+		files[k] = path(k)
+		if err := audio.WriteWAV(files[k], audio.FloatToInt16(w), SampleRate); err != nil {
+			return 0, nil, err
+		}
+	}
 	texts, err := transcribe(checkpoint, files, dev)
 	if err != nil {
 		return 0, nil, err

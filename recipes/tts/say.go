@@ -499,22 +499,16 @@ func (m *Model) say(ph string, ref []float32, cfg SayConfig) ([]float32, SayResu
 	return wavs[res.Pick], res, nil
 }
 
-// rankWAVs writes the candidates' speech to a temporary directory and
-// returns the one cfg.Rank transcribes closest to cfg.Text, with its CER.
+// rankWAVs returns the candidate cfg.Rank transcribes closest to
+// cfg.Text, with its CER, their WAVs written to a temporary directory.
 func rankWAVs(cfg SayConfig, wavs [][]float32) (int, float64, error) {
 	dir, err := os.MkdirTemp("", "torchfit-tts-rank")
 	if err != nil {
 		return 0, 0, err
 	}
 	defer os.RemoveAll(dir)
-	files := make([]string, len(wavs))
-	for k, w := range wavs {
-		files[k] = filepath.Join(dir, fmt.Sprintf("%d.wav", k))
-		if err := audio.WriteWAV(files[k], audio.FloatToInt16(w), SampleRate); err != nil {
-			return 0, 0, err
-		}
-	}
-	pick, cers, err := rankByASR(cfg.Transcribe, cfg.Rank, cfg.Text, files, cfg.Device)
+	name := func(k int) string { return filepath.Join(dir, fmt.Sprintf("%d.wav", k)) }
+	pick, cers, err := rankByASR(cfg.Transcribe, cfg.Rank, cfg.Text, wavs, name, cfg.Device)
 	if err != nil {
 		return 0, 0, err
 	}
