@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/torchfit/torchfit/torch"
 )
@@ -18,9 +19,16 @@ var ErrNonFiniteNorm = errors.New("non-finite gradient norm")
 // before clipping. Parameters without a gradient are skipped; with none at
 // all the norm is 0. normType may be math.Inf(1) (largest |element|).
 //
-// The scale is PyTorch's, computed the same way in the gradients' dtype:
-// min(1, maxNorm/(total+1e-6)); when it is exactly 1 the gradients are not
-// touched. The norm costs one op per gradient plus one, and one host sync.
+// It computes what PyTorch 2.x's clip_grad_norm_ computes, the same way:
+// the gradients are grouped by device and dtype, each group's norms come
+// from one _foreach_norm call (on CUDA a handful of kernel launches for
+// the whole model instead of one per gradient: a small model's step is
+// bound by launches), and the total is the norm of their stack. The scale
+// min(1, maxNorm/(total+1e-6)) is computed on the device in the norm's
+// dtype, and each group is multiplied by it with one _foreach_mul_ (on
+// libtorch 2.1 and later; before, one mul_ per gradient, as 1.13's
+// clip_grad_norm_ does). When the scale is surely 1 the gradients are not
+// touched. Reading the total costs one host sync.
 //
 // A non-finite total norm (an inf or nan gradient) is not hidden: it is
 // returned together with an error wrapping ErrNonFiniteNorm, and the
@@ -34,23 +42,19 @@ func ClipGradNorm(params []*torch.Tensor, maxNorm, normType float64) (totalNorm 
 	err = torch.Try(func() {
 		torch.Tidy(func() {
 			torch.NoGrad(func() {
-				var grads []*torch.Tensor
-				for _, p := range params {
-					if g := p.Grad(); g != nil {
-						grads = append(grads, g)
-					}
-				}
-				if len(grads) == 0 {
+				groups := gradGroups(params)
+				if len(groups) == 0 {
 					return
 				}
-				dev := grads[0].Device()
-				norms := make([]*torch.Tensor, len(grads))
-				for k, g := range grads {
-					n := g.Norm(normType)
-					if n.Device() != dev {
-						n = n.ToDevice(dev)
+				dev := groups[0].dev
+				var norms []*torch.Tensor
+				for _, g := range groups {
+					for _, n := range torch.CallOp("aten::_foreach_norm", "Scalar", g.grads, normType)[0].([]*torch.Tensor) {
+						if g.dev != dev {
+							n = n.ToDevice(dev)
+						}
+						norms = append(norms, n)
 					}
-					norms[k] = n
 				}
 				total := torch.Stack(norms, 0).Norm(normType)
 				totalNorm = total.Item()
@@ -63,12 +67,18 @@ func ClipGradNorm(params []*torch.Tensor, maxNorm, normType float64) (totalNorm 
 				}
 				// PyTorch: max_norm / (total + 1e-6) is reciprocal()*max_norm.
 				coef := total.AddScalar(1e-6).Reciprocal().MulScalar(maxNorm).ClampMax(1)
-				for _, g := range grads {
+				for _, g := range groups {
 					c := coef
-					if d := g.Device(); d != dev {
-						c = coef.ToDevice(d)
+					if g.dev != dev {
+						c = coef.ToDevice(g.dev)
 					}
-					g.MulIn(c)
+					if foreachMulTensor() {
+						torch.CallOp("aten::_foreach_mul_", "Tensor", g.grads, c)
+						continue
+					}
+					for _, t := range g.grads {
+						t.MulIn(c)
+					}
 				}
 			})
 		})
@@ -81,6 +91,50 @@ func ClipGradNorm(params []*torch.Tensor, maxNorm, normType float64) (totalNorm 
 	}
 	return totalNorm, nil
 }
+
+// gradGroup is the gradients of one device and dtype, in params' order.
+type gradGroup struct {
+	dev   torch.Device
+	dt    torch.DType
+	grads []*torch.Tensor
+}
+
+// gradGroups returns the gradients of params grouped by device and dtype,
+// the groups in the order of their first gradient (PyTorch's
+// _group_tensors_by_device_and_dtype). The gradients belong to the
+// enclosing Tidy scope.
+func gradGroups(params []*torch.Tensor) []*gradGroup {
+	var out []*gradGroup
+	for _, p := range params {
+		grad := p.Grad()
+		if grad == nil {
+			continue
+		}
+		dev, dt := grad.Device(), grad.DType()
+		var g *gradGroup
+		for _, h := range out {
+			if h.dev == dev && h.dt == dt {
+				g = h
+				break
+			}
+		}
+		if g == nil {
+			g = &gradGroup{dev: dev, dt: dt}
+			out = append(out, g)
+		}
+		g.grads = append(g.grads, grad)
+	}
+	return out
+}
+
+// foreachMulTensor reports whether libtorch has _foreach_mul_.Tensor (a
+// list times one tensor; 2.1 and later), which ClipGradNorm scales each
+// group with; without it, each gradient is scaled by its own mul_. Tests
+// replace it to force either path.
+var foreachMulTensor = sync.OnceValue(func() bool {
+	_, err := torch.OpSchema("aten::_foreach_mul_", "Tensor")
+	return err == nil
+})
 
 // ClipGradValue clamps every gradient of params to [-clip, clip] in place,
 // like torch.nn.utils.clip_grad_value_. Parameters without a gradient are

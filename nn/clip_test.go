@@ -96,29 +96,33 @@ func TestClipGradNormMatchesPyTorch(t *testing.T) {
 	}
 	pyref.Run(t, clipPyScript, map[string]any{"shapes": shapes, "cases": cases}, &want)
 	require.Len(t, want, len(clipCases))
-	for ci, c := range clipCases {
-		t.Run(c.name, func(t *testing.T) {
-			ps := clipParams(clipGrads(c))
-			defer clipFree(ps)
-			torch.CollectGarbage()
-			live := torch.LiveTensors()
-			total, err := ClipGradNorm(ps, c.maxNorm, c.normType)
-			require.NoError(t, err)
-			require.Equal(t, live, torch.LiveTensors(), "ClipGradNorm leaves no tensors behind")
-			require.Equal(t, want[ci].Total, total, "total norm (bitwise, float32)")
-			for k, p := range ps {
-				g := p.Grad()
-				if want[ci].Grads[k] == nil {
-					require.Nil(t, g)
-					continue
+	for _, mode := range clipMulModes(t) {
+		restore := mode.force()
+		for ci, c := range clipCases {
+			t.Run(mode.name+"/"+c.name, func(t *testing.T) {
+				ps := clipParams(clipGrads(c))
+				defer clipFree(ps)
+				torch.CollectGarbage()
+				live := torch.LiveTensors()
+				total, err := ClipGradNorm(ps, c.maxNorm, c.normType)
+				require.NoError(t, err)
+				require.Equal(t, live, torch.LiveTensors(), "ClipGradNorm leaves no tensors behind")
+				require.Equal(t, want[ci].Total, total, "total norm (bitwise, float32)")
+				for k, p := range ps {
+					g := p.Grad()
+					if want[ci].Grads[k] == nil {
+						require.Nil(t, g)
+						continue
+					}
+					got := g.Float32s()
+					g.Free()
+					for i := range got {
+						require.Equal(t, want[ci].Grads[k][i], float64(got[i]), "%s[%d]", optimShapes[k].name, i)
+					}
 				}
-				got := g.Float32s()
-				g.Free()
-				for i := range got {
-					require.Equal(t, want[ci].Grads[k][i], float64(got[i]), "%s[%d]", optimShapes[k].name, i)
-				}
-			}
-		})
+			})
+		}
+		restore()
 	}
 }
 
@@ -172,5 +176,122 @@ func TestClipGradValue(t *testing.T) {
 		for i, v := range got {
 			require.Equal(t, float32(math.Max(-0.5, math.Min(0.5, float64(grads[k][i])))), v)
 		}
+	}
+}
+
+// clipMode is one way ClipGradNorm scales the gradients.
+type clipMode struct {
+	name    string
+	foreach bool
+}
+
+// force makes ClipGradNorm take the mode's path and returns what undoes it.
+func (m clipMode) force() (restore func()) {
+	prev := foreachMulTensor
+	foreachMulTensor = func() bool { return m.foreach }
+	return func() { foreachMulTensor = prev }
+}
+
+// clipMulModes is every path this libtorch can take: one mul_ per gradient
+// always, and _foreach_mul_.Tensor where libtorch has it (2.1 and later;
+// the suite's libtorch 2.x run takes it).
+func clipMulModes(t *testing.T) []clipMode {
+	modes := []clipMode{{name: "mul-each"}}
+	if _, err := torch.OpSchema("aten::_foreach_mul_", "Tensor"); err == nil {
+		modes = append(modes, clipMode{name: "foreach-mul", foreach: true})
+	} else {
+		maj, min, _ := torch.LibtorchVersion()
+		t.Logf("libtorch %d.%d has no _foreach_mul_.Tensor: the per-gradient path only", maj, min)
+	}
+	return modes
+}
+
+// TestClipGradNormCallsPerModel checks that the number of calls into
+// libtorch does not grow with the number of parameters on the foreach
+// path (on CUDA each call is at least one kernel launch, the host time a
+// small model's step is bound by): 4 gradients or 40, the same calls.
+func TestClipGradNormCallsPerModel(t *testing.T) {
+	for _, mode := range clipMulModes(t) {
+		t.Run(mode.name, func(t *testing.T) {
+			defer mode.force()()
+			calls := func(n int) map[string]int64 {
+				ps := make([]*torch.Tensor, n)
+				for k := range ps {
+					ps[k] = torch.Zeros([]int64{3}).Keep().SetRequiresGrad(true)
+					g := torch.Full([]int64{3}, float64(k+1), torch.Float32)
+					ps[k].SetGrad(g)
+					g.Free()
+				}
+				defer clipFree(ps)
+				out := map[string]int64{}
+				for _, s := range torch.CountCalls(func() {
+					_, err := ClipGradNorm(ps, 1, 2)
+					require.NoError(t, err)
+				}) {
+					if s.Name[0] != '(' { // operators, not handles and tensor facts
+						out[s.Name] = s.Calls
+					}
+				}
+				return out
+			}
+			few, many := calls(4), calls(40)
+			require.Equal(t, int64(1), few["aten::_foreach_norm.Scalar"], "%v", few)
+			if mode.foreach {
+				require.Equal(t, few, many)
+				require.Equal(t, int64(1), many["aten::_foreach_mul_.Tensor"], "%v", many)
+				return
+			}
+			require.Equal(t, int64(4), few["aten::mul_.Tensor"], "%v", few)
+			require.Equal(t, int64(40), many["aten::mul_.Tensor"], "%v", many)
+		})
+	}
+}
+
+const clipMixedScript = `
+ps = []
+for g, dt in zip(inp["grads"], inp["dtypes"]):
+    p = torch.zeros(len(g), dtype=getattr(torch, dt), requires_grad=True)
+    p.grad = torch.tensor(g, dtype=p.dtype)
+    ps.append(p)
+total = torch.nn.utils.clip_grad_norm_(ps, inp["max"], 2.0)
+emit({"total": total.item(), "grads": [p.grad.double().tolist() for p in ps]})
+`
+
+// TestClipGradNormMixedDTypes: float32 and float64 gradients form two
+// groups; the total is their stacked norms' (in float64, by promotion),
+// as PyTorch's.
+func TestClipGradNormMixedDTypes(t *testing.T) {
+	grads := [][]float64{{0.5, -1.25, 3}, {2, 0.125}, {1.0 / 3, -7}, {0.1}}
+	dtypes := []string{"float32", "float32", "float64", "float64"}
+	var want struct {
+		Total float64     `json:"total"`
+		Grads [][]float64 `json:"grads"`
+	}
+	pyref.Run(t, clipMixedScript, map[string]any{"grads": grads, "dtypes": dtypes, "max": 1.5}, &want)
+	for _, mode := range clipMulModes(t) {
+		t.Run(mode.name, func(t *testing.T) {
+			defer mode.force()()
+			ps := make([]*torch.Tensor, len(grads))
+			for k, g := range grads {
+				dt := torch.Float32
+				if dtypes[k] == "float64" {
+					dt = torch.Float64
+				}
+				ps[k] = torch.Zeros([]int64{int64(len(g))}, dt).Keep().SetRequiresGrad(true)
+				gt := torch.FromSlice(g, []int64{int64(len(g))}).ToDType(dt)
+				ps[k].SetGrad(gt)
+				gt.Free()
+			}
+			defer clipFree(ps)
+			total, err := ClipGradNorm(ps, 1.5, 2)
+			require.NoError(t, err)
+			require.Equal(t, want.Total, total)
+			for k, p := range ps {
+				g := p.Grad()
+				got := g.Float64s()
+				g.Free()
+				require.Equal(t, want.Grads[k], got, "gradient %d (%s)", k, dtypes[k])
+			}
+		})
 	}
 }
