@@ -501,8 +501,16 @@ func (m *Conformer) Loss(feats, featLens, tokens, tokenLens *torch.Tensor) (tota
 	w := m.Cfg.CTCWeight
 	total = torch.TidyTensor(func() *torch.Tensor {
 		dev := feats.Device()
-		enc, encLens := m.Encode(feats, lengths(featLens))
-		tl := tokenLens.Int64s()
+		// The host reads its lengths (and the decoder's tokens) before
+		// any of the step's kernels are queued: on a GPU a read waits for
+		// every kernel before it, so one after the encoder would hold the
+		// host until the encoder had run.
+		featL, tl := lengths(featLens), tokenLens.Int64s()
+		var toks []int64
+		if w < 1 && m.Decoder != nil {
+			toks = tokens.Int64s()
+		}
+		enc, encLens := m.Encode(feats, featL)
 		var t *torch.Tensor
 		if w > 0 {
 			lp := m.CTCHead.Forward(enc).LogSoftmax(-1).Transpose(0, 1)
@@ -513,7 +521,7 @@ func (m *Conformer) Loss(feats, featLens, tokens, tokenLens *torch.Tensor) (tota
 		}
 		if w < 1 && m.Decoder != nil {
 			b, s := tokens.Size(0), tokens.Size(1)
-			in, target, pad := decoderIO(tokens.Int64s(), b, s, tl, dev)
+			in, target, pad := decoderIO(toks, b, s, tl, dev)
 			memPad := PaddingMask(encLens, enc.Size(1), dev)
 			logits := m.Decoder.Forward(in, enc, pad, memPad)
 			a := torch.CrossEntropy(logits.Reshape(-1, m.Cfg.Vocab), target.Reshape(-1), nil, torch.ReduceMean, PadID, m.Cfg.LabelSmoothing)
