@@ -37,6 +37,11 @@ type Options struct {
 	// Perf, when not nil, records the timed steps of Go (not its
 	// variants) and of eager Python, and nothing else.
 	Perf *PerfControl
+	// Profile, when above 0, adds where a step's time goes, after the
+	// timed steps: Python's twin runs Profile steps under torch.profiler
+	// (Result.PyProfile: on CUDA the device's busy time and its kernels),
+	// and one Go step's calls into libtorch are counted (Result.GoOps).
+	Profile int
 	// Logf reports progress (nil: quiet).
 	Logf func(format string, args ...any)
 }
@@ -135,7 +140,40 @@ type Result struct {
 	// figures: a torch without torch.compile, the compilation's error (its
 	// first line).
 	CompiledNA string `json:",omitempty"`
+	// PyProfile is the eager Python twin's steps under torch.profiler and
+	// GoOps the operators one Go step calls from Go (Options.Profile).
+	PyProfile *PyProfile `json:",omitempty"`
+	GoOps     int        `json:",omitempty"`
+	// ProfileNA says why a profile that was asked for has none (the
+	// profiler's error, first line): it does not fail the measurement.
+	ProfileNA string `json:",omitempty"`
 }
+
+// PyProfile is what torch.profiler recorded of the Python twin's steps
+// (scripts/twins/run.py, "profile"): totals over Steps steps, each ending
+// with the device synchronised as timed steps do.
+type PyProfile struct {
+	Steps int `json:"steps"`
+	// Wall is the profiled steps' seconds (the profiler's cost included).
+	Wall float64 `json:"wall"`
+	// DeviceBusy is the seconds the GPU was running something (the union
+	// of its kernels', copies' and fills' intervals); 0 on the CPU.
+	DeviceBusy float64 `json:"device_busy"`
+	// Kernels and Copies (memcpy, memset) ran on the device; Launches and
+	// Syncs are the host's CUDA runtime calls that queue a kernel or wait
+	// for the device (the steps' final synchronisations not counted).
+	Kernels  int `json:"kernels"`
+	Copies   int `json:"copies"`
+	Launches int `json:"launches"`
+	Syncs    int `json:"syncs"`
+	// Ops is every ATen operator the dispatcher recorded (nested and
+	// backward ones included); TopOps those Python called itself.
+	Ops    int `json:"ops"`
+	TopOps int `json:"top_ops"`
+}
+
+// PerStep returns v per profiled step.
+func (p *PyProfile) PerStep(v float64) float64 { return v / float64(max(p.Steps, 1)) }
 
 // HasCompiled reports whether a compiled Python side was asked for:
 // figures or the reason there are none.
@@ -360,7 +398,40 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 		}
 		logf("%s", line)
 	}
+	if o.Profile > 0 {
+		if err := profileSides(py, inst, cfg, o.Profile, &res); err != nil {
+			return res, fmt.Errorf("bench: %s: profile: %w", tw.Name(), err)
+		}
+	}
 	return res, nil
+}
+
+// profileSides fills res.PyProfile (n Python steps under torch.profiler;
+// res.ProfileNA when the profiler fails) and res.GoOps (the operators of
+// one Go step, counted).
+func profileSides(py *Python, inst Instance, cfg Config, n int, res *Result) error {
+	var p PyProfile
+	switch err := py.Do(map[string]any{"op": "profile", "n": n}, &p); {
+	case err != nil:
+		res.ProfileNA = naReason(err)
+	case p.Steps != n:
+		res.ProfileNA = fmt.Sprintf("profile: %d steps for %d", p.Steps, n)
+	default:
+		res.PyProfile = &p
+	}
+	var err error
+	calls := torch.CountCalls(func() {
+		if err = inst.Step(); err == nil && cfg.Dev().IsCUDA() {
+			err = torch.Synchronize(cfg.Dev())
+		}
+	})
+	res.GoOps = 0
+	for _, c := range calls {
+		if !strings.HasPrefix(c.Name, "(") {
+			res.GoOps += int(c.Calls)
+		}
+	}
+	return err
 }
 
 // recorded runs a side's steps, under perf when o.Perf says so and the

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/internal/pyref"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/ptfile"
@@ -32,9 +33,23 @@ func TestASRTwinMatches(t *testing.T) {
 	for _, prec := range []amp.Precision{amp.FP32, amp.BF16} {
 		t.Run(string(prec), func(t *testing.T) {
 			res, err := Measure(py, tw, Config{Threads: 1, Precision: prec, Batch: 2, Length: 96, Seed: 3},
-				Options{Reps: 1, Steps: 1, Warmup: 1, Logf: t.Logf}, t.TempDir())
+				Options{Reps: 1, Steps: 1, Warmup: 1, Profile: 2, Logf: t.Logf}, t.TempDir())
 			require.NoError(t, err)
 			t.Logf("check: %+v", res.Check)
+			// The profile: on the CPU no device work; the operators Python
+			// calls itself are a part of all it records, and more than Go
+			// calls (on the CPU PyTorch's AdamW and clipping make a few ops
+			// per parameter; torchfit's fused AdamW is one call).
+			p := res.PyProfile
+			require.NotNil(t, p)
+			t.Logf("profile: %+v; Go calls %d operators", *p, res.GoOps)
+			require.Equal(t, 2, p.Steps)
+			require.Zero(t, p.DeviceBusy)
+			require.Zero(t, p.Kernels+p.Copies+p.Launches)
+			require.Greater(t, p.TopOps, 0)
+			require.Greater(t, p.Ops, p.TopOps)
+			require.Greater(t, res.GoOps, 0)
+			require.Greater(t, p.PerStep(float64(p.TopOps)), float64(res.GoOps))
 			// The depthwise biases (a batch norm follows each) are
 			// reported as noise, one per conformer block, and small.
 			require.NotEmpty(t, res.Check.Noise)
@@ -288,4 +303,42 @@ func TestTwinPeaks(t *testing.T) {
 			require.LessOrEqual(t, res.GoPeak, res.PyPeak+slack)
 		})
 	}
+}
+
+const profileScript = `
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("twin_run", os.path.join(inp["root"], "scripts", "twins", "run.py"))
+run = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(run)
+
+class Range:
+    def __init__(self, a, b):
+        self.start, self.end = a, b
+
+class Ev:
+    def __init__(self, name, dev, a=0, b=0, parent=None):
+        self.name, self.time_range, self.cpu_parent = name, Range(a, b), parent
+        self.device_type = torch.autograd.DeviceType.CUDA if dev else torch.autograd.DeviceType.CPU
+
+lin = Ev("aten::linear", False)
+bwd = Ev("autograd::engine::evaluate_function: MmBackward0", False)
+evs = [
+    lin, Ev("aten::addmm", False, parent=lin), Ev("cudaLaunchKernel", False, parent=lin),
+    bwd, Ev("aten::mm", False, parent=bwd), Ev("cudaLaunchKernelExC", False, parent=bwd),
+    Ev("cudaStreamSynchronize", False), Ev("cudaDeviceSynchronize", False), Ev("cudaDeviceSynchronize", False),
+    Ev("gemm_kernel", True, 100, 300), Ev("relu_kernel", True, 250, 400),  # overlapping: 300 us busy
+    Ev("Memcpy DtoH (Device -> Pageable)", True, 500, 510), Ev("Memset (Device)", True, 505, 507),
+]
+emit(run.summarize_profile(evs, 2, 0.5, 2))
+`
+
+// TestProfileSummary: the counts and the device's busy time (the union of
+// overlapping intervals) that step-time reports from a GPU profile, on
+// made-up events with the profiler's names.
+func TestProfileSummary(t *testing.T) {
+	root, err := RepoRoot()
+	require.NoError(t, err)
+	var p PyProfile
+	pyref.Run(t, profileScript, map[string]any{"root": root}, &p)
+	require.Equal(t, PyProfile{Steps: 2, Wall: 0.5, DeviceBusy: 310e-6, Kernels: 2, Copies: 2, Launches: 2, Syncs: 1, Ops: 3, TopOps: 1}, p)
 }

@@ -9,11 +9,13 @@ import (
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/bench"
 	"github.com/torchfit/torchfit/internal/pyref"
+	"github.com/torchfit/torchfit/torch"
 )
 
 func init() {
 	register(&Check{Name: "step-time", Doc: "each recipe's small preset trained eagerly on CUDA in bf16 (fp32 where the recipe has no bf16), Go beside its Python twin " +
-		"(package bench, the same weights and batch, one step's loss and gradients checked): ms/step and Go/Python",
+		"(package bench, the same weights and batch, one step's loss and gradients checked): ms/step and Go/Python; " +
+		"then Python's steps under torch.profiler: the GPU's busy time per step, the floor it puts under Go/Python, kernels and host syncs",
 		Timeout: 3 * time.Minute, Run: stepTime})
 }
 
@@ -24,7 +26,8 @@ var stepTwins = []string{"asr/tiny", "clip/cpu", "ganvit/vit-cpu", "ganvit/gan-c
 // stepOptions keep the check near a minute (the Mamba twin's Python scan
 // is a loop over its 128 positions, the slowest step): 3 interleaved
 // repetitions of 3 steps per side after 2 warm-up steps, no memory peaks.
-var stepOptions = bench.Options{Reps: 3, Steps: 3, Warmup: 2, NoPeak: true}
+// Then 3 Python steps run under torch.profiler (bench.Options.Profile).
+var stepOptions = bench.Options{Reps: 3, Steps: 3, Warmup: 2, NoPeak: true, Profile: 3}
 
 // stepPrecision is bf16 where the twin trains in it, else fp32.
 func stepPrecision(tw bench.Twin) amp.Precision {
@@ -38,6 +41,11 @@ func stepTime(env Env) Result {
 	if r, ok := needGPU(); !ok {
 		return r
 	}
+	return stepTimeOn(env, gpu, stepTwins, stepOptions)
+}
+
+// stepTimeOn is step-time's measurement on dev (tests run it on the CPU).
+func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) Result {
 	r := Result{Figures: map[string]any{}}
 	dir, err := os.MkdirTemp(env.Work, "step-time")
 	if err != nil {
@@ -62,12 +70,18 @@ func stepTime(env Env) Result {
 	}
 	r.Figures["python torch"] = info.Torch
 	r.Figures["timing"] = fmt.Sprintf("batch 8, %d interleaved repetitions × %d steps per side after %d warm-up steps; each step ends with the device synchronised",
-		stepOptions.Reps, stepOptions.Steps, stepOptions.Warmup)
+		opts.Reps, opts.Steps, opts.Warmup)
 	rows := []string{fmt.Sprintf("%-16s %-5s %10s %10s %8s  %s", "twin", "prec", "Go ms", "Python ms", "Go/Py", "check: loss Δ, worst grad Δ")}
+	// Where the time goes, from the profile of Python's steps: the GPU's
+	// busy ms per step is the same kernels' time on Go's side (the check
+	// holds both to one computation), so busy / Python ms is the lowest
+	// Go/Python any binding can reach with these kernels (the device
+	// never idle), and Go ms − busy what Go's step leaves the GPU idle.
+	prof := []string{fmt.Sprintf("%-16s %10s %8s %9s %9s %8s %8s %12s", "twin", "GPU ms", "floor", "Go idle", "Py idle", "kernels", "syncs", "calls Go/Py")}
 	var failed []string
 	var ratios []string
 	met := 0
-	for _, name := range stepTwins {
+	for _, name := range twins {
 		tw, err := bench.Lookup(name)
 		if err != nil {
 			failed = append(failed, name)
@@ -75,8 +89,8 @@ func stepTime(env Env) Result {
 			continue
 		}
 		p := stepPrecision(tw)
-		cfg := bench.Config{Threads: 4, Precision: p, Batch: 8, Seed: 1, Device: gpu}
-		res, err := bench.Measure(py, tw, cfg, stepOptions, dir)
+		cfg := bench.Config{Threads: 4, Precision: p, Batch: 8, Seed: 1, Device: dev}
+		res, err := bench.Measure(py, tw, cfg, opts, dir)
 		if err != nil {
 			failed = append(failed, name)
 			rows = append(rows, fmt.Sprintf("%-16s %-5s failed: %s", name, p, firstLine(err.Error())))
@@ -91,16 +105,27 @@ func stepTime(env Env) Result {
 			res.Check.LossRel(), res.Check.MaxRel, res.Check.Worst))
 		ratios = append(ratios, fmt.Sprintf("%s %.2f", name, ratio))
 		r.Figures[name+" Go/Python"] = round3(ratio)
+		if pp := res.PyProfile; pp != nil {
+			busy := 1000 * pp.PerStep(pp.DeviceBusy)
+			prof = append(prof, fmt.Sprintf("%-16s %10.2f %8.2f %8.0f%% %8.0f%% %8.0f %8.1f %5d/%-6.0f", name, busy, busy/pyMS,
+				100*max(0, 1-busy/goMS), 100*max(0, 1-busy/pyMS), pp.PerStep(float64(pp.Kernels)), pp.PerStep(float64(pp.Syncs)),
+				res.GoOps, pp.PerStep(float64(pp.TopOps))))
+			r.Figures[name+" device floor"] = round3(busy / pyMS)
+		} else if res.ProfileNA != "" {
+			prof = append(prof, fmt.Sprintf("%-16s no profile: %s", name, res.ProfileNA))
+		}
 	}
 	r.Figures["eager step, Go beside Python (ms/step, medians)"] = strings.Join(rows, "\n")
+	r.Figures["where the time goes (per step; GPU ms: the device busy in Python's profiled steps; floor: GPU ms / Python ms; "+
+		"idle: the step's time the GPU ran nothing; calls: operators Go calls, and Python (the twin's own, not backward's))"] = strings.Join(prof, "\n")
 	r.Figures["twins at or under the goal Go ≤ 0.7× Python"] = fmt.Sprintf("%d of %d", met, len(ratios))
 	if len(failed) > 0 {
 		r.Status = Fail
-		r.Summary = fmt.Sprintf("%d of %d twins failed on CUDA (%s); Go/Python: %s", len(failed), len(stepTwins),
+		r.Summary = fmt.Sprintf("%d of %d twins failed on CUDA (%s); Go/Python: %s", len(failed), len(twins),
 			strings.Join(failed, ", "), strings.Join(ratios, ", "))
 		return r
 	}
 	r.Status = Pass
-	r.Summary = "eager Go/Python on CUDA: " + strings.Join(ratios, ", ")
+	r.Summary = fmt.Sprintf("eager Go/Python on %s: %s", dev, strings.Join(ratios, ", "))
 	return r
 }

@@ -35,6 +35,15 @@ Requests and replies:
         "cpu": [the process's CPU seconds (user + system), ...]}; a compiled
         twin's reply adds "graphs": [graphs dynamo compiled in each step, ...]
   {"op": "peak"}  one profiled training step -> {"peak": bytes, "base": bytes}
+  {"op": "profile", "n": K}  K training steps under torch.profiler (CUDA
+        activity too on a GPU), each ending synchronised as in "steps":
+        where a step's time goes -> {"steps": K, "wall": seconds,
+        "device_busy": seconds the GPU ran anything (the union of its
+        kernels', copies' and fills' intervals), "kernels", "copies": what
+        ran on the device, "launches", "syncs": CUDA runtime calls that
+        queue a kernel or wait for the device (the steps' own final
+        synchronisations not counted), "ops": ATen operators recorded,
+        "top_ops": those Python called itself (no operator above them)}
   {"op": "quit"}
 An error is replied as {"error": message}.
 
@@ -274,6 +283,68 @@ class Runner:
         return {"peak": peak, "base": base}
 
 
+    def profile(self, req):
+        n = int(req["n"])
+        cuda = self.device.type == "cuda"
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        wall = 0.0
+        with profile(activities=acts) as prof:
+            for _ in range(n):
+                t0 = time.perf_counter()
+                self.step()
+                if cuda:
+                    torch.cuda.synchronize(self.device)
+                wall += time.perf_counter() - t0
+        return summarize_profile(prof.events(), n, wall, n if cuda else 0)
+
+
+def summarize_profile(events, n, wall, own_syncs):
+    """Counts what a profile of n steps recorded (see "profile" above);
+    own_syncs is how many device synchronisations the caller added."""
+    out = {"steps": n, "wall": wall, "device_busy": 0.0, "kernels": 0, "copies": 0,
+           "launches": 0, "syncs": 0, "ops": 0, "top_ops": 0}
+    spans = []
+    for e in events:
+        name = e.name
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            spans.append((e.time_range.start, e.time_range.end))
+            if name.startswith(("Memcpy", "Memset")):
+                out["copies"] += 1
+            else:
+                out["kernels"] += 1
+        elif name.startswith("aten::"):
+            out["ops"] += 1
+            if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"):
+                # Called by Python (or by the autograd engine, whose
+                # backward nodes are not operators): count only Python's.
+                if not _under_backward(e):
+                    out["top_ops"] += 1
+        elif name.startswith(("cudaLaunch", "cuLaunch")):
+            out["launches"] += 1
+        elif "Synchronize" in name:
+            out["syncs"] += 1
+    out["syncs"] = max(0, out["syncs"] - own_syncs)
+    busy, end = 0.0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            busy += b - a
+            end = b
+        elif b > end:
+            busy += b - end
+            end = b
+    out["device_busy"] = busy / 1e6  # the profiler's times are microseconds
+    return out
+
+
+def _under_backward(e):
+    p = e.cpu_parent
+    while p is not None:
+        if p.name.startswith("autograd::engine"):
+            return True
+        p = p.cpu_parent
+    return False
+
+
 def held_bytes(model, opts, data):
     seen, total = set(), 0
 
@@ -323,6 +394,8 @@ def main():
                 out = r.steps(req)
             elif op == "peak":
                 out = r.peak(req)
+            elif op == "profile":
+                out = r.profile(req)
             else:
                 out = {"error": f"unknown op {op!r}"}
         except NotAvailable as e:
