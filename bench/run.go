@@ -170,6 +170,12 @@ type PyProfile struct {
 	// backward ones included); TopOps those Python called itself.
 	Ops    int `json:"ops"`
 	TopOps int `json:"top_ops"`
+	// Libtorch is the seconds the host spent in libtorch: the union of
+	// the outermost operators', the autograd engine's and the CUDA
+	// runtime's waits' intervals, on any thread. Wall − Libtorch is
+	// Python's own time (and the profiler's between operators), so
+	// Libtorch / Wall is what a binding that cost nothing would leave.
+	Libtorch float64 `json:"libtorch"`
 }
 
 // PerStep returns v per profiled step.

@@ -43,7 +43,12 @@ Requests and replies:
         ran on the device, "launches", "syncs": CUDA runtime calls that
         queue a kernel or wait for the device (the steps' own final
         synchronisations not counted), "ops": ATen operators recorded,
-        "top_ops": those Python called itself (no operator above them)}
+        "top_ops": those Python called itself (no operator above them),
+        "libtorch": seconds inside libtorch (the union of the intervals of
+        the outermost operators, the autograd engine's backward and the
+        CUDA runtime's waits, on any thread: what a binding that cost
+        nothing would leave; the rest of "wall" is Python's own time and
+        the profiler's between operators)}
   {"op": "quit"}
 An error is replied as {"error": message}.
 
@@ -302,47 +307,58 @@ def summarize_profile(events, n, wall, own_syncs):
     """Counts what a profile of n steps recorded (see "profile" above);
     own_syncs is how many device synchronisations the caller added."""
     out = {"steps": n, "wall": wall, "device_busy": 0.0, "kernels": 0, "copies": 0,
-           "launches": 0, "syncs": 0, "ops": 0, "top_ops": 0}
-    spans = []
+           "launches": 0, "syncs": 0, "ops": 0, "top_ops": 0, "libtorch": 0.0}
+    device, host = [], []
     for e in events:
         name = e.name
+        span = (e.time_range.start, e.time_range.end)
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            spans.append((e.time_range.start, e.time_range.end))
+            device.append(span)
             if name.startswith(("Memcpy", "Memset")):
                 out["copies"] += 1
             else:
                 out["kernels"] += 1
-        elif name.startswith("aten::"):
+            continue
+        outermost = not _under(e, ("aten::", "autograd::engine", "cuda"))
+        if name.startswith("aten::"):
             out["ops"] += 1
-            if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"):
-                # Called by Python (or by the autograd engine, whose
-                # backward nodes are not operators): count only Python's.
-                if not _under_backward(e):
-                    out["top_ops"] += 1
+            # Called by Python: no operator above it, and not in backward
+            # (the autograd engine's nodes are not operators).
+            if outermost and not _under(e, ("autograd::engine",)):
+                out["top_ops"] += 1
         elif name.startswith(("cudaLaunch", "cuLaunch")):
             out["launches"] += 1
         elif "Synchronize" in name:
             out["syncs"] += 1
+        if outermost and name.startswith(("aten::", "autograd::engine", "cuda")):
+            host.append(span)
     out["syncs"] = max(0, out["syncs"] - own_syncs)
-    busy, end = 0.0, None
-    for a, b in sorted(spans):
-        if end is None or a > end:
-            busy += b - a
-            end = b
-        elif b > end:
-            busy += b - end
-            end = b
-    out["device_busy"] = busy / 1e6  # the profiler's times are microseconds
+    out["device_busy"] = _union(device) / 1e6  # the profiler's times are microseconds
+    out["libtorch"] = _union(host) / 1e6
     return out
 
 
-def _under_backward(e):
+def _under(e, prefixes):
+    """Whether an event above e (its CPU parents) is named with one of prefixes."""
     p = e.cpu_parent
     while p is not None:
-        if p.name.startswith("autograd::engine"):
+        if p.name.startswith(prefixes):
             return True
         p = p.cpu_parent
     return False
+
+
+def _union(spans):
+    """The length of the union of (start, end) intervals."""
+    total, end = 0.0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
 
 
 def held_bytes(model, opts, data):
