@@ -101,6 +101,33 @@ func VariantTable(w io.Writer, rs []Result) {
 	}
 }
 
+// ProfileTable writes where each result's steps spent their time
+// (Options.Profile), as markdown: Go/Python; the host floor, Python's
+// profiled time in libtorch over its profiled step (what Go/Python would
+// be with a binding that cost nothing, on the same kernels); on a GPU the
+// device's busy ms per step and the floor it puts under Go/Python (busy
+// over Python's step), kernels and host syncs; the operators Go calls per
+// step, those Python's twin calls itself, and all ATen records (nested
+// and backward ones included). Results without a profile show why.
+func ProfileTable(w io.Writer, rs []Result) {
+	fmt.Fprintln(w, "| recipe | threads | precision | Go / Python | host floor | GPU ms/step | device floor | kernels/step | syncs/step | calls Go / Python | ATen ops/step (Python) |")
+	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		p := r.PyProfile
+		if p == nil {
+			if r.ProfileNA != "" {
+				fmt.Fprintf(w, "| %s | %d | %s | %.2f | n/a: %s | | | | | | |\n", r.Twin, r.Config.Threads, r.Config.Precision, r.Ratio(), cell(r.ProfileNA))
+			}
+			continue
+		}
+		busy := p.PerStep(p.DeviceBusy)
+		fmt.Fprintf(w, "| %s | %d | %s | %.2f | **%.2f** | %.2f | %.2f | %.0f | %.1f | %d / %.0f | %.0f |\n",
+			r.Twin, r.Config.Threads, r.Config.Precision, r.Ratio(), p.Libtorch/max(p.Wall, 1e-12),
+			1e3*busy, busy/max(r.PyMedian(), 1e-12), p.PerStep(float64(p.Kernels)), p.PerStep(float64(p.Syncs)),
+			r.GoOps, p.PerStep(float64(p.TopOps)), p.PerStep(float64(p.Ops)))
+	}
+}
+
 // pyPeak is the Python peak's cell: the figure, or why there is none.
 func pyPeak(r Result) string {
 	if r.PyPeakNote != "" {

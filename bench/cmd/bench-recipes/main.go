@@ -58,12 +58,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	pyEnv := fs.String("python-env", "", "comma-separated KEY=VALUE added to the Python side's environment (e.g. MALLOC_MMAP_THRESHOLD_=33554432)")
 	compile := fs.Bool("compile", false, "also time Python with torch.compile (inductor, default mode; a second Python process) in the same rotation (default: on when the Python side's torch has torch.compile, 2.x)")
 	perfCtl := fs.String("perf-control", "", "CTL,ACK: the FIFOs of a `perf record --control fifo:CTL,ACK -D -1` to switch on around Go's and eager Python's timed steps only (scripts/bench_split.sh)")
+	profile := fs.Int("profile", 0, "after the timed steps, run this many Python steps under torch.profiler and count one Go step's calls: a second table of where the time goes (host floor; on a GPU, device time)")
 	variants := fs.String("variants", "", "Go variants timed in the same rotation (see bench.Levers): "+strings.Join(bench.LeverNames(), ", "))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *profile < 0 {
+		return fmt.Errorf("%w: bad -profile %d (steps, 0 for none)", errUsage, *profile)
 	}
 	var tws []bench.Twin
 	if *twins == "" {
@@ -242,7 +246,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 						cfg.Length = v
 					}
 					logf("%s, %d thread(s), %s, batch %d, length %d", tw.Name(), th, p, cfg.Batch, cfg.Length)
-					r, err := bench.Measure(py, tw, cfg, bench.Options{Reps: *reps, Steps: *steps, Warmup: *warmup, Variants: vs, Compiled: cpy, Perf: perf, Logf: logf}, dir)
+					r, err := bench.Measure(py, tw, cfg, bench.Options{Reps: *reps, Steps: *steps, Warmup: *warmup, Variants: vs, Compiled: cpy, Perf: perf, Profile: *profile, Logf: logf}, dir)
 					if err != nil {
 						return err
 					}
@@ -262,6 +266,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if len(vs) > 0 {
 		b.WriteString("\n")
 		bench.VariantTable(&b, results)
+	}
+	if *profile > 0 {
+		b.WriteString("\n")
+		bench.ProfileTable(&b, results)
 	}
 	fmt.Fprintf(&b, "\n%d interleaved repetitions of %d steps per side (after %d warm-up steps), %s in all.\n",
 		*reps, *steps, *warmup, time.Since(start).Round(time.Second))

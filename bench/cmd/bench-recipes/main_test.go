@@ -21,6 +21,7 @@ func TestBadFlags(t *testing.T) {
 		{"twin", []string{"-twins", "nope/tiny"}},
 		{"variant", []string{"-variants", "nope"}},
 		{"shapes", []string{"-shapes", "0"}},
+		{"profile", []string{"-profile", "-1"}},
 		{"python env", []string{"-python-env", "NOEQUALS"}},
 		{"grow list", []string{"-grow-batch", "2,x"}},
 		{"grow both", []string{"-grow-batch", "2", "-grow-length", "64"}},
