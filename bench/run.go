@@ -38,7 +38,8 @@ type Options struct {
 	// variants) and of eager Python, and nothing else.
 	Perf *PerfControl
 	// Profile, when above 0, adds where a step's time goes, after the
-	// timed steps: Python's twin runs Profile steps under torch.profiler
+	// timed steps: Python's twin runs Profile steps (at most about 2 s of
+	// them; none of a longer step: Result.ProfileNA) under torch.profiler
 	// (Result.PyProfile: on CUDA the device's busy time and its kernels),
 	// and one Go step's calls into libtorch are counted (Result.GoOps).
 	Profile int

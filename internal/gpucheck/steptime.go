@@ -126,7 +126,7 @@ func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) R
 	r.Figures["twins at or under the goal Go ≤ 0.7× Python"] = fmt.Sprintf("%d of %d", met, len(ratios))
 	if len(failed) > 0 {
 		r.Status = Fail
-		r.Summary = fmt.Sprintf("%d of %d twins failed on CUDA (%s); Go/Python: %s", len(failed), len(twins),
+		r.Summary = fmt.Sprintf("%d of %d twins failed on %s (%s); Go/Python: %s", len(failed), len(twins), dev,
 			strings.Join(failed, ", "), strings.Join(ratios, ", "))
 		return r
 	}

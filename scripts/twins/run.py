@@ -287,7 +287,6 @@ class Runner:
             peak = max(peak, run)
         return {"peak": peak, "base": base}
 
-
     def profile(self, req):
         n = int(req["n"])
         cuda = self.device.type == "cuda"
