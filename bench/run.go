@@ -182,6 +182,18 @@ type PyProfile struct {
 // PerStep returns v per profiled step.
 func (p *PyProfile) PerStep(v float64) float64 { return v / float64(max(p.Steps, 1)) }
 
+// HostFloor is Python's profiled time in libtorch over its profiled steps:
+// the Go/Python a binding that cost nothing would reach with the same
+// kernels, on the host's side.
+func (p *PyProfile) HostFloor() float64 { return p.Libtorch / max(p.Wall, 1e-12) }
+
+// DeviceFloor is the device's busy time per profiled step over pyStep
+// (Python's timed step, seconds): the lowest Go/Python any binding can
+// reach with these kernels, the device never idle; 0 on the CPU.
+func (p *PyProfile) DeviceFloor(pyStep float64) float64 {
+	return p.PerStep(p.DeviceBusy) / max(pyStep, 1e-12)
+}
+
 // HasCompiled reports whether a compiled Python side was asked for:
 // figures or the reason there are none.
 func (r Result) HasCompiled() bool { return len(r.PyCompiled) > 0 || r.CompiledNA != "" }
@@ -427,21 +439,16 @@ func profileSides(py *Python, inst Instance, cfg Config, n int, res *Result) err
 	med := res.PyMedian()
 	n = min(n, max(1, int(maxProfiled/med)))
 	var p PyProfile
-	var err error
 	if med > maxProfiled {
 		res.ProfileNA = fmt.Sprintf("not profiled: Python's step takes %.1f s, over %.0f s (the profiler would hold GBs of events)", med, maxProfiled)
-	} else {
-		err = py.Do(map[string]any{"op": "profile", "n": n}, &p)
-	}
-	switch {
-	case res.ProfileNA != "":
-	case err != nil:
+	} else if err := py.Do(map[string]any{"op": "profile", "n": n}, &p); err != nil {
 		res.ProfileNA = naReason(err)
-	case p.Steps != n:
+	} else if p.Steps != n {
 		res.ProfileNA = fmt.Sprintf("profile: %d steps for %d", p.Steps, n)
-	default:
+	} else {
 		res.PyProfile = &p
 	}
+	var err error
 	calls := torch.CountCalls(func() {
 		if err = inst.Step(); err == nil && cfg.Dev().IsCUDA() {
 			err = torch.Synchronize(cfg.Dev())

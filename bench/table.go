@@ -120,10 +120,9 @@ func ProfileTable(w io.Writer, rs []Result) {
 			}
 			continue
 		}
-		busy := p.PerStep(p.DeviceBusy)
 		fmt.Fprintf(w, "| %s | %d | %s | %.2f | **%.2f** | %.2f | %.2f | %.0f | %.1f | %d / %.0f | %.0f |\n",
-			r.Twin, r.Config.Threads, r.Config.Precision, r.Ratio(), p.Libtorch/max(p.Wall, 1e-12),
-			1e3*busy, busy/max(r.PyMedian(), 1e-12), p.PerStep(float64(p.Kernels)), p.PerStep(float64(p.Syncs)),
+			r.Twin, r.Config.Threads, r.Config.Precision, r.Ratio(), p.HostFloor(),
+			1e3*p.PerStep(p.DeviceBusy), p.DeviceFloor(r.PyMedian()), p.PerStep(float64(p.Kernels)), p.PerStep(float64(p.Syncs)),
 			r.GoOps, p.PerStep(float64(p.TopOps)), p.PerStep(float64(p.Ops)))
 	}
 }

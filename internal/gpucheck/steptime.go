@@ -109,11 +109,11 @@ func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) R
 		r.Figures[name+" Go/Python"] = round3(ratio)
 		if pp := res.PyProfile; pp != nil {
 			busy := 1000 * pp.PerStep(pp.DeviceBusy)
-			host := pp.Libtorch / max(pp.Wall, 1e-12)
-			prof = append(prof, fmt.Sprintf("%-16s %8.2f %9.2f %10.2f %7.0f%% %7.0f%% %8.0f %6.1f %5d/%-6.0f", name, busy, busy/pyMS, host,
+			devFloor, host := pp.DeviceFloor(res.PyMedian()), pp.HostFloor()
+			prof = append(prof, fmt.Sprintf("%-16s %8.2f %9.2f %10.2f %7.0f%% %7.0f%% %8.0f %6.1f %5d/%-6.0f", name, busy, devFloor, host,
 				100*max(0, 1-busy/goMS), 100*max(0, 1-busy/pyMS), pp.PerStep(float64(pp.Kernels)), pp.PerStep(float64(pp.Syncs)),
 				res.GoOps, pp.PerStep(float64(pp.TopOps))))
-			r.Figures[name+" device floor"] = round3(busy / pyMS)
+			r.Figures[name+" device floor"] = round3(devFloor)
 			r.Figures[name+" host floor"] = round3(host)
 		} else if res.ProfileNA != "" {
 			prof = append(prof, fmt.Sprintf("%-16s no profile: %s", name, res.ProfileNA))
