@@ -46,17 +46,7 @@ func ClipGradNorm(params []*torch.Tensor, maxNorm, normType float64) (totalNorm 
 				if len(groups) == 0 {
 					return
 				}
-				dev := groups[0].dev
-				var norms []*torch.Tensor
-				for _, g := range groups {
-					for _, n := range torch.CallOp("aten::_foreach_norm", "Scalar", g.grads, normType)[0].([]*torch.Tensor) {
-						if g.dev != dev {
-							n = n.ToDevice(dev)
-						}
-						norms = append(norms, n)
-					}
-				}
-				total := torch.Stack(norms, 0).Norm(normType)
+				total := totalGradNorm(groups, normType)
 				totalNorm = total.Item()
 				if math.IsNaN(totalNorm) || math.IsInf(totalNorm, 0) {
 					return
@@ -65,21 +55,7 @@ func ClipGradNorm(params []*torch.Tensor, maxNorm, normType float64) (totalNorm 
 				if maxNorm/(totalNorm+1e-6) > 1+1e-4 {
 					return
 				}
-				// PyTorch: max_norm / (total + 1e-6) is reciprocal()*max_norm.
-				coef := total.AddScalar(1e-6).Reciprocal().MulScalar(maxNorm).ClampMax(1)
-				for _, g := range groups {
-					c := coef
-					if g.dev != dev {
-						c = coef.ToDevice(g.dev)
-					}
-					if foreachMulTensor() {
-						torch.CallOp("aten::_foreach_mul_", "Tensor", g.grads, c)
-						continue
-					}
-					for _, t := range g.grads {
-						t.MulIn(c)
-					}
-				}
+				scaleGrads(groups, total, maxNorm)
 			})
 		})
 	})
@@ -90,6 +66,80 @@ func ClipGradNorm(params []*torch.Tensor, maxNorm, normType float64) (totalNorm 
 		return totalNorm, fmt.Errorf("nn: ClipGradNorm: %w (%v); gradients left unchanged", ErrNonFiniteNorm, totalNorm)
 	}
 	return totalNorm, nil
+}
+
+// ClipGradNormOnDevice clips as ClipGradNorm does, with PyTorch's
+// clip_grad_norm_ defaults, without reading anything on the host: the
+// total norm stays a device tensor (returned; the caller owns it, nil when
+// no parameter has a gradient) and every gradient is multiplied by
+// min(1, maxNorm/(total+1e-6)), which is exactly 1 when nothing is
+// clipped. With no host synchronisation it can run inside a captured CUDA
+// graph (package cudagraph) and never stalls an eager step on a GPU. A
+// non-finite norm is not caught: the gradients are scaled by nan or 0, as
+// PyTorch's are (error_if_nonfinite=False); check the returned norm where
+// that matters.
+func ClipGradNormOnDevice(params []*torch.Tensor, maxNorm, normType float64) (total *torch.Tensor, err error) {
+	if !(maxNorm >= 0) || math.IsNaN(normType) {
+		return nil, fmt.Errorf("nn: ClipGradNormOnDevice: invalid max norm %v or norm type %v", maxNorm, normType)
+	}
+	err = torch.Try(func() {
+		total = torch.TidyTensor(func() *torch.Tensor {
+			var t *torch.Tensor
+			torch.NoGrad(func() {
+				groups := gradGroups(params)
+				if len(groups) == 0 {
+					return
+				}
+				t = totalGradNorm(groups, normType)
+				scaleGrads(groups, t, maxNorm)
+			})
+			return t
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return total, nil
+}
+
+// totalGradNorm is the normType-norm of every gradient of groups together,
+// on the first group's device: one _foreach_norm per group, then the norm
+// of the stacked norms (PyTorch's _get_total_norm).
+func totalGradNorm(groups []*gradGroup, normType float64) *torch.Tensor {
+	dev := groups[0].dev
+	var norms []*torch.Tensor
+	for _, g := range groups {
+		for _, n := range torch.CallOp("aten::_foreach_norm", "Scalar", g.grads, normType)[0].([]*torch.Tensor) {
+			if g.dev != dev {
+				n = n.ToDevice(dev)
+			}
+			norms = append(norms, n)
+		}
+	}
+	return torch.Stack(norms, 0).Norm(normType)
+}
+
+// scaleGrads multiplies every gradient of groups by min(1, maxNorm/(total
+// + 1e-6)), computed on the device in total's dtype (PyTorch's
+// _clip_grads_with_norm_: max_norm / (total + 1e-6) as reciprocal()·max_norm,
+// clamped), one _foreach_mul_ per group where libtorch has the Tensor
+// overload, one mul_ per gradient before.
+func scaleGrads(groups []*gradGroup, total *torch.Tensor, maxNorm float64) {
+	dev := groups[0].dev
+	coef := total.AddScalar(1e-6).Reciprocal().MulScalar(maxNorm).ClampMax(1)
+	for _, g := range groups {
+		c := coef
+		if g.dev != dev {
+			c = coef.ToDevice(g.dev)
+		}
+		if foreachMulTensor() {
+			torch.CallOp("aten::_foreach_mul_", "Tensor", g.grads, c)
+			continue
+		}
+		for _, t := range g.grads {
+			t.MulIn(c)
+		}
+	}
 }
 
 // gradGroup is the gradients of one device and dtype, in params' order.

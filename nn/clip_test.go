@@ -98,32 +98,51 @@ func TestClipGradNormMatchesPyTorch(t *testing.T) {
 	require.Len(t, want, len(clipCases))
 	for _, mode := range clipMulModes(t) {
 		restore := mode.force()
-		for ci, c := range clipCases {
-			t.Run(mode.name+"/"+c.name, func(t *testing.T) {
-				ps := clipParams(clipGrads(c))
-				defer clipFree(ps)
-				torch.CollectGarbage()
-				live := torch.LiveTensors()
-				total, err := ClipGradNorm(ps, c.maxNorm, c.normType)
-				require.NoError(t, err)
-				require.Equal(t, live, torch.LiveTensors(), "ClipGradNorm leaves no tensors behind")
-				require.Equal(t, want[ci].Total, total, "total norm (bitwise, float32)")
-				for k, p := range ps {
-					g := p.Grad()
-					if want[ci].Grads[k] == nil {
-						require.Nil(t, g)
-						continue
+		for _, fn := range clipFuncs {
+			for ci, c := range clipCases {
+				t.Run(mode.name+"/"+fn.name+"/"+c.name, func(t *testing.T) {
+					ps := clipParams(clipGrads(c))
+					defer clipFree(ps)
+					torch.CollectGarbage()
+					live := torch.LiveTensors()
+					total, err := fn.clip(ps, c.maxNorm, c.normType)
+					require.NoError(t, err)
+					require.Equal(t, live, torch.LiveTensors(), "%s leaves no tensors behind", fn.name)
+					require.Equal(t, want[ci].Total, total, "total norm (bitwise, float32)")
+					for k, p := range ps {
+						g := p.Grad()
+						if want[ci].Grads[k] == nil {
+							require.Nil(t, g)
+							continue
+						}
+						got := g.Float32s()
+						g.Free()
+						for i := range got {
+							require.Equal(t, want[ci].Grads[k][i], float64(got[i]), "%s[%d]", optimShapes[k].name, i)
+						}
 					}
-					got := g.Float32s()
-					g.Free()
-					for i := range got {
-						require.Equal(t, want[ci].Grads[k][i], float64(got[i]), "%s[%d]", optimShapes[k].name, i)
-					}
-				}
-			})
+				})
+			}
 		}
 		restore()
 	}
+}
+
+// clipFuncs are the two clipping functions, each returning the total norm
+// as a number (ClipGradNormOnDevice's read after it returns).
+var clipFuncs = []struct {
+	name string
+	clip func(ps []*torch.Tensor, maxNorm, normType float64) (float64, error)
+}{
+	{"host", ClipGradNorm},
+	{"on-device", func(ps []*torch.Tensor, maxNorm, normType float64) (float64, error) {
+		total, err := ClipGradNormOnDevice(ps, maxNorm, normType)
+		if err != nil || total == nil {
+			return 0, err
+		}
+		defer total.Free()
+		return total.Item(), nil
+	}},
 }
 
 func TestClipGradNormNonFinite(t *testing.T) {
@@ -236,6 +255,7 @@ func TestClipGradNormCallsPerModel(t *testing.T) {
 			}
 			few, many := calls(4), calls(40)
 			require.Equal(t, int64(1), few["aten::_foreach_norm.Scalar"], "%v", few)
+			require.Equal(t, int64(1), few["aten::item"], "ClipGradNorm reads the total once: %v", few)
 			if mode.foreach {
 				require.Equal(t, few, many)
 				require.Equal(t, int64(1), many["aten::_foreach_mul_.Tensor"], "%v", many)
@@ -294,4 +314,55 @@ func TestClipGradNormMixedDTypes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClipGradNormOnDevice: no value crosses to the host (on a GPU: no
+// synchronisation, so the clip can be captured in a CUDA graph), where
+// ClipGradNorm reads its total once; a non-finite norm scales the
+// gradients by nan as PyTorch's default does; no gradients give a nil
+// norm; a negative max norm is refused.
+func TestClipGradNormOnDevice(t *testing.T) {
+	ps := clipParams(clipGrads(clipCases[0]))
+	var total *torch.Tensor
+	stats := torch.CountCalls(func() {
+		var err error
+		total, err = ClipGradNormOnDevice(ps, 1, 2)
+		require.NoError(t, err)
+	})
+	require.Empty(t, torch.HostTransfers(stats), "%v", stats)
+	require.NotNil(t, total)
+	total.Free()
+	stats = torch.CountCalls(func() {
+		_, err := ClipGradNorm(ps, 1, 2)
+		require.NoError(t, err)
+	})
+	require.Equal(t, []torch.CallStat{{Name: "aten::item", Calls: 1}}, zeroTimes(torch.HostTransfers(stats)))
+	clipFree(ps)
+
+	grads := clipGrads(clipCases[0])
+	grads[2][1] = float32(math.NaN())
+	ps = clipParams(grads)
+	total, err := ClipGradNormOnDevice(ps, 1, 2)
+	require.NoError(t, err)
+	require.True(t, math.IsNaN(total.Item()))
+	total.Free()
+	g := ps[0].Grad()
+	require.True(t, math.IsNaN(float64(g.Float32s()[0])), "scaled by nan, as torch.nn.utils.clip_grad_norm_")
+	g.Free()
+	clipFree(ps)
+
+	ps = clipParams(make([][]float32, len(optimShapes)))
+	defer clipFree(ps)
+	total, err = ClipGradNormOnDevice(ps, 1, 2)
+	require.NoError(t, err)
+	require.Nil(t, total)
+	_, err = ClipGradNormOnDevice(ps, -1, 2)
+	require.Error(t, err)
+}
+
+func zeroTimes(stats []torch.CallStat) []torch.CallStat {
+	for k := range stats {
+		stats[k].Time = 0
+	}
+	return stats
 }

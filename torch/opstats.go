@@ -50,3 +50,26 @@ func WriteCallStats(w io.Writer, stats []CallStat) {
 	}
 	fmt.Fprintf(w, "%-46s %8d %12v\n", "all", calls, total.Round(time.Microsecond))
 }
+
+// hostTransferCalls are the calls that move a tensor's values between Go
+// memory and libtorch: reading a value (Item, the dispatcher's
+// _local_scalar_dense), copying elements out (ToSlice and what builds on
+// it), copying a Go slice in (FromSlice).
+var hostTransferCalls = map[string]bool{"aten::item": true, "aten::_local_scalar_dense": true, "(copy out)": true, "(from data)": true}
+
+// HostTransfers returns the calls of stats (from CountCalls) that move
+// values between Go memory and tensors. With the tensors on a CUDA device
+// each one waits for the device: a read waits for every kernel queued
+// before it, and a slice copied in is a blocking host-to-device copy, which
+// libtorch follows with a stream synchronisation. None may happen inside a
+// captured CUDA graph. On the CPU they cost little, so counting them there
+// shows on any machine which steps would stall a GPU.
+func HostTransfers(stats []CallStat) []CallStat {
+	var out []CallStat
+	for _, s := range stats {
+		if hostTransferCalls[s.Name] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
