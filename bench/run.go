@@ -145,6 +145,9 @@ type Result struct {
 	// GoOps the operators one Go step calls from Go (Options.Profile).
 	PyProfile *PyProfile `json:",omitempty"`
 	GoOps     int        `json:",omitempty"`
+	// GoTransfers are the same step's calls that move values between Go
+	// and tensors (torch.HostTransfers): on CUDA each waits for the device.
+	GoTransfers int `json:",omitempty"`
 	// ProfileNA says why a profile that was asked for has none (the
 	// profiler's error, first line): it does not fail the measurement.
 	ProfileNA string `json:",omitempty"`
@@ -454,11 +457,14 @@ func profileSides(py *Python, inst Instance, cfg Config, n int, res *Result) err
 			err = torch.Synchronize(cfg.Dev())
 		}
 	})
-	res.GoOps = 0
+	res.GoOps, res.GoTransfers = 0, 0
 	for _, c := range calls {
 		if !strings.HasPrefix(c.Name, "(") {
 			res.GoOps += int(c.Calls)
 		}
+	}
+	for _, c := range torch.HostTransfers(calls) {
+		res.GoTransfers += int(c.Calls)
 	}
 	return err
 }

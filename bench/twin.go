@@ -151,6 +151,9 @@ type SingleModel struct {
 
 	opt *nn.Adam
 	tr  *train.Trainer
+	// The optimizer's groups and configuration (CaptureStep makes its own).
+	groups []nn.ParamGroup
+	adam   nn.AdamConfig
 }
 
 // Init moves the model and the batch to Device and creates the optimizer
@@ -181,6 +184,7 @@ func (s *SingleModel) Init() error {
 	if s.Eps > 0 {
 		ac.Eps = s.Eps
 	}
+	s.groups, s.adam = groups, ac
 	s.opt = nn.NewAdamWGroups(groups, ac)
 	tr, err := train.New(s.Model, s.opt, s.Loss, train.Config{
 		MicroBatch: s.micro(), Accum: max(1, s.Accum), Device: s.Device, Precision: s.Precision, ClipNorm: s.ClipNorm,

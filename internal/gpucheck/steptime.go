@@ -15,13 +15,14 @@ import (
 func init() {
 	register(&Check{Name: "step-time", Doc: "each recipe's small preset trained eagerly on CUDA in bf16 (fp32 where the recipe has no bf16), Go beside its Python twin " +
 		"(package bench, the same weights and batch, one step's loss and gradients checked): ms/step and Go/Python; " +
-		"then Python's steps under torch.profiler: the GPU's busy time per step, the floor it puts under Go/Python, kernels and host syncs",
+		"then Python's steps under torch.profiler: the GPU's busy time per step, the floor it puts under Go/Python, kernels and host syncs; " +
+		"then each step that can be captured as a CUDA graph (bench.MeasureGraph): replay against the trainer's losses, ms per replay and graph/Python",
 		Timeout: 3 * time.Minute, Run: stepTime})
 }
 
 // stepTwins are the bench twins step-time measures: each recipe's small
 // preset (bench's CPU presets; on an H100 launch-bound models).
-var stepTwins = []string{"asr/tiny", "clip/cpu", "ganvit/vit-cpu", "ganvit/gan-cpu", "mamba/tiny", "tts/cpu"}
+var stepTwins = []string{"asr/tiny", "clip/cpu", "clip/cpu-naive", "ganvit/vit-cpu", "ganvit/gan-cpu", "mamba/tiny", "tts/cpu"}
 
 // stepOptions keep the check near a minute (the Mamba twin's Python scan
 // is a loop over its 128 positions, the slowest step): 3 interleaved
@@ -79,7 +80,9 @@ func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) R
 	// idle). Python's time in libtorch over its profiled step is the
 	// lowest a binding that cost nothing could reach on the host side.
 	// Go ms − busy is what Go's step leaves the GPU idle.
-	prof := []string{fmt.Sprintf("%-16s %8s %9s %9s %8s %8s %8s %6s %12s", "twin", "GPU ms", "dev floor", "host floor", "Go idle", "Py idle", "kernels", "syncs", "calls Go/Py")}
+	prof := []string{fmt.Sprintf("%-16s %8s %9s %9s %8s %8s %8s %6s %9s %12s", "twin", "GPU ms", "dev floor", "host floor", "Go idle", "Py idle", "kernels", "syncs", "Go waits", "calls Go/Py")}
+	graphs := []string{fmt.Sprintf("%-16s %-5s %9s %9s %8s  %s", "twin", "prec", "graph ms", "graph/Py", "Go/Py", "replay vs trainer: worst loss Δ")}
+	var graphFailed []string
 	var failed []string
 	var ratios []string
 	met := 0
@@ -110,20 +113,36 @@ func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) R
 		if pp := res.PyProfile; pp != nil {
 			busy := 1000 * pp.PerStep(pp.DeviceBusy)
 			devFloor, host := pp.DeviceFloor(res.PyMedian()), pp.HostFloor()
-			prof = append(prof, fmt.Sprintf("%-16s %8.2f %9.2f %10.2f %7.0f%% %7.0f%% %8.0f %6.1f %5d/%-6.0f", name, busy, devFloor, host,
+			prof = append(prof, fmt.Sprintf("%-16s %8.2f %9.2f %10.2f %7.0f%% %7.0f%% %8.0f %6.1f %9d %5d/%-6.0f", name, busy, devFloor, host,
 				100*max(0, 1-busy/goMS), 100*max(0, 1-busy/pyMS), pp.PerStep(float64(pp.Kernels)), pp.PerStep(float64(pp.Syncs)),
-				res.GoOps, pp.PerStep(float64(pp.TopOps))))
+				res.GoTransfers, res.GoOps, pp.PerStep(float64(pp.TopOps))))
 			r.Figures[name+" device floor"] = round3(devFloor)
 			r.Figures[name+" host floor"] = round3(host)
 		} else if res.ProfileNA != "" {
 			prof = append(prof, fmt.Sprintf("%-16s no profile: %s", name, res.ProfileNA))
 		}
+		gr, err := bench.MeasureGraph(tw, cfg, opts)
+		switch {
+		case err != nil:
+			graphFailed = append(graphFailed, name)
+			graphs = append(graphs, fmt.Sprintf("%-16s %-5s failed: %s", name, p, firstLine(err.Error())))
+		case gr.Captured:
+			gratio := gr.GraphMS / pyMS
+			graphs = append(graphs, fmt.Sprintf("%-16s %-5s %9.2f %9.2f %8.2f  %.0e over %d steps", name, p, gr.GraphMS, gratio, ratio, gr.Worst, len(gr.GraphLoss)))
+			r.Figures[name+" graph/Python"] = round3(gratio)
+		default:
+			graphs = append(graphs, fmt.Sprintf("%-16s %-5s not captured: %s", name, p, gr.NA))
+		}
 	}
 	r.Figures["eager step, Go beside Python (ms/step, medians)"] = strings.Join(rows, "\n")
 	r.Figures["where the time goes (per step; GPU ms: the device busy in Python's profiled steps; dev floor: GPU ms / Python ms; "+
 		"host floor: Python's profiled time in libtorch over its profiled step; idle: the step's time the GPU ran nothing; "+
+		"Go waits: values one eager Go step moves between Go and tensors, each a wait for the device (torch.HostTransfers); "+
 		"calls: operators Go calls, and Python (the twin's own, not backward's))"] = strings.Join(prof, "\n")
 	r.Figures["twins at or under the goal Go ≤ 0.7× Python"] = fmt.Sprintf("%d of %d", met, len(ratios))
+	r.Figures["the step as a CUDA graph (graph ms: per replay, each followed by a synchronisation, dropout on; "+
+		"the losses of 5 replays from the same weights, dropout off, against the trainer's eager steps)"] = strings.Join(graphs, "\n")
+	failed = append(failed, graphFailed...)
 	if len(failed) > 0 {
 		r.Status = Fail
 		r.Summary = fmt.Sprintf("%d of %d twins failed on %s (%s); Go/Python: %s", len(failed), len(twins), dev,

@@ -14,25 +14,45 @@ import (
 // (on a GPU only `make gpu-check` runs it): the timing row, and the
 // profile's row, whose GPU time is 0 without a GPU.
 func TestStepTimeOnCPU(t *testing.T) {
-	r := stepTimeOn(Env{Work: t.TempDir()}, torch.CPU, []string{"ganvit/gan-cpu"},
+	twins := []string{"ganvit/gan-cpu", "ganvit/vit-cpu"}
+	r := stepTimeOn(Env{Work: t.TempDir()}, torch.CPU, twins,
 		bench.Options{Reps: 1, Steps: 1, Warmup: 1, NoPeak: true, Profile: 1})
 	require.Equal(t, Pass, r.Status, "%s", r.Summary)
 	require.Contains(t, r.Summary, "eager Go/Python on cpu: ganvit/gan-cpu ")
-	require.Contains(t, r.Figures, "ganvit/gan-cpu Go/Python")
-	require.Equal(t, 0.0, r.Figures["ganvit/gan-cpu device floor"])
-	var prof string
-	for k, v := range r.Figures {
-		if strings.HasPrefix(k, "where the time goes") {
-			prof = v.(string)
+	table := func(prefix string) []string {
+		for k, v := range r.Figures {
+			if strings.HasPrefix(k, prefix) {
+				t.Logf("%s\n%s", k, v)
+				return strings.Split(v.(string), "\n")
+			}
 		}
+		t.Fatalf("no figure %q", prefix)
+		return nil
 	}
-	lines := strings.Split(prof, "\n")
-	require.Len(t, lines, 2, "%s", prof)
-	f := strings.Fields(lines[1])
-	t.Logf("%s", prof)
-	require.Equal(t, []string{"ganvit/gan-cpu", "0.00", "0.00"}, f[:3])
-	require.Equal(t, []string{"100%", "100%", "0", "0.0"}, f[4:8])
-	host := r.Figures["ganvit/gan-cpu host floor"].(float64)
-	require.Greater(t, host, 0.5)
-	require.Less(t, host, 1.0)
+	prof := table("where the time goes")
+	require.Len(t, prof, 1+len(twins))
+	graphs := table("the step as a CUDA graph")
+	require.Len(t, graphs, 1+len(twins))
+	for k, name := range twins {
+		require.Contains(t, r.Figures, name+" Go/Python")
+		require.Equal(t, 0.0, r.Figures[name+" device floor"])
+		f := strings.Fields(prof[1+k])
+		require.Equal(t, []string{name, "0.00", "0.00"}, f[:3])
+		require.Equal(t, []string{"100%", "100%", "0", "0.0"}, f[4:8])
+		host := r.Figures[name+" host floor"].(float64)
+		require.Greater(t, host, 0.5)
+		require.Less(t, host, 1.0)
+	}
+	// The GAN's step is its own (two models); the ViT's is capturable,
+	// and on the CPU it runs eagerly against the trainer's.
+	require.Contains(t, graphs[1], "not captured: its step is not one model's trainer step")
+	_, err := torch.OpSchema("aten::_fused_adamw_", "")
+	if err != nil {
+		require.Contains(t, graphs[2], "has no _fused_adamw_")
+	} else {
+		require.Contains(t, graphs[2], "not captured: a CUDA graph needs CUDA: the capturable step ran eagerly")
+	}
+	// The ViT's eager step (the trainer's) reads two values on the host:
+	// the loss and the gradients' norm.
+	require.Equal(t, "2", strings.Fields(prof[2])[8], "ViT: Go waits")
 }

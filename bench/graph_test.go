@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/torch"
+)
+
+// TestGraphStepOnCPU runs MeasureGraph on the CPU for every twin: the
+// capturable step (clipping on the device, PyTorch's fused AdamW) follows
+// the trainer's losses step for step wherever a twin's step can be
+// captured, and every other twin says why not — the steps that would
+// wait for a GPU named by their calls. On CUDA (make gpu-check's
+// step-time) the same steps are captured and replayed.
+func TestGraphStepOnCPU(t *testing.T) {
+	_, err := torch.OpSchema("aten::_fused_adamw_", "")
+	fused := err == nil
+	cases := []struct {
+		twin string
+		prec amp.Precision
+		// na is what NA says (a part of it); "" where the step runs.
+		na string
+	}{
+		{"ganvit/vit-cpu", amp.FP32, ""},
+		{"ganvit/vit-cpu", amp.BF16, ""},
+		{"mamba/tiny", amp.FP32, ""},
+		{"clip/cpu-naive", amp.FP32, ""},
+		{"clip/cpu", amp.FP32, "the grad-cache step restores the generators' state"},
+		{"ganvit/gan-cpu", amp.FP32, "its step is not one model's trainer step"},
+		{"asr/tiny", amp.FP32, "its step moves values between Go and tensors ("},
+		{"tts/cpu", amp.FP32, "its step moves values between Go and tensors ("},
+	}
+	for _, c := range cases {
+		t.Run(c.twin+"/"+string(c.prec), func(t *testing.T) {
+			tw, err := Lookup(c.twin)
+			require.NoError(t, err)
+			cfg := Config{Threads: 1, Precision: c.prec, Batch: 2, Seed: 1}
+			res, err := MeasureGraph(tw, cfg, Options{})
+			require.NoError(t, err)
+			t.Logf("%s %s: NA %q, transfers %v, losses %v / %v, worst %.1e", c.twin, c.prec, res.NA, res.Transfers, res.EagerLoss, res.GraphLoss, res.Worst)
+			require.False(t, res.Captured)
+			require.Zero(t, res.GraphMS)
+			if c.na == "" && !fused {
+				require.Contains(t, res.NA, "has no _fused_adamw_")
+				return
+			}
+			if c.na != "" {
+				require.Contains(t, res.NA, c.na)
+				require.Empty(t, res.EagerLoss)
+				if strings.Contains(c.na, "moves values") {
+					// The loss's parts are read on the host.
+					items := int64(0)
+					for _, s := range res.Transfers {
+						if s.Name == "aten::item" {
+							items = s.Calls
+						}
+					}
+					require.Positive(t, items, "%v", res.Transfers)
+				}
+				return
+			}
+			require.Equal(t, "a CUDA graph needs CUDA: the capturable step ran eagerly", res.NA)
+			require.Empty(t, res.Transfers)
+			require.Len(t, res.GraphLoss, graphSteps)
+			require.LessOrEqual(t, res.Worst, res.Tol)
+			require.NotEqual(t, res.EagerLoss[0], res.EagerLoss[graphSteps-1], "the steps train")
+		})
+	}
+}
