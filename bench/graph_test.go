@@ -15,7 +15,9 @@ import (
 // the trainer's losses step for step wherever a twin's step can be
 // captured, and every other twin says why not — the steps that would
 // wait for a GPU named by their calls. On CUDA (make gpu-check's
-// step-time) the same steps are captured and replayed.
+// step-time) the same steps are captured and replayed. On libtorch 1.13,
+// which has no _fused_adamw_, every step not refused for its structure
+// says that instead.
 func TestGraphStepOnCPU(t *testing.T) {
 	_, err := torch.OpSchema("aten::_fused_adamw_", "")
 	fused := err == nil
@@ -44,7 +46,8 @@ func TestGraphStepOnCPU(t *testing.T) {
 			t.Logf("%s %s: NA %q, transfers %v, losses %v / %v, worst %.1e", c.twin, c.prec, res.NA, res.Transfers, res.EagerLoss, res.GraphLoss, res.Worst)
 			require.False(t, res.Captured)
 			require.Zero(t, res.GraphMS)
-			if c.na == "" && !fused {
+			if !fused && (c.na == "" || strings.Contains(c.na, "moves values")) {
+				// libtorch 1.13: the step is not run at all.
 				require.Contains(t, res.NA, "has no _fused_adamw_")
 				return
 			}
