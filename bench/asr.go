@@ -78,7 +78,7 @@ func (a ASRTwin) Build(cfg Config) (Instance, error) {
 		s = &SingleModel{
 			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: 1e-3, Decay: 0.01, ClipNorm: 5, Device: cfg.Dev(),
 			Loss: func(b *data.Batch) *torch.Tensor {
-				total, _, _ := m.Loss(b.Fields["feats"], b.Lengths["feats"], b.Fields["tokens"], b.Lengths["tokens"])
+				total := m.Loss(b.Fields["feats"], b.Lengths["feats"], b.Fields["tokens"], b.Lengths["tokens"])
 				return total
 			},
 			Spec: map[string]any{

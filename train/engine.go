@@ -278,6 +278,17 @@ func (e *Engine) backward(b *data.Batch, size int, p Pass, sync *parallelSync) (
 		sync.committed = true
 		return w, par.AfterBackward()
 	}
+	// The window's loss is summed on the device (in float64, as a sum of
+	// the micro-batches' values on the host would be: the same bits) and
+	// read once, after the last backward is queued: on a GPU a read waits
+	// for every kernel before it, and one per micro-batch would leave the
+	// device idle while the host queues each backward.
+	var sum *torch.Tensor
+	defer func() {
+		if sum != nil {
+			sum.Free()
+		}
+	}()
 	for k, i := 0, 0; i < size; k, i = k+1, i+e.micro {
 		j := min(i+e.micro, size)
 		err := torch.TidyErr(func() error {
@@ -297,7 +308,17 @@ func (e *Engine) backward(b *data.Batch, size int, p Pass, sync *parallelSync) (
 			if n > 1 || counts[k] != total {
 				weighted = weighted.MulScalar(counts[k] / total)
 			}
-			w.Loss += weighted.Item()
+			value := weighted.Detach()
+			if n > 1 {
+				value = value.ToDType(torch.Float64)
+				if sum != nil {
+					value = sum.Add(value)
+				}
+			}
+			if sum != nil {
+				sum.Free()
+			}
+			sum = value.Keep()
 			if e.cfg.BeforeBackward != nil {
 				e.cfg.BeforeBackward(k, n)
 			}
@@ -318,6 +339,11 @@ func (e *Engine) backward(b *data.Batch, size int, p Pass, sync *parallelSync) (
 	}
 	if sync != nil {
 		if err := par.AfterBackward(); err != nil {
+			return w, err
+		}
+	}
+	if sum != nil {
+		if err := torch.Try(func() { w.Loss = sum.Item() }); err != nil {
 			return w, err
 		}
 	}

@@ -378,20 +378,25 @@ func (e *ConformerEncoder) Forward(feats *torch.Tensor, lens []int64) (*torch.Te
 		}
 		outLens[k] = SubsampledLength(n)
 	}
+	tt := SubsampledLength(t)
+	if tt > e.PosEnc.PE.Size(0) {
+		panic(&torch.Error{Op: "ConformerEncoder", Msg: fmt.Sprintf("%d subsampled frames exceed MaxLen %d", tt, e.PosEnc.PE.Size(0))})
+	}
 	out := torch.TidyTensor(func() *torch.Tensor {
-		x := e.Subsample.Forward(feats)
-		tt := x.Size(1)
-		if tt > e.PosEnc.PE.Size(0) {
-			panic(&torch.Error{Op: "ConformerEncoder", Msg: fmt.Sprintf("%d subsampled frames exceed MaxLen %d", tt, e.PosEnc.PE.Size(0))})
-		}
-		x = e.Dropout.Forward(e.PosEnc.Forward(x.MulScalar(math.Sqrt(float64(e.cfg.DModel)))))
+		// The padding mask is copied in before the first kernel: on a GPU
+		// a copy from the host waits for every kernel queued before it.
 		var mask *torch.Tensor
 		for k := range outLens {
 			if outLens[k] < tt {
-				mask = PaddingMask(outLens, tt, x.Device())
+				mask = PaddingMask(outLens, tt, feats.Device())
 				break
 			}
 		}
+		x := e.Subsample.Forward(feats)
+		if x.Size(1) != tt {
+			panic(&torch.Error{Op: "ConformerEncoder", Msg: fmt.Sprintf("subsampling gave %d frames for %d, want %d", x.Size(1), t, tt)})
+		}
+		x = e.Dropout.Forward(e.PosEnc.Forward(x.MulScalar(math.Sqrt(float64(e.cfg.DModel)))))
 		ckpt := e.cfg.GradCheckpointing && e.Training() && torch.GradEnabled()
 		// Each block's input is released once the block has run (the first
 		// here, the others by Pipe): its autograd graph keeps what backward
@@ -483,7 +488,16 @@ func decoderIO(tokens []int64, b, s int64, lens []int64, dev torch.Device) (in, 
 	return in, target, pad
 }
 
-// Loss computes the joint CTC–attention loss of a batch: feats (B, T,
+// Loss is LossParts' total: the training loss, with nothing read on the
+// host after the step's first kernel.
+func (m *Conformer) Loss(feats, featLens, tokens, tokenLens *torch.Tensor) *torch.Tensor {
+	total, ctc, attn := m.LossParts(feats, featLens, tokens, tokenLens)
+	ctc.Free()
+	attn.Free()
+	return total
+}
+
+// LossParts computes the joint CTC–attention loss of a batch: feats (B, T,
 // mels) float, featLens (B) int64 (nil: all T), tokens (B, S) int64 padded
 // with <pad>, tokenLens (B) int64.
 //
@@ -494,47 +508,66 @@ func decoderIO(tokens []int64, b, s int64, lens []int64, dev torch.Device) (in, 
 //     tokens+<eos>, padding ignored;
 //   - total = CTCWeight·ctc + (1 − CTCWeight)·attn.
 //
-// It returns total (a scalar in the autograd graph; the caller owns it)
-// and the two parts as numbers. With CTCWeight 1 (or no decoder) attn is
-// 0 and the decoder does not run.
-func (m *Conformer) Loss(feats, featLens, tokens, tokenLens *torch.Tensor) (total *torch.Tensor, ctc, attn float64) {
+// It returns total (a scalar in the autograd graph) and the two parts,
+// detached float32 scalars on the device: nothing is read on the host
+// after the step's first kernel (a read waits for the device), so the
+// caller reads the parts only when it logs them. All three move to the
+// enclosing scope (or the caller owns them). With CTCWeight 1 (or no
+// decoder) attn is nil and the decoder does not run; with CTCWeight 0
+// ctc is nil.
+func (m *Conformer) LossParts(feats, featLens, tokens, tokenLens *torch.Tensor) (total, ctc, attn *torch.Tensor) {
 	w := m.Cfg.CTCWeight
-	total = torch.TidyTensor(func() *torch.Tensor {
+	out := torch.TidyTensors(func() []*torch.Tensor {
 		dev := feats.Device()
 		// The host reads its lengths (and the decoder's tokens) before
 		// any of the step's kernels are queued: on a GPU a read waits for
 		// every kernel before it, so one after the encoder would hold the
 		// host until the encoder had run.
 		featL, tl := lengths(featLens), tokenLens.Int64s()
+		decode := w < 1 && m.Decoder != nil
 		var toks []int64
-		if w < 1 && m.Decoder != nil {
+		if decode {
 			toks = tokens.Int64s()
 		}
-		enc, encLens := m.Encode(feats, featL)
-		var t *torch.Tensor
+		// So is what the host copies in: a copy from the host waits for
+		// the kernels before it too.
+		t, encL := feats.Size(1), make([]int64, feats.Size(0))
+		for k := range encL {
+			encL[k] = t
+			if featL != nil && k < len(featL) {
+				encL[k] = featL[k]
+			}
+			encL[k] = SubsampledLength(encL[k]) // Encode checks the lengths
+		}
+		var inL, in, target, pad, memPad *torch.Tensor
+		if w > 0 {
+			inL = torch.FromSlice(encL, []int64{int64(len(encL))}, dev)
+		}
+		if decode {
+			in, target, pad = decoderIO(toks, tokens.Size(0), tokens.Size(1), tl, dev)
+			memPad = PaddingMask(encL, SubsampledLength(t), dev)
+		}
+		enc, _ := m.Encode(feats, featL)
+		var loss *torch.Tensor
 		if w > 0 {
 			lp := m.CTCHead.Forward(enc).LogSoftmax(-1).Transpose(0, 1)
-			inL := torch.FromSlice(encLens, []int64{int64(len(encLens))}, dev)
 			c := torch.CTCLoss(lp, tokens, inL, tokenLens, BlankID, torch.ReduceMean, true)
-			ctc = c.Item()
-			t = c.MulScalar(w)
+			ctc = c.Detach()
+			loss = c.MulScalar(w)
 		}
-		if w < 1 && m.Decoder != nil {
-			b, s := tokens.Size(0), tokens.Size(1)
-			in, target, pad := decoderIO(toks, b, s, tl, dev)
-			memPad := PaddingMask(encLens, enc.Size(1), dev)
+		if decode {
 			logits := m.Decoder.Forward(in, enc, pad, memPad)
 			a := torch.CrossEntropy(logits.Reshape(-1, m.Cfg.Vocab), target.Reshape(-1), nil, torch.ReduceMean, PadID, m.Cfg.LabelSmoothing)
-			attn = a.Item()
-			if t == nil {
-				t = a.MulScalar(1 - w)
+			attn = a.Detach()
+			if loss == nil {
+				loss = a.MulScalar(1 - w)
 			} else {
-				t = t.Add(a.MulScalar(1 - w))
+				loss = loss.Add(a.MulScalar(1 - w))
 			}
 		}
-		return t
+		return []*torch.Tensor{loss, ctc, attn}
 	})
-	return total, ctc, attn
+	return out[0], out[1], out[2]
 }
 
 // TranscribeIDs greedily decodes the CTC head: token ids per sequence

@@ -75,7 +75,7 @@ type Result struct {
 // lossFn is the trainer's loss on a micro-batch.
 func lossFn(m *Conformer) func(b *data.Batch) *torch.Tensor {
 	return func(b *data.Batch) *torch.Tensor {
-		total, _, _ := m.Loss(b.Field("feats"), b.Length("feats"), b.Field("tokens"), b.Length("tokens"))
+		total := m.Loss(b.Field("feats"), b.Length("feats"), b.Field("tokens"), b.Length("tokens"))
 		return total
 	}
 }

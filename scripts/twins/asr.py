@@ -163,7 +163,6 @@ class Conformer(nn.Module):
         if w > 0:
             lp = self.ctc_head(enc).log_softmax(-1).transpose(0, 1)
             ctc = F.ctc_loss(lp, tokens, out_lens, token_lens, blank=BLANK, reduction="mean", zero_infinity=True)
-            ctc.item()
             total = ctc * w
         if w < 1 and self.decoder is not None:
             b, s = tokens.shape
@@ -179,7 +178,6 @@ class Conformer(nn.Module):
             logits = self.decoder(ys_in, enc, tgt_pad, mem_pad)
             attn = F.cross_entropy(logits.reshape(-1, c["vocab"]), target.reshape(-1), ignore_index=PAD,
                                    label_smoothing=c["label_smoothing"])
-            attn.item()
             part = attn * (1 - w)
             total = part if total is None else total + part
         return total

@@ -63,15 +63,18 @@ class Twin:
         n = self.images.size(0)
         chunks = [(i, min(i + self.micro, n)) for i in range(0, n, self.micro)]
         if self.mode == "naive":
-            total = 0.0
+            # As torchfit's trainer: the micro-batches' losses summed on
+            # the device in float64 and read once, after the last backward.
+            total = None
             for i, j in chunks:
                 img, txt = self.embed(i, j)
                 loss = contrastive(self.model, img.float(), txt.float())
                 if len(chunks) > 1:
                     loss = loss * ((j - i) / n)
-                total += loss.item()
                 loss.backward()
-            return total
+                value = loss.detach().double() if len(chunks) > 1 else loss.detach()
+                total = value if total is None else total + value
+            return total.item()
         if len(chunks) == 1:
             img, txt = self.embed(0, n)
             loss = contrastive(self.model, img.float(), txt.float())

@@ -64,8 +64,9 @@ grad cache) defines backward() instead of loss(): it accumulates the
 step's gradients and returns the loss as a float; the default step and
 check use it. after_step(), when defined, runs after each optimizer step
 (CLIP clamps its temperature). The default step is what torchfit's train.Trainer does
-for one micro-batch: loss under autocast (bf16) or not, loss.item(),
-backward, clip_grad_norm_, AdamW (PyTorch's default implementation) with
+for one micro-batch: loss under autocast (bf16) or not, backward,
+loss.item() (torchfit reads a window's loss once, after its last
+backward), clip_grad_norm_, AdamW (PyTorch's default implementation) with
 the file's parameter groups, zero_grad(set_to_none=True).
 
 torch.compile: what a PyTorch 2.x user compiles, in the default mode
@@ -194,8 +195,8 @@ class Runner:
             self.backward()
         else:
             loss = self.forward()
-            loss.item()
             loss.backward()
+            loss.item()
         clip = self.spec["optim"].get("clip_norm", 0)
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(self.tw.model.parameters(), clip)

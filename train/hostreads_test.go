@@ -1,0 +1,69 @@
+package train_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
+	"github.com/torchfit/torchfit/train"
+)
+
+// TestWindowReadsItsLossOnce: however many micro-batches a window has,
+// its backward pass reads one value on the host, the window's loss, after
+// the last backward (on a GPU each read waits for the device: one per
+// micro-batch stalled every backward). The loss is summed on the device
+// in float64, so it has the bits of the micro-batches' weighted losses
+// summed on the host in order.
+func TestWindowReadsItsLossOnce(t *testing.T) {
+	ds := regressionData(16)
+	defer ds.Free()
+	var samples []data.Sample
+	for i := 0; i < 16; i++ {
+		s, err := ds.Get(i)
+		require.NoError(t, err)
+		samples = append(samples, s)
+	}
+	b, err := data.Collate(samples)
+	require.NoError(t, err)
+	defer b.Free()
+	for _, micro := range []int{16, 4, 1} {
+		m := newRegression(3)
+		opt := nn.NewAdamW(nn.Parameters(m), nn.AdamWDefaults(1e-3))
+		eng, err := train.NewEngine(train.EngineConfig{MicroBatch: micro, Device: torch.CPU})
+		require.NoError(t, err)
+		// The host sum of what each micro-batch contributes, in order.
+		var want float64
+		for i := 0; i < 16; i += micro {
+			torch.NoGrad(func() {
+				torch.Tidy(func() {
+					mb := b.Slice(i, i+micro, torch.CPU)
+					l := m.loss(mb)
+					if micro < 16 {
+						l = l.MulScalar(float64(micro) / 16)
+					}
+					want += l.Item()
+				})
+			})
+		}
+		var w train.Window
+		stats := torch.CountCalls(func() {
+			w, err = eng.Backward(b, train.Pass{Loss: m.loss})
+		})
+		require.NoError(t, err)
+		require.Equal(t, 16/micro, w.Micro)
+		require.Equal(t, []torch.CallStat{{Name: "aten::item", Calls: 1}}, zeroTimes(torch.HostTransfers(stats)), "micro-batch %d", micro)
+		require.Equal(t, want, w.Loss, "micro-batch %d: the host sum's bits", micro)
+		opt.Free()
+		nn.Free(m)
+	}
+}
+
+func zeroTimes(stats []torch.CallStat) []torch.CallStat {
+	for k := range stats {
+		stats[k].Time = 0
+	}
+	return stats
+}
