@@ -55,14 +55,7 @@ func TestGraphStepOnCPU(t *testing.T) {
 				require.Contains(t, res.NA, c.na)
 				require.Empty(t, res.EagerLoss)
 				if strings.Contains(c.na, "moves values") {
-					// The loss's parts are read on the host.
-					items := int64(0)
-					for _, s := range res.Transfers {
-						if s.Name == "aten::item" {
-							items = s.Calls
-						}
-					}
-					require.Positive(t, items, "%v", res.Transfers)
+					require.NotEmpty(t, res.Transfers)
 				}
 				return
 			}

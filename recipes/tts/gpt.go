@@ -188,12 +188,9 @@ func (e *CondEncoder) Forward(mel *torch.Tensor, lens []int64) *torch.Tensor {
 
 func (e *CondEncoder) forward(mel *torch.Tensor, lens []int64) *torch.Tensor {
 	n, t := mel.Size(0), mel.Size(1)
-	x := e.Conv1.Forward(mel.Transpose(1, 2)).Gelu()
-	// Transposed before the GELU: libtorch 1.13's GELU backward computes
-	// garbage for a non-contiguous incoming gradient, which a transpose
-	// after it would give it (TestLossesMatchPython caught it).
-	x = e.Conv2.Forward(x).Transpose(1, 2).Gelu() // (B, T', D)
-	tt := x.Size(1)
+	tt := (t + 1) / 2 // conv2: kernel 3, stride 2, padding 1
+	// The mask is copied in before the first kernel: on a GPU a copy from
+	// the host waits for every kernel queued before it.
 	var mask *torch.Tensor
 	if lens != nil {
 		m := make([]bool, n*tt)
@@ -208,6 +205,14 @@ func (e *CondEncoder) forward(mel *torch.Tensor, lens []int64) *torch.Tensor {
 		if pad {
 			mask = torch.FromSlice(m, []int64{n, tt}).ToDevice(mel.Device())
 		}
+	}
+	x := e.Conv1.Forward(mel.Transpose(1, 2)).Gelu()
+	// Transposed before the GELU: libtorch 1.13's GELU backward computes
+	// garbage for a non-contiguous incoming gradient, which a transpose
+	// after it would give it (TestLossesMatchPython caught it).
+	x = e.Conv2.Forward(x).Transpose(1, 2).Gelu() // (B, T', D)
+	if x.Size(1) != tt {
+		panic(&torch.Error{Op: "CondEncoder", Msg: fmt.Sprintf("conv2 gave %d frames for %d, want %d", x.Size(1), t, tt)})
 	}
 	x = e.Layer.Forward(x, nn.AttnOpts{KeyPaddingMask: mask})
 	q := e.Latents.Unsqueeze(0).Expand(n, -1, -1)
