@@ -220,12 +220,12 @@ bench-ops: deps
 	$(PY) scripts/bench_ops.py
 
 # Per-op overhead beside the floor: torchfit typed and boxed, Python, and a
-# C++ loop with no binding (scripts/opfloor.cc), each side's best of
+# C++ loop with no binding (package internal/opfloor), each side's best of
 # ROUNDS interleaved rounds (scripts/bench_ops_floor.sh).
 bench-ops-floor: deps
 	$(GO) test $(GOFLAGS_TAGS) -c -o /tmp/torchfit-torch.test ./torch
-	$(CXX) -O2 -std=c++17 $(CGO_CXXFLAGS) scripts/opfloor.cc -o /tmp/torchfit-opfloor $(CGO_LDFLAGS) -ltorch_cpu -lc10
-	scripts/bench_ops_floor.sh /tmp/torchfit-torch.test $(PY) /tmp/torchfit-opfloor
+	$(GO) test $(GOFLAGS_TAGS) -c -o /tmp/torchfit-opfloor.test ./internal/opfloor
+	scripts/bench_ops_floor.sh /tmp/torchfit-torch.test $(PY) /tmp/torchfit-opfloor.test
 
 # Activation checkpointing: a 12-block residual MLP trained with and without
 # per-block checkpointing, peak step memory and time per step, Go

@@ -2,8 +2,8 @@
 # Per-op overhead on 1-element tensors, each side's best of ROUNDS (8)
 # interleaved rounds (make bench-ops-floor): torchfit with its typed fast
 # path, torchfit with every call boxed (TORCHFIT_OPS=boxed), Python, and
-# the C++ floor (scripts/opfloor.cc). Arguments: the torch package's test
-# binary, the Python, the floor binary.
+# the C++ floor (package internal/opfloor). Arguments: the torch package's
+# test binary, the Python, internal/opfloor's test binary.
 set -euo pipefail
 bin=$1 py=$2 floor=$3
 pyops='
@@ -20,7 +20,8 @@ for r in $(seq "${ROUNDS:-8}"); do
 	go "$bin" | sed 's/^/typed /'
 	TORCHFIT_OPS=boxed go "$bin" | sed 's/^/boxed /'
 	"$py" -c "$pyops" | sed 's/^/python /'
-	"$floor" | sed 's/^/floor /'
+	"$floor" -test.run '^$' -test.bench 'BenchmarkFloor(Add|AddInPlace)$' -test.benchtime 200ms |
+		awk '/^BenchmarkFloorAddInPlace/ {print "floor add_", $3} /^BenchmarkFloorAdd-/ {print "floor add", $3}'
 done | awk '{k = $1 " " $2; if (!(k in m) || $3 + 0 < m[k]) m[k] = $3 + 0}
 END {
 	printf "| op | C++ floor | Go typed | Go boxed | Python | Go typed / Python | floor / Python |\n|---|---:|---:|---:|---:|---:|---:|\n"
