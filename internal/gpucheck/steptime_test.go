@@ -1,6 +1,7 @@
 package gpucheck
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -55,4 +56,29 @@ func TestStepTimeOnCPU(t *testing.T) {
 	// The ViT's eager step (the trainer's) reads two values on the host:
 	// the loss and the gradients' norm.
 	require.Equal(t, "2", strings.Fields(prof[2])[8], "ViT: Go waits")
+}
+
+// TestOpOverheadOnCPU runs op-overhead's measurement and report on the CPU
+// (on a GPU make gpu-check runs it on CUDA and the CPU): a row per op
+// with each side's time, and the two ratios. (Which side is faster is a
+// benchmark's question: make bench-ops-floor.)
+func TestOpOverheadOnCPU(t *testing.T) {
+	r := opOverheadOn(Env{}, []torch.Device{torch.CPU}, opCalls{n: 5000, runs: 2, rounds: 1})
+	require.Equal(t, Pass, r.Status, "%s", r.Summary)
+	table := ""
+	for k, v := range r.Figures {
+		t.Logf("%s: %v", k, v)
+		if strings.HasPrefix(k, "ns per call") {
+			table = v.(string)
+		}
+	}
+	lines := strings.Split(table, "\n")
+	require.Len(t, lines, 3, "%s", table)
+	for k, op := range []string{"x + y", "x.add_(y)"} {
+		require.True(t, strings.HasPrefix(lines[1+k], "cpu     "+op), "%q", lines[1+k])
+		for _, ratio := range []string{" Go/Python", " floor/Python"} {
+			v := r.Figures["cpu "+op+ratio].(float64)
+			require.True(t, v > 0 && !math.IsInf(v, 0), "%s%s = %v", op, ratio, v)
+		}
+	}
 }
