@@ -12,6 +12,7 @@ import (
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/cudagraph"
+	"github.com/torchfit/torchfit/train"
 )
 
 // ErrNotCapturable is a twin whose training step cannot be captured as a
@@ -78,9 +79,9 @@ func (s *SingleModel) StepLoss() (float64, error) {
 // CaptureStep returns the step a CUDA graph captures. The trainer's
 // step reads the loss on the host and clips with the norm read there;
 // this one keeps both on the device and otherwise computes what the
-// trainer's does: the batch's micro-batches (Accum), each loss weighted by
-// its share of the samples and accumulated in float32, clipping at
-// ClipNorm, AdamW with the same groups and hyperparameters, OnStep.
+// trainer's does: the trainer's engine runs the batch's micro-batches
+// (train.Pass.DeviceLoss), then clipping at ClipNorm, AdamW with the same
+// groups and hyperparameters, OnStep.
 // CLIP's exact step (Contrastive) is not capturable: its grad cache
 // restores the generators' state between its passes and reads the
 // window's loss on the host. fp16 is not either: the GradScaler's skip
@@ -106,57 +107,34 @@ func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 		return nil, err
 	}
 	params := s.opt.Parameters() // what the trainer clips
-	size, micro := s.Batch.Size(), s.micro()
-	lowp := s.Precision != amp.FP32 && s.Precision != ""
-	run := func() (loss *torch.Tensor, err error) {
+	run := func() (*torch.Tensor, error) {
 		opt.ZeroGrad()
-		err = torch.Try(func() {
-			loss = torch.TidyTensor(func() *torch.Tensor {
-				nn.SetTraining(s.Model, true)
-				var total *torch.Tensor
-				for i := 0; i < size; i += micro {
-					j := min(i+micro, size)
-					mb := s.Batch.Slice(i, j, s.Device)
-					var l *torch.Tensor
-					if lowp {
-						amp.Autocast(s.Device, s.Precision.DType(), func() { l = s.Loss(mb) })
-						l = l.ToDType(torch.Float32)
-					} else {
-						l = s.Loss(mb)
-					}
-					if j-i != size {
-						l = l.MulScalar(float64(j-i) / float64(size))
-					}
-					l.Backward()
-					if total == nil {
-						total = l.Detach()
-					} else {
-						total = total.Add(l.Detach())
-					}
-				}
-				amp.ClearCache()
-				return total
-			})
-		})
+		nn.SetTraining(s.Model, true)
+		w, err := s.tr.Engine().Backward(s.Batch, train.Pass{Loss: s.Loss, DeviceLoss: true})
 		if err != nil {
 			return nil, err
+		}
+		loss := w.LossTensor
+		fail := func(err error) (*torch.Tensor, error) {
+			loss.Free()
+			return nil, err
+		}
+		if err := torch.Try(amp.ClearCache); err != nil {
+			return fail(err)
 		}
 		if s.ClipNorm > 0 {
 			norm, err := nn.ClipGradNormOnDevice(params, s.ClipNorm, 2)
 			if err != nil {
-				loss.Free()
-				return nil, err
+				return fail(err)
 			}
 			norm.Free()
 		}
 		if err := opt.Step(); err != nil {
-			loss.Free()
-			return nil, err
+			return fail(err)
 		}
 		if s.OnStep != nil {
 			if err := torch.Try(s.OnStep); err != nil {
-				loss.Free()
-				return nil, err
+				return fail(err)
 			}
 		}
 		return loss, nil
@@ -231,12 +209,10 @@ func MeasureGraph(tw Twin, cfg Config, o Options) (GraphResult, error) {
 	defer gs.Free()
 	// The first run, counted: a transfer would wait for the device in an
 	// eager step, and cannot be captured.
-	var stepErr error
-	stats := torch.CountCalls(func() { stepErr = torch.Main().DoErr(gs.Step) })
-	if stepErr != nil {
-		return res, fmt.Errorf("bench: %s: the capturable step: %w", tw.Name(), stepErr)
+	if res.Transfers, err = countedStep(gs); err != nil {
+		return res, fmt.Errorf("bench: %s: the capturable step: %w", tw.Name(), err)
 	}
-	if res.Transfers = torch.HostTransfers(stats); len(res.Transfers) > 0 {
+	if len(res.Transfers) > 0 {
 		var names []string
 		for _, s := range res.Transfers {
 			names = append(names, fmt.Sprintf("%s ×%d", s.Name, s.Calls))
@@ -324,6 +300,14 @@ func buildGraphStep(tw Twin, cfg Config) (Instance, *GraphStep, error) {
 	return inst, gs, nil
 }
 
+// countedStep runs gs once and returns its calls that move values
+// between Go and tensors.
+func countedStep(gs *GraphStep) ([]torch.CallStat, error) {
+	var err error
+	stats := torch.CountCalls(func() { err = torch.Main().DoErr(gs.Step) })
+	return torch.HostTransfers(stats), err
+}
+
 // timeGraph captures tw's step at cfg (the recipe's dropout on) and
 // returns the median milliseconds per replay.
 func timeGraph(tw Twin, cfg Config, o Options) (float64, error) {
@@ -335,12 +319,11 @@ func timeGraph(tw Twin, cfg Config, o Options) (float64, error) {
 	defer inst.Free()
 	defer gs.Free()
 	// Dropout's path is checked as the rest was: nothing crosses to Go.
-	var stepErr error
-	stats := torch.CountCalls(func() { stepErr = torch.Main().DoErr(gs.Step) })
-	if stepErr != nil {
-		return 0, fmt.Errorf("bench: %s (dropout on): %w", tw.Name(), stepErr)
+	tr, err := countedStep(gs)
+	if err != nil {
+		return 0, fmt.Errorf("bench: %s (dropout on): %w", tw.Name(), err)
 	}
-	if tr := torch.HostTransfers(stats); len(tr) > 0 {
+	if len(tr) > 0 {
 		return 0, fmt.Errorf("bench: %s: with dropout on, the capturable step moves values between Go and tensors: %v", tw.Name(), tr)
 	}
 	g, err := cudagraph.Capture(dev, gs.Step, cudagraph.Options{})

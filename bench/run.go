@@ -43,6 +43,10 @@ type Options struct {
 	// (Result.PyProfile: on CUDA the device's busy time and its kernels),
 	// and one Go step's calls into libtorch are counted (Result.GoOps).
 	Profile int
+	// ProfileCap is the most seconds of Python's steps the profile holds
+	// (0: maxProfiled, 2 s): fewer steps are profiled to stay under it, and
+	// a step longer than it is not profiled at all.
+	ProfileCap float64
 	// Logf reports progress (nil: quiet).
 	Logf func(format string, args ...any)
 }
@@ -421,29 +425,34 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 		logf("%s", line)
 	}
 	if o.Profile > 0 {
-		if err := profileSides(py, inst, cfg, o.Profile, &res); err != nil {
+		limit := o.ProfileCap
+		if limit <= 0 {
+			limit = maxProfiled
+		}
+		if err := profileSides(py, inst, cfg, o.Profile, limit, &res); err != nil {
 			return res, fmt.Errorf("bench: %s: profile: %w", tw.Name(), err)
 		}
 	}
 	return res, nil
 }
 
-// maxProfiled is the most seconds of Python's steps profileSides profiles.
+// maxProfiled is the most seconds of Python's steps profileSides profiles
+// by default (Options.ProfileCap).
 const maxProfiled = 2.0
 
-// profileSides fills res.PyProfile (n Python steps under torch.profiler;
-// res.ProfileNA when the profiler fails) and res.GoOps (the operators of
-// one Go step, counted).
-func profileSides(py *Python, inst Instance, cfg Config, n int, res *Result) error {
+// profileSides fills res.PyProfile (n Python steps under torch.profiler,
+// at most limit seconds of them; res.ProfileNA when the profiler fails)
+// and res.GoOps (the operators of one Go step, counted).
+func profileSides(py *Python, inst Instance, cfg Config, n int, limit float64, res *Result) error {
 	// The profiler keeps about 2.4 KB per event, 4–5 events per op: one
 	// profiled step of the Mamba twin's Python scan on the CPU (10 s of
-	// tiny ops) passed 22 GB. Python's profiled time is held near
-	// maxProfiled, and a step longer than that is not profiled.
+	// tiny ops) passed 22 GB. Python's profiled time is held near the
+	// limit, and a step longer than that is not profiled.
 	med := res.PyMedian()
-	n = min(n, max(1, int(maxProfiled/med)))
+	n = min(n, max(1, int(limit/med)))
 	var p PyProfile
-	if med > maxProfiled {
-		res.ProfileNA = fmt.Sprintf("not profiled: Python's step takes %.1f s, over %.0f s (the profiler would hold GBs of events)", med, maxProfiled)
+	if med > limit {
+		res.ProfileNA = fmt.Sprintf("not profiled: Python's step takes %.1f s, over %.0f s (the profiler would hold GBs of events)", med, limit)
 	} else if err := py.Do(map[string]any{"op": "profile", "n": n}, &p); err != nil {
 		res.ProfileNA = naReason(err)
 	} else if p.Steps != n {

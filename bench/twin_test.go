@@ -33,7 +33,7 @@ func TestASRTwinMatches(t *testing.T) {
 	for _, prec := range []amp.Precision{amp.FP32, amp.BF16} {
 		t.Run(string(prec), func(t *testing.T) {
 			res, err := Measure(py, tw, Config{Threads: 1, Precision: prec, Batch: 2, Length: 96, Seed: 3},
-				Options{Reps: 1, Steps: 1, Warmup: 1, Profile: 2, Logf: t.Logf}, t.TempDir())
+				Options{Reps: 1, Steps: 1, Warmup: 1, Profile: 2, ProfileCap: 60, Logf: t.Logf}, t.TempDir())
 			require.NoError(t, err)
 			t.Logf("check: %+v", res.Check)
 			// The profile: on the CPU no device work; the operators Python
@@ -72,6 +72,15 @@ func TestASRTwinMatches(t *testing.T) {
 			require.Greater(t, res.PyPeak, int64(0))
 		})
 	}
+	// A step longer than Options.ProfileCap is not profiled (the profiler
+	// would hold GBs of events); Go's calls are still counted.
+	res, err := Measure(py, tw, Config{Threads: 1, Precision: amp.FP32, Batch: 2, Length: 96, Seed: 3},
+		Options{Reps: 1, Steps: 1, Warmup: 1, NoPeak: true, Profile: 2, ProfileCap: 1e-6}, t.TempDir())
+	require.NoError(t, err)
+	require.Nil(t, res.PyProfile)
+	require.Contains(t, res.ProfileNA, "not profiled: Python's step takes")
+	require.Greater(t, res.GoOps, 0)
+	require.Greater(t, res.GoTransfers, 0)
 }
 
 // perturbed is a twin whose Python side gets weights that differ from the

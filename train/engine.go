@@ -89,13 +89,20 @@ func (e *Engine) SetMicroBatch(n int) {
 
 // Window is what one pass over an effective batch did.
 type Window struct {
-	Loss       float64 // mean loss over the window's counted items
+	Loss float64 // mean loss over the window's counted items
+	// LossTensor is the same loss left on the device, with Pass.DeviceLoss
+	// (Loss is then 0): a new reference the caller frees.
+	LossTensor *torch.Tensor
 	Count      float64 // counted items (samples without a CountFunc)
 	Samples    int
 	Micro      int // micro-batches
 	MicroBatch int // micro-batch size used
 	OOMRetries int // windows redone for out-of-memory
 }
+
+// ErrDeviceLoss is a Pass with DeviceLoss on a data-parallel engine,
+// whose ranks sum their windows' losses on the host.
+var ErrDeviceLoss = errors.New("train: a data-parallel window reads its loss on the host (Pass.DeviceLoss)")
 
 // Pass is one backward pass over a window.
 type Pass struct {
@@ -106,6 +113,11 @@ type Pass struct {
 	Reset func()
 	// Step numbers the optimizer step the window is for, in events.
 	Step int
+	// DeviceLoss leaves the window's loss on the device
+	// (Window.LossTensor) instead of reading it: a pass that reads nothing
+	// on the host, as one captured in a CUDA graph must. Not with a
+	// data-parallel engine, whose ranks sum their losses on the host.
+	DeviceLoss bool
 }
 
 // Autocast runs fn under autocast for the engine's precision.
@@ -127,6 +139,9 @@ func (e *Engine) Backward(b *data.Batch, p Pass) (Window, error) {
 	}
 	if p.Loss == nil {
 		return Window{}, fmt.Errorf("train: no loss function")
+	}
+	if p.DeviceLoss && e.cfg.Parallel != nil {
+		return Window{}, ErrDeviceLoss
 	}
 	if e.cfg.Parallel != nil {
 		return e.parallelBackward(b, size, p)
@@ -342,7 +357,11 @@ func (e *Engine) backward(b *data.Batch, size int, p Pass, sync *parallelSync) (
 			return w, err
 		}
 	}
-	if sum != nil {
+	switch {
+	case sum == nil:
+	case p.DeviceLoss:
+		w.LossTensor, sum = sum, nil
+	default:
 		if err := torch.Try(func() { w.Loss = sum.Item() }); err != nil {
 			return w, err
 		}

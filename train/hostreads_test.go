@@ -16,7 +16,7 @@ import (
 // the last backward (on a GPU each read waits for the device: one per
 // micro-batch stalled every backward). The loss is summed on the device
 // in float64, so it has the bits of the micro-batches' weighted losses
-// summed on the host in order.
+// summed on the host in order. With Pass.DeviceLoss nothing is read.
 func TestWindowReadsItsLossOnce(t *testing.T) {
 	ds := regressionData(16)
 	defer ds.Free()
@@ -56,10 +56,39 @@ func TestWindowReadsItsLossOnce(t *testing.T) {
 		require.Equal(t, 16/micro, w.Micro)
 		require.Equal(t, []torch.CallStat{{Name: "aten::item", Calls: 1}}, zeroTimes(torch.HostTransfers(stats)), "micro-batch %d", micro)
 		require.Equal(t, want, w.Loss, "micro-batch %d: the host sum's bits", micro)
+		require.Nil(t, w.LossTensor)
+
+		// Pass.DeviceLoss: nothing read; the same loss on the device.
+		opt.ZeroGrad()
+		stats = torch.CountCalls(func() {
+			w, err = eng.Backward(b, train.Pass{Loss: m.loss, DeviceLoss: true})
+		})
+		require.NoError(t, err)
+		require.Empty(t, torch.HostTransfers(stats))
+		require.Zero(t, w.Loss)
+		require.Equal(t, want, w.LossTensor.Item())
+		w.LossTensor.Free()
 		opt.Free()
 		nn.Free(m)
 	}
+	// A data-parallel window sums its ranks' losses on the host.
+	eng, err := train.NewEngine(train.EngineConfig{MicroBatch: 4, Device: torch.CPU, Parallel: oneRank{}})
+	require.NoError(t, err)
+	m := newRegression(3)
+	defer nn.Free(m)
+	_, err = eng.Backward(b, train.Pass{Loss: m.loss, DeviceLoss: true})
+	require.ErrorIs(t, err, train.ErrDeviceLoss)
 }
+
+// oneRank is a Parallel of one rank that never communicates.
+type oneRank struct{}
+
+func (oneRank) Rank() int                 { return 0 }
+func (oneRank) World() int                { return 1 }
+func (oneRank) SumFloats([]float64) error { return nil }
+func (oneRank) StartWindow() error        { return nil }
+func (oneRank) BeforeBackward(bool) error { return nil }
+func (oneRank) AfterBackward() error      { return nil }
 
 func zeroTimes(stats []torch.CallStat) []torch.CallStat {
 	for k := range stats {

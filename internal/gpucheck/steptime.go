@@ -72,7 +72,7 @@ func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) R
 	r.Figures["python torch"] = info.Torch
 	r.Figures["timing"] = fmt.Sprintf("batch 8, %d interleaved repetitions × %d steps per side after %d warm-up steps; each step ends with the device synchronised",
 		opts.Reps, opts.Steps, opts.Warmup)
-	rows := []string{fmt.Sprintf("%-16s %-5s %10s %10s %8s  %s", "twin", "prec", "Go ms", "Python ms", "Go/Py", "check: loss Δ, worst grad Δ")}
+	rows := []string{fmt.Sprintf("%-16s %-5s %10s %10s %8s %8s  %s", "twin", "prec", "Go ms", "Python ms", "Go/Py", "Go waits", "check: loss Δ, worst grad Δ")}
 	// Where the time goes, from the profile of Python's steps. The GPU's
 	// busy ms per step is the same kernels' time on Go's side (the check
 	// holds both to one computation): busy / Python ms is the lowest
@@ -80,7 +80,7 @@ func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) R
 	// idle). Python's time in libtorch over its profiled step is the
 	// lowest a binding that cost nothing could reach on the host side.
 	// Go ms − busy is what Go's step leaves the GPU idle.
-	prof := []string{fmt.Sprintf("%-16s %8s %9s %9s %8s %8s %8s %6s %9s %12s", "twin", "GPU ms", "dev floor", "host floor", "Go idle", "Py idle", "kernels", "syncs", "Go waits", "calls Go/Py")}
+	prof := []string{fmt.Sprintf("%-16s %8s %9s %9s %8s %8s %8s %6s %12s", "twin", "GPU ms", "dev floor", "host floor", "Go idle", "Py idle", "kernels", "syncs", "calls Go/Py")}
 	graphs := []string{fmt.Sprintf("%-16s %-5s %9s %9s %8s  %s", "twin", "prec", "graph ms", "graph/Py", "Go/Py", "replay vs trainer: worst loss Δ")}
 	var graphFailed []string
 	var failed []string
@@ -106,16 +106,16 @@ func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) R
 		if ratio <= 0.7 {
 			met++
 		}
-		rows = append(rows, fmt.Sprintf("%-16s %-5s %10.2f %10.2f %8.2f  %.0e, %.0e (%s)", name, p, goMS, pyMS, ratio,
-			res.Check.LossRel(), res.Check.MaxRel, res.Check.Worst))
+		rows = append(rows, fmt.Sprintf("%-16s %-5s %10.2f %10.2f %8.2f %8d  %.0e, %.0e (%s)", name, p, goMS, pyMS, ratio,
+			res.GoTransfers, res.Check.LossRel(), res.Check.MaxRel, res.Check.Worst))
 		ratios = append(ratios, fmt.Sprintf("%s %.2f", name, ratio))
 		r.Figures[name+" Go/Python"] = round3(ratio)
 		if pp := res.PyProfile; pp != nil {
 			busy := 1000 * pp.PerStep(pp.DeviceBusy)
 			devFloor, host := pp.DeviceFloor(res.PyMedian()), pp.HostFloor()
-			prof = append(prof, fmt.Sprintf("%-16s %8.2f %9.2f %10.2f %7.0f%% %7.0f%% %8.0f %6.1f %9d %5d/%-6.0f", name, busy, devFloor, host,
+			prof = append(prof, fmt.Sprintf("%-16s %8.2f %9.2f %10.2f %7.0f%% %7.0f%% %8.0f %6.1f %5d/%-6.0f", name, busy, devFloor, host,
 				100*max(0, 1-busy/goMS), 100*max(0, 1-busy/pyMS), pp.PerStep(float64(pp.Kernels)), pp.PerStep(float64(pp.Syncs)),
-				res.GoTransfers, res.GoOps, pp.PerStep(float64(pp.TopOps))))
+				res.GoOps, pp.PerStep(float64(pp.TopOps))))
 			r.Figures[name+" device floor"] = round3(devFloor)
 			r.Figures[name+" host floor"] = round3(host)
 		} else if res.ProfileNA != "" {
@@ -134,10 +134,10 @@ func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) R
 			graphs = append(graphs, fmt.Sprintf("%-16s %-5s not captured: %s", name, p, gr.NA))
 		}
 	}
-	r.Figures["eager step, Go beside Python (ms/step, medians)"] = strings.Join(rows, "\n")
+	r.Figures["eager step, Go beside Python (ms/step, medians; Go waits: values one eager Go step moves between Go and tensors, "+
+		"each a wait for the device, torch.HostTransfers)"] = strings.Join(rows, "\n")
 	r.Figures["where the time goes (per step; GPU ms: the device busy in Python's profiled steps; dev floor: GPU ms / Python ms; "+
 		"host floor: Python's profiled time in libtorch over its profiled step; idle: the step's time the GPU ran nothing; "+
-		"Go waits: values one eager Go step moves between Go and tensors, each a wait for the device (torch.HostTransfers); "+
 		"calls: operators Go calls, and Python (the twin's own, not backward's))"] = strings.Join(prof, "\n")
 	r.Figures["twins at or under the goal Go ≤ 0.7× Python"] = fmt.Sprintf("%d of %d", met, len(ratios))
 	r.Figures["the step as a CUDA graph (graph ms: per replay, each followed by a synchronisation, dropout on; "+

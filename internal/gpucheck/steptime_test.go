@@ -17,7 +17,7 @@ import (
 func TestStepTimeOnCPU(t *testing.T) {
 	twins := []string{"ganvit/gan-cpu", "ganvit/vit-cpu"}
 	r := stepTimeOn(Env{Work: t.TempDir()}, torch.CPU, twins,
-		bench.Options{Reps: 1, Steps: 1, Warmup: 1, NoPeak: true, Profile: 1})
+		bench.Options{Reps: 1, Steps: 1, Warmup: 1, NoPeak: true, Profile: 1, ProfileCap: 60}) // a loaded machine's steps are profiled too
 	require.Equal(t, Pass, r.Status, "%s", r.Summary)
 	require.Contains(t, r.Summary, "eager Go/Python on cpu: ganvit/gan-cpu ")
 	table := func(prefix string) []string {
@@ -30,6 +30,8 @@ func TestStepTimeOnCPU(t *testing.T) {
 		t.Fatalf("no figure %q", prefix)
 		return nil
 	}
+	eager := table("eager step")
+	require.Len(t, eager, 1+len(twins))
 	prof := table("where the time goes")
 	require.Len(t, prof, 1+len(twins))
 	graphs := table("the step as a CUDA graph")
@@ -42,7 +44,7 @@ func TestStepTimeOnCPU(t *testing.T) {
 		require.Equal(t, []string{"100%", "100%", "0", "0.0"}, f[4:8])
 		host := r.Figures[name+" host floor"].(float64)
 		require.Greater(t, host, 0.5)
-		require.Less(t, host, 1.0)
+		require.LessOrEqual(t, host, 1.0)
 	}
 	// The GAN's step is its own (two models); the ViT's is capturable,
 	// and on the CPU it runs eagerly against the trainer's.
@@ -54,8 +56,9 @@ func TestStepTimeOnCPU(t *testing.T) {
 		require.Contains(t, graphs[2], "not captured: a CUDA graph needs CUDA: the capturable step ran eagerly")
 	}
 	// The ViT's eager step (the trainer's) reads two values on the host:
-	// the loss and the gradients' norm.
-	require.Equal(t, "2", strings.Fields(prof[2])[8], "ViT: Go waits")
+	// the loss and the gradients' norm; the GAN's four (two windows).
+	require.Equal(t, "4", strings.Fields(eager[1])[5], "GAN: Go waits")
+	require.Equal(t, "2", strings.Fields(eager[2])[5], "ViT: Go waits")
 }
 
 // TestOpOverheadOnCPU runs op-overhead's measurement and report on the CPU
