@@ -71,7 +71,13 @@ func (e *Engine) gradCache(b *data.Batch, size int, p CachePass) (w Window, err 
 	var rngs []*torch.RNG
 	var cached [][]*torch.Tensor // [micro-batch][tower]
 	var grads []*torch.Tensor    // per tower: the whole window's embedding gradient
+	// The window's loss, read once the last backward is queued: on a GPU
+	// a read waits for every kernel queued before it.
+	var loss *torch.Tensor
 	defer func() {
+		if loss != nil {
+			loss.Free()
+		}
 		for _, r := range rngs {
 			r.Free()
 		}
@@ -139,12 +145,12 @@ func (e *Engine) gradCache(b *data.Batch, size int, p CachePass) (w Window, err 
 			}
 		}
 		cached = nil
-		loss := p.Loss(leaves)
-		if loss == nil {
+		wl := p.Loss(leaves)
+		if wl == nil {
 			return fmt.Errorf("train: the loss function returned nil")
 		}
-		w.Loss = loss.Item()
-		p.Scaler.Scale(loss).Backward()
+		loss = wl.Detach().Keep()
+		p.Scaler.Scale(wl).Backward()
 		for _, l := range leaves {
 			g := l.Grad()
 			if g == nil {
@@ -190,6 +196,9 @@ func (e *Engine) gradCache(b *data.Batch, size int, p CachePass) (w Window, err 
 		}
 		w.Micro++
 	}
+	if err := torch.Try(func() { w.Loss = loss.Item() }); err != nil {
+		return w, err
+	}
 	return w, nil
 }
 
@@ -213,11 +222,11 @@ func (e *Engine) wholeWindow(b *data.Batch, size int, p CachePass, w Window) (Wi
 		if loss == nil {
 			return fmt.Errorf("train: the loss function returned nil")
 		}
-		w.Loss = loss.Item()
 		if e.cfg.BeforeBackward != nil {
 			e.cfg.BeforeBackward(0, 1)
 		}
 		p.Scaler.Scale(loss).Backward()
+		w.Loss = loss.Item() // after the backward is queued
 		return nil
 	})
 	if err != nil {

@@ -78,22 +78,20 @@ class Twin:
         if len(chunks) == 1:
             img, txt = self.embed(0, n)
             loss = contrastive(self.model, img.float(), txt.float())
-            value = loss.item()
             loss.backward()
-            return value
+            return loss.item()
         with torch.no_grad():
             embs = [self.embed(i, j) for i, j in chunks]
         img = torch.cat([e[0] for e in embs]).float().requires_grad_()
         txt = torch.cat([e[1] for e in embs]).float().requires_grad_()
         del embs
         loss = contrastive(self.model, img, txt)
-        value = loss.item()
         loss.backward()
         for i, j in chunks:
             a, b = self.embed(i, j)
             surrogate = (a.float() * img.grad[i:j]).sum() + (b.float() * txt.grad[i:j]).sum()
             surrogate.backward()
-        return value
+        return loss.item()  # as torchfit's grad cache: read once the last backward is queued
 
     def after_step(self):
         with torch.no_grad():
