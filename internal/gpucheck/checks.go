@@ -38,15 +38,24 @@ func needGPU() (Result, bool) {
 
 // python runs scripts/gpucheck/twin.py mode and decodes its JSON.
 func python(env Env, mode string, extraEnv []string, out any) error {
-	script := filepath.Join("scripts", "gpucheck", "twin.py")
-	cmd := exec.Command(env.Python, script, mode)
+	return runPy(env.Python, filepath.Join("scripts", "gpucheck", "twin.py"), []string{mode}, extraEnv, out)
+}
+
+// runPy runs a Python script with args (and extraEnv added to the
+// environment) and decodes the JSON on the last line it prints.
+func runPy(py, script string, args, extraEnv []string, out any) error {
+	cmd := exec.Command(py, append([]string{script}, args...)...)
 	cmd.Env = append(os.Environ(), extraEnv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	what := strings.Join(append([]string{py, script}, args...), " ")
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s %s %s: %v: %s", env.Python, script, mode, err, tail(stderr.String(), 600))
+		return fmt.Errorf("%s: %v: %s", what, err, tail(stderr.String(), 800))
 	}
-	return json.Unmarshal(bytes.TrimSpace(lastLine(stdout.Bytes())), out)
+	if err := json.Unmarshal(lastLine(stdout.Bytes()), out); err != nil {
+		return fmt.Errorf("%s: %w: %s", what, err, tail(stdout.String(), 400))
+	}
+	return nil
 }
 
 func lastLine(b []byte) []byte {

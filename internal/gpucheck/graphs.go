@@ -1,11 +1,9 @@
 package gpucheck
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -149,17 +147,8 @@ type pyGraphResult struct {
 func pyGraphStep(env Env, c graphModel) (pyGraphResult, error) {
 	var out pyGraphResult
 	spec, _ := json.Marshal(c)
-	script := filepath.Join("scripts", "gpucheck", "graph_step.py")
-	cmd := exec.Command(env.Python, script, string(spec))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return out, fmt.Errorf("%s %s: %v: %s", env.Python, script, err, tail(stderr.String(), 800))
-	}
-	if err := json.Unmarshal(lastLine(stdout.Bytes()), &out); err != nil {
-		return out, fmt.Errorf("%s: %w: %s", script, err, tail(stdout.String(), 400))
-	}
-	return out, nil
+	err := runPy(env.Python, filepath.Join("scripts", "gpucheck", "graph_step.py"), []string{string(spec)}, nil, &out)
+	return out, err
 }
 
 func cudaGraphCheck(env Env) Result {

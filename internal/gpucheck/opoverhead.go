@@ -1,11 +1,9 @@
 package gpucheck
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -141,15 +139,6 @@ type pyOps struct {
 func pyPerCall(py, root string, dev torch.Device, c opCalls) (pyOps, error) {
 	var out pyOps
 	spec, _ := json.Marshal(map[string]any{"device": dev.String(), "n": c.n, "runs": c.runs})
-	script := filepath.Join(root, "scripts", "gpucheck", "op_overhead.py")
-	cmd := exec.Command(py, script, string(spec))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return out, fmt.Errorf("%s %s: %v: %s", py, script, err, tail(stderr.String(), 600))
-	}
-	if err := json.Unmarshal(lastLine(stdout.Bytes()), &out); err != nil {
-		return out, fmt.Errorf("%s: %w: %s", script, err, tail(stdout.String(), 400))
-	}
-	return out, nil
+	err := runPy(py, filepath.Join(root, "scripts", "gpucheck", "op_overhead.py"), []string{string(spec)}, nil, &out)
+	return out, err
 }
