@@ -57,8 +57,9 @@ func (g *GraphStep) Step() error {
 	return nil
 }
 
-// Loss is the last run's loss, a float32 scalar on the device: after a
-// capture, the tensor each replay writes.
+// Loss is the last run's loss, a scalar on the device (float64 when
+// summed over micro-batches, as train.Window's): after a capture, the
+// tensor each replay writes.
 func (g *GraphStep) Loss() *torch.Tensor { return g.loss }
 
 // Free releases the optimizer's state and the loss.
