@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/torchfit/torchfit/torch"
 )
@@ -71,9 +72,15 @@ func NewLayerNorm(shape ...int64) *LayerNorm {
 	return l
 }
 
-// Forward normalises x's trailing dimensions.
+// Forward normalises x's trailing dimensions. A bfloat16 or float16 x
+// with float32 parameters (what CPU autocast gives a norm after a
+// convolution or a linear layer) is normalised as PyTorch 2.x does, in
+// float32 with the result in x's dtype, on libtorch 1.13 too (see
+// mixedNorm).
 func (l *LayerNorm) Forward(x *torch.Tensor) *torch.Tensor {
-	return torch.LayerNorm(x, l.Shape, l.Weight, l.Bias, l.Eps)
+	return mixedNorm(x, l.Weight, func(x *torch.Tensor) *torch.Tensor {
+		return torch.LayerNorm(x, l.Shape, l.Weight, l.Bias, l.Eps)
+	})
 }
 
 // GroupNorm is nn.GroupNorm(groups, channels): weight (ones) and bias
@@ -96,10 +103,41 @@ func NewGroupNorm(groups, channels int64) *GroupNorm {
 	return g
 }
 
-// Forward normalises x (N, C, ...).
+// Forward normalises x (N, C, ...); a reduced-precision x with float32
+// parameters as LayerNorm's.
 func (g *GroupNorm) Forward(x *torch.Tensor) *torch.Tensor {
-	return torch.GroupNorm(x, g.Groups, g.Weight, g.Bias, g.Eps)
+	return mixedNorm(x, g.Weight, func(x *torch.Tensor) *torch.Tensor {
+		return torch.GroupNorm(x, g.Groups, g.Weight, g.Bias, g.Eps)
+	})
 }
+
+// mixedNorm runs norm on x. PyTorch 2.x's CPU layer_norm and group_norm
+// take a bfloat16 or float16 input with float32 parameters (computing in
+// float32, writing x's dtype), and CPU autocast relies on it: a norm after
+// a convolution or a linear layer gets a bfloat16 input. libtorch 1.13's
+// kernels refuse the mix ("expected scalar type BFloat16 but found
+// Float"), in Python as here. There, when the kernel would refuse it,
+// mixedNorm computes the same thing as casts around norm: x to float32,
+// the norm, the result back to x's dtype.
+func mixedNorm(x, weight *torch.Tensor, norm func(*torch.Tensor) *torch.Tensor) *torch.Tensor {
+	if weight == nil || !castNorms() {
+		return norm(x)
+	}
+	dt := x.DType()
+	if dt == weight.DType() || (dt != torch.BFloat16 && dt != torch.Float16) || weight.DType() != torch.Float32 || x.Device() != torch.CPU {
+		return norm(x)
+	}
+	return torch.TidyTensor(func() *torch.Tensor {
+		return norm(x.ToDType(torch.Float32)).ToDType(dt)
+	})
+}
+
+// castNorms reports whether the CPU norms need mixedNorm's casts: libtorch
+// before 2.0. A variable so that tests force either path.
+var castNorms = sync.OnceValue(func() bool {
+	maj, _, _ := torch.LibtorchVersion()
+	return maj < 2
+})
 
 // RMSNorm is root-mean-square normalisation over the last dimension:
 // x·rsqrt(mean(x²) + eps)·weight, with weight (dim) initialised to ones and

@@ -256,6 +256,18 @@ func TestTrainUnderMemoryCapHalvesMicroBatch(t *testing.T) {
 	require.Zero(t, res.OOMEvents, "the plan fits: %s", strings.Join(log, "\n"))
 }
 
+// TestTrainBF16: the GPT trains under bf16 autocast on the CPU (the
+// seed's --mixed_precision). The conditioning encoder's norms take a
+// convolution's bf16 output with float32 parameters, which libtorch 1.13's
+// kernels refused until nn's norms learned the casts.
+func TestTrainBF16(t *testing.T) {
+	cfg := gptConfig(t, t.TempDir())
+	cfg.Precision, cfg.MaxSteps, cfg.CheckpointDir = "bf16", 2, ""
+	res, err := Train(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Steps)
+}
+
 // TestMemoryTest: each size trains for the duration and is measured; a
 // size over the cap is marked OOM and is not a failure; a batch larger
 // than the corpus is a failure, not an endless wait.
