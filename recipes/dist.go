@@ -8,17 +8,21 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/torchfit/torchfit/distributed"
 )
 
 // joinGroup joins the data-parallel process group when the command runs
 // under a launcher (torchfit launch, torchrun: WORLD_SIZE is set): every
 // rank trains its shard of each batch, rank 0 logs and writes checkpoints
-// and the metrics file. Without a launcher it refuses --zero. A rank the
+// and the metrics file. Without a launcher it refuses --zero, and
+// --allreduce-after-backward and --bucket-mb given on the command line
+// (NotHere: from a config file they are logged and unused). A rank the
 // launcher started again after a failure (TORCHELASTIC_RESTART_COUNT > 0)
 // with a --checkpoint-dir and no --resume resumes from the last checkpoint
 // written there.
-func (r *Run) joinGroup() error {
+func (r *Run) joinGroup(c *cli.Context) error {
 	env, _, err := distributed.ReadEnv(nil)
 	if err != nil {
 		return err
@@ -31,7 +35,11 @@ func (r *Run) joinGroup() error {
 		if r.ZeRO {
 			return Usagef("--zero shards the optimizer state over data-parallel ranks: start the command with `torchfit launch --nproc N --` or torchrun")
 		}
-		return nil
+		const why = "sets the data-parallel gradient all-reduce, and this command runs in one process (start it with `torchfit launch --nproc N --` or torchrun)"
+		if err := r.NotHere(c, "allreduce-after-backward", r.AllReduceAfterBackward, why); err != nil {
+			return err
+		}
+		return r.NotHere(c, "bucket-mb", true, why)
 	}
 	r.Group = g
 	r.cleanup = append(r.cleanup, func() error { g.Close(); return nil })

@@ -235,9 +235,6 @@ func ReadCommon(c *cli.Context) (Common, error) {
 	if err := cm.Validate(); err != nil {
 		return cm, err
 	}
-	if !dev.IsCUDA() {
-		cm.EmptyCacheEvery = 0 // no cache on the CPU
-	}
 	return cm, nil
 }
 

@@ -110,6 +110,13 @@ func Prepare(c *cli.Context, spec Spec) (*Run, error) {
 		return nil, Reword(err, fromFile)
 	}
 	r := &Run{Common: cm, FromFile: fromFile, Log: report.NewLogger(os.Stderr)}
+	if !cm.Device.IsCUDA() {
+		if err := r.NotHere(c, "empty-cache-every", cm.EmptyCacheEvery > 0,
+			fmt.Sprintf("empties the CUDA cache, which %s does not have (--device cuda)", cm.Device)); err != nil {
+			return nil, err
+		}
+		r.EmptyCacheEvery = 0 // the recipe's default, or the file's: no cache on the CPU
+	}
 	if spec.OneProcess != "" {
 		if err := r.oneProcess(spec.Name, spec.OneProcess); err != nil {
 			return nil, err
@@ -123,7 +130,7 @@ func Prepare(c *cli.Context, spec Spec) (*Run, error) {
 			return nil, Usagef("--resume: %v", err)
 		}
 	}
-	if err := r.joinGroup(); err != nil {
+	if err := r.joinGroup(c); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -140,6 +147,25 @@ func Prepare(c *cli.Context, spec Spec) (*Run, error) {
 	r.Ctx = ctx
 	r.cleanup = append(r.cleanup, func() error { stop(); return nil })
 	return r, nil
+}
+
+// NotHere is how a run treats a setting that cannot apply to it (a CUDA
+// lever on the CPU, a data-parallel one in one process) when given is
+// true: given on the command line it is refused, a *ConfigError naming
+// the flag and why (a user error: exit 2); read from the --config file
+// it is logged and left unused, since one file serves several machines
+// (the seeds' configs are written for a GPU). The recipe's own default
+// is neither: NotHere says nothing about a flag the user did not set.
+func (r *Run) NotHere(c *cli.Context, flag string, given bool, why string) error {
+	if !given || !c.IsSet(flag) {
+		return nil
+	}
+	v := c.Value(flag)
+	if path, ok := r.FromFile[flag]; ok {
+		r.Logf("--config %s: %s %v %s: not used", path, flag, v, why)
+		return nil
+	}
+	return &ConfigError{Field: flag, Value: v, Reason: why + ": leave it out here"}
 }
 
 // Reword turns a *ConfigError whose value came from the --config file into

@@ -1,8 +1,12 @@
 package recipes
 
 import (
+	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -122,6 +126,79 @@ func TestOneProcessRefusesDataParallel(t *testing.T) {
 			require.Error(t, got)
 			require.True(t, IsUserError(got), "%v", got)
 			require.Contains(t, got.Error(), "it does not all-reduce")
+		})
+	}
+}
+
+// A setting that cannot apply to the run is refused when the command line
+// gives it (exit 2), logged and unused when the --config file does, and
+// the recipe's own default passes silently: a CUDA lever on the CPU, the
+// data-parallel all-reduce settings without a launcher.
+func TestNotHereSettings(t *testing.T) {
+	if torch.CUDAAvailable() {
+		t.Skip("this machine has CUDA: empty-cache-every applies")
+	}
+	dir := t.TempDir()
+	conf := func(body string) string {
+		p := filepath.Join(dir, strconv.Itoa(len(body))+".yaml")
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+		return p
+	}
+	dp := Spec{Name: "x", DataParallel: true}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		field string // refused ("": accepted)
+		line  string // logged
+	}{
+		{"recipe's default", nil, "", ""},
+		{"empty cache on the command line", []string{"--empty-cache-every", "5"}, "empty-cache-every", ""},
+		{"the seed's spelling", []string{"--empty_cache_frequency", "5"}, "empty-cache-every", ""},
+		{"0 is never", []string{"--empty-cache-every", "0"}, "", ""},
+		{"empty cache from the file", []string{"--config", conf("empty_cache_frequency: 5\n")}, "", "empty-cache-every 5 empties the CUDA cache"},
+		{"all-reduce after backward", []string{"--allreduce-after-backward"}, "allreduce-after-backward", ""},
+		{"bucket size", []string{"--bucket-mb", "50"}, "bucket-mb", ""},
+		{"bucket size from the file", []string{"--config", conf("bucket_mb: 50\n")}, "", "bucket-mb 50 sets the data-parallel"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got error
+			var run *Run
+			var logged strings.Builder
+			cmd := &cli.Command{Name: "train", Flags: Flags(Defaults{MicroBatch: 4, Accum: 1, Epochs: 1, LR: 1e-3, EmptyCacheEvery: 10}),
+				Action: func(c *cli.Context) error {
+					run, got = Prepare(c, dp)
+					if got == nil {
+						run.Close()
+					}
+					return nil
+				}}
+			app := &cli.App{Commands: []*cli.Command{cmd}, ExitErrHandler: func(*cli.Context, error) {}}
+			stderr := os.Stderr
+			r, w, err := os.Pipe()
+			require.NoError(t, err)
+			os.Stderr = w
+			done := make(chan struct{})
+			go func() { io.Copy(&logged, r); close(done) }()
+			err = app.Run(append([]string{"x", "train"}, tc.args...))
+			os.Stderr = stderr
+			w.Close()
+			<-done
+			require.NoError(t, err)
+			if tc.field != "" {
+				var ce *ConfigError
+				require.ErrorAs(t, got, &ce, "%v", got)
+				require.Equal(t, tc.field, ce.Field)
+				require.True(t, IsUserError(got))
+				return
+			}
+			require.NoError(t, got)
+			require.Zero(t, run.EmptyCacheEvery, "no CUDA cache on the CPU")
+			if tc.line != "" {
+				require.Contains(t, logged.String(), tc.line)
+				require.Contains(t, logged.String(), "not used")
+			} else {
+				require.NotContains(t, logged.String(), "not used")
+			}
 		})
 	}
 }
