@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -117,13 +118,75 @@ type Metrics struct {
 	err error
 }
 
-// OpenMetrics opens (appending) or creates a metrics file.
+// ErrNotMetrics is matched (errors.Is) by OpenMetrics' error for an
+// existing file that holds something else than JSONL metrics.
+var ErrNotMetrics = errors.New("holds something else than JSONL metrics (one JSON object a line)")
+
+// OpenMetrics opens (appending) or creates a metrics file. An existing
+// file must be one: its first line a JSON object (a checkpoint or a config
+// file given by mistake is refused with ErrNotMetrics, untouched). A last
+// line without its newline is a record torn by a killed run; it is cut
+// off, so that the next record starts a line of its own and the file
+// stays readable (torchfit plot).
 func OpenMetrics(path string) (*Metrics, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("report: metrics: %w", err)
 	}
+	if err := mendMetrics(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("report: metrics %s: %w", path, err)
+	}
 	return &Metrics{f: f}, nil
+}
+
+// mendMetrics checks that f, if not empty, holds JSONL records, and cuts a
+// torn last record off.
+func mendMetrics(f *os.File) error {
+	info, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	size := info.Size()
+	if size == 0 {
+		return nil
+	}
+	head := make([]byte, min(size, 1<<16))
+	if _, err := f.ReadAt(head, 0); err != nil {
+		return err
+	}
+	first, _, whole := strings.Cut(string(head), "\n")
+	switch {
+	case whole:
+		var rec map[string]any
+		if json.Unmarshal([]byte(first), &rec) != nil {
+			return ErrNotMetrics
+		}
+	case int64(len(head)) < size || !strings.HasPrefix(first, "{\""):
+		return ErrNotMetrics // no line within 64 KiB, or not a record's start
+	}
+	last := make([]byte, 1)
+	if _, err := f.ReadAt(last, size-1); err != nil {
+		return err
+	}
+	if last[0] == '\n' {
+		return nil
+	}
+	// Find the last newline: the torn record starts after it.
+	end := size - 1
+	buf := make([]byte, 4096)
+	for end > 0 {
+		start := max(0, end-int64(len(buf)))
+		n := end - start
+		if _, err := f.ReadAt(buf[:n], start); err != nil {
+			return err
+		}
+		if i := strings.LastIndexByte(string(buf[:n]), '\n'); i >= 0 {
+			return f.Truncate(start + int64(i) + 1)
+		}
+		end = start
+	}
+	return f.Truncate(0)
 }
 
 // Sink records StepEvents and EvalEvents.

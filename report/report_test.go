@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image/png"
 	"math"
 	"os"
@@ -97,6 +98,47 @@ func TestMetricsFile(t *testing.T) {
 	require.Nil(t, recs[2]["loss"], "inf is written as null")
 	var nilMetrics *Metrics
 	require.NoError(t, nilMetrics.Close())
+}
+
+// A file that is not JSONL metrics is refused and left as it was; a record
+// torn by a killed run is cut off before the next run appends.
+func TestMetricsFileExisting(t *testing.T) {
+	rec := `{"step":1,"loss":2}` + "\n"
+	for _, tc := range []struct {
+		name, body string
+		err        bool   // refused with ErrNotMetrics
+		want       string // the file after a run appends {"step":2...}: its lines' steps
+	}{
+		{"metrics", rec, false, "1,2"},
+		{"torn record", rec + `{"step":2,"lo`, false, "1,2"},
+		{"only a torn record", `{"step":1,"lo`, false, "2"},
+		{"a config file", "lr: 0.1\nepochs: 3\n", true, ""},
+		{"a config file without its newline", "lr: 0.1", true, ""},
+		{"a checkpoint", "PK\x03\x04" + strings.Repeat("\x00", 100), true, ""},
+		{"a JSON list", "[1, 2]\n", true, ""},
+		{"a line of 64 KiB", strings.Repeat("x", 1<<16+1), true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "m.jsonl")
+			require.NoError(t, os.WriteFile(path, []byte(tc.body), 0o644))
+			m, err := OpenMetrics(path)
+			if tc.err {
+				require.ErrorIs(t, err, ErrNotMetrics)
+				got, rerr := os.ReadFile(path)
+				require.NoError(t, rerr)
+				require.Equal(t, tc.body, string(got), "untouched")
+				return
+			}
+			require.NoError(t, err)
+			m.Sink(train.StepEvent{StepInfo: train.StepInfo{Step: 2, Loss: 1}})
+			require.NoError(t, m.Close())
+			var steps []string
+			for _, r := range readJSONL(t, path) {
+				steps = append(steps, fmt.Sprint(r["step"]))
+			}
+			require.Equal(t, tc.want, strings.Join(steps, ","))
+		})
+	}
 }
 
 func readJSONL(t *testing.T, path string) []map[string]any {

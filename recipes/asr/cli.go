@@ -173,7 +173,10 @@ func planCommand() *cli.Command {
 			}
 			defer run.Close()
 			res, err := planFor(run, cfg)
-			res.Table(os.Stdout)
+			if len(res.Rows) > 0 {
+				// What was measured, even when nothing fits: the finding.
+				res.Table(os.Stdout)
+			}
 			if err != nil {
 				return err
 			}

@@ -674,7 +674,27 @@ func (c TrainConfig) Validate() error {
 	}
 	switch {
 	case c.Preset != "":
-		if _, err := Preset(c.Preset, int(UNKID)+1); err != nil {
+		mc, err := Preset(c.Preset, int(UNKID)+1)
+		if err != nil {
+			return &ConfigError{Field: "preset", Value: c.Preset, Err: err}
+		}
+		// The preset's shapes with the flags' overrides, as a new run
+		// builds them: a width the attention heads cannot split is the
+		// flag's error, not a model that fails to build.
+		if c.DModel > 0 {
+			if c.DModel%2 != 0 || c.DModel%mc.Heads != 0 {
+				return &ConfigError{Field: "d-model", Value: c.DModel,
+					Reason: fmt.Sprintf("must be even and divisible by the %s preset's %d attention heads", c.Preset, mc.Heads)}
+			}
+			mc.DModel = c.DModel
+		}
+		if c.EncoderLayers > 0 {
+			mc.EncoderLayers = c.EncoderLayers
+		}
+		if c.DecoderLayers > 0 {
+			mc.DecoderLayers = c.DecoderLayers
+		}
+		if err := mc.Validate(); err != nil && c.Resume == "" {
 			return &ConfigError{Field: "preset", Value: c.Preset, Err: err}
 		}
 	case c.Resume == "":
