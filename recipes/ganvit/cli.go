@@ -161,10 +161,13 @@ func presetFrom(c *cli.Context, dev torch.Device, vram string) (Preset, error) {
 		*dst = v
 		return nil
 	}
-	if err := set("n-mels", 8, 1024, &p.Mels); err != nil {
+	// The discriminator halves both sides Ups times with 4×4 kernels: a
+	// side under 2^Ups leaves a kernel larger than its input.
+	least := max(8, int64(1)<<p.Ups)
+	if err := set("n-mels", least, 1024, &p.Mels); err != nil {
 		return p, err
 	}
-	if err := set("frames", 8, 1<<16, &p.Frames); err != nil {
+	if err := set("frames", least, 1<<16, &p.Frames); err != nil {
 		return p, err
 	}
 	if err := set("latent-dim", 1, 4096, &p.Latent); err != nil {

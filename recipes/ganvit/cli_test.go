@@ -103,7 +103,11 @@ func TestSeedSettings(t *testing.T) {
 		{"--preset cpu --vram 8gb", "disagree"},
 		{"--vit vit-huge", `--vit "vit-huge"`},
 		{"--unfreeze {8:[x]}", "layer x is not an integer"},
-		{"--n-mels 3", "--n-mels 3: must be in [8, 1024]"},
+		{"--n-mels 3", "--n-mels 3: must be in [16, 1024]"},
+		// The discriminator's 4 halvings need 16 (a kernel larger than
+		// its input in libtorch, after the data was read, before).
+		{"--n-mels 8", "--n-mels 8: must be in [16, 1024]"},
+		{"--frames 15", "--frames 15: must be in [16, 65536]"},
 		{"--gan-grad-accum 0", "--gan-grad-accum 0"},
 		{"--num-synthetic -5", "--num-synthetic -5"},
 		{"--gan-lr 0", "--gan-lr 0"},

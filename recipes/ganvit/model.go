@@ -28,6 +28,9 @@ type GANConfig struct {
 // Validate checks the sizes.
 func (c GANConfig) Validate() error {
 	switch {
+	case c.Ups >= 1 && c.Ups <= 6 && (c.Mels < max(8, int64(1)<<c.Ups) || c.Frames < max(8, int64(1)<<c.Ups)):
+		// The discriminator halves both sides Ups times with 4×4 kernels.
+		return fmt.Errorf("spectrogram %d × %d: %d downsamplings need at least %d mels and frames", c.Mels, c.Frames, c.Ups, max(8, int64(1)<<c.Ups))
 	case c.Mels < 8 || c.Mels > 1024 || c.Frames < 8 || c.Frames > 1<<16:
 		return fmt.Errorf("spectrogram %d × %d: mels in [8, 1024], frames in [8, 65536]", c.Mels, c.Frames)
 	case c.Latent < 1 || c.Latent > 4096:
