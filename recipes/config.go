@@ -50,10 +50,14 @@ type configValue struct {
 	b    bool
 }
 
-// configEntry is a key and its value, in file order.
+// configEntry is a key and its value, in file order. A nested mapping is a
+// section: its entries, keyed section.key, and the whole mapping as text
+// (JSON or YAML flow style) for a flag the recipe maps the section's key
+// to (ganvit's unfreezing_schedule: {8: [11]}).
 type configEntry struct {
-	key string
-	val configValue
+	key     string
+	val     configValue
+	section []configEntry
 }
 
 // readConfigFile reads path as JSON or, by its extension, YAML.
@@ -97,18 +101,18 @@ func readJSONConfig(raw []byte) ([]configEntry, error) {
 			return bad(err)
 		}
 		if obj, ok := v.(map[string]any); ok { // a section: its keys as key.sub
-			sub, err := jsonSection(key, obj)
+			e, err := jsonSectionEntry(key, obj)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, sub...)
+			out = append(out, e)
 			continue
 		}
 		cv, err := jsonValue(key, v)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, configEntry{key, cv})
+		out = append(out, configEntry{key: key, val: cv})
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
 		return bad(err)
@@ -130,20 +134,33 @@ func jsonSection(prefix string, obj map[string]any) ([]configEntry, error) {
 	for _, k := range keys {
 		key := prefix + "." + k
 		if sub, ok := obj[k].(map[string]any); ok {
-			more, err := jsonSection(key, sub)
+			e, err := jsonSectionEntry(key, sub)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, more...)
+			out = append(out, e)
 			continue
 		}
 		cv, err := jsonValue(key, obj[k])
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, configEntry{key, cv})
+		out = append(out, configEntry{key: key, val: cv})
 	}
 	return out, nil
+}
+
+// jsonSectionEntry is the section key: its entries and its text.
+func jsonSectionEntry(key string, obj map[string]any) (configEntry, error) {
+	sub, err := jsonSection(key, obj)
+	if err != nil {
+		return configEntry{}, err
+	}
+	text, err := json.Marshal(obj)
+	if err != nil {
+		return configEntry{}, fmt.Errorf("%s: %v", key, err)
+	}
+	return configEntry{key: key, val: configValue{kind: vComposite, text: string(text)}, section: sub}, nil
 }
 
 func jsonValue(key string, v any) (configValue, error) {
@@ -199,14 +216,20 @@ func yamlMapping(prefix string, node *yaml.Node) ([]configEntry, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, sub...)
+			flow := *v
+			flow.Style = yaml.FlowStyle
+			text, err := yaml.Marshal(&flow)
+			if err != nil {
+				return nil, fmt.Errorf("%s (line %d): %v", key, v.Line, err)
+			}
+			out = append(out, configEntry{key: key, val: configValue{kind: vComposite, text: strings.TrimSpace(string(text))}, section: sub})
 			continue
 		}
 		k = &yaml.Node{Value: key}
 		cv := configValue{kind: vString, text: v.Value}
 		if v.Kind != yaml.ScalarNode {
 			cv.kind = vComposite
-			out = append(out, configEntry{k.Value, cv})
+			out = append(out, configEntry{key: k.Value, val: cv})
 			continue
 		}
 		switch v.ShortTag() {
@@ -247,7 +270,7 @@ func yamlMapping(prefix string, node *yaml.Node) ([]configEntry, error) {
 				cv.num = new(big.Rat).SetFloat64(f)
 			}
 		}
-		out = append(out, configEntry{k.Value, cv})
+		out = append(out, configEntry{key: k.Value, val: cv})
 	}
 	return out, nil
 }
@@ -391,6 +414,25 @@ func ApplyConfig(c *cli.Context, keys map[string]string) (map[string]string, err
 		}
 		return nil, false
 	}
+	// A section is its entries, unless the recipe maps its key to a
+	// string flag, which then takes the whole mapping as text.
+	var expand func([]configEntry) []configEntry
+	expand = func(es []configEntry) []configEntry {
+		var out []configEntry
+		for _, e := range es {
+			if e.section == nil {
+				out = append(out, e)
+				continue
+			}
+			if _, ok := flags[keys[e.key]].(*cli.StringFlag); ok {
+				out = append(out, configEntry{key: e.key, val: configValue{kind: vString, text: e.val.text}})
+				continue
+			}
+			out = append(out, expand(e.section)...)
+		}
+		return out
+	}
+	entries = expand(entries)
 	set := map[string]string{}
 	seen := map[string]string{}
 	for _, e := range entries {

@@ -97,6 +97,20 @@ func TestSeedSettings(t *testing.T) {
 	require.Equal(t, Schedule{8: {11}}, cfg.Unfreeze)
 	require.Equal(t, 4, cfg.Accum)
 
+	// The seed's unfreezing_schedule = {8: [11]} written as a mapping, as
+	// a config file would hold it, in YAML (block and flow) and JSON.
+	for name, body := range map[string]string{
+		"block.yaml": "unfreezing_schedule:\n  8: [11]\n  12: [9, 10]\n",
+		"flow.yaml":  "unfreezing_schedule: {8: [11], 12: [9, 10]}\n",
+		"seed.json":  `{"unfreezing_schedule": {"8": [11], "12": [9, 10]}}`,
+	} {
+		path := filepath.Join(t.TempDir(), name)
+		require.NoError(t, os.WriteFile(path, []byte(body), 0o644))
+		cfg, err = parseTrain(t, "cuda", "--config "+path)
+		require.NoError(t, err, name)
+		require.Equal(t, Schedule{8: {11}, 12: {9, 10}}, cfg.Unfreeze, name)
+	}
+
 	for _, c := range []struct{ line, want string }{
 		{"--vram 10gb", `want 8gb, 12gb, 16gb or 24gb`},
 		{"--preset huge", `--preset "huge": want auto, 12gb`},
