@@ -259,7 +259,13 @@ func (r *Run) Check(could func(k Kind, n int) bool) error {
 			continue
 		}
 		if !could(r.cfg.Kinds[k], n) {
-			others++
+			// Out of the run's way; the message counts another run's only
+			// (a resumed run's earlier files that it no longer lists, such
+			// as pruned-kind files past KeepLast or unpruned ones, are
+			// its own).
+			if r.cfg.Resume == "" || runIDOf(filepath.Join(r.cfg.Dir, name)) != r.ID {
+				others++
+			}
 			continue
 		}
 		if r.cfg.Resume != "" && runIDOf(filepath.Join(r.cfg.Dir, name)) == r.ID {

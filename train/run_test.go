@@ -2,6 +2,7 @@ package train_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -129,6 +130,46 @@ func TestRunOwnsSeveralModelsCheckpoints(t *testing.T) {
 	var cerr *ckpt.Error
 	require.True(t, errors.As(res.Load(cls), &cerr))
 	require.Equal(t, before, m3.gen.Weight.Float32s())
+}
+
+// Check's line about files out of the run's way counts another run's
+// files only: resumed, the run's own earlier files (not listed in the
+// file it resumes from: a kind it does not prune) are not "not this run's".
+func TestRunCountsOnlyOtherRunsFiles(t *testing.T) {
+	dir := t.TempDir()
+	keep := train.Kind{Name: "checkpoint_epoch_%d.pt"} // not pruned: not listed
+	step := train.Kind{Name: "checkpoint_step_%d.pt", Prune: true}
+	m := newTwoModels(t, 1)
+	other, err := train.StartRun(train.RunConfig{Dir: dir, Kinds: []train.Kind{keep, step}})
+	require.NoError(t, err)
+	other.Register("generator", m.gen)
+	_, err = other.Save(keep.File(9), nil)
+	require.NoError(t, err)
+	require.NoError(t, os.Rename(filepath.Join(dir, keep.File(9)), filepath.Join(dir, keep.File(0))))
+
+	r, err := train.StartRun(train.RunConfig{Dir: dir, Kinds: []train.Kind{keep, step}, Overwrite: true})
+	require.NoError(t, err)
+	r.Register("generator", m.gen)
+	for e := 1; e <= 3; e++ {
+		_, err = r.Save(keep.File(e), nil)
+		require.NoError(t, err)
+	}
+	_, err = r.Save(step.File(7), nil)
+	require.NoError(t, err)
+
+	f, err := ckpt.Read(filepath.Join(dir, step.File(7)))
+	require.NoError(t, err)
+	defer f.Free()
+	id, files, err := f.Run()
+	require.NoError(t, err)
+	var lines []string
+	res, err := train.StartRun(train.RunConfig{Dir: dir, Kinds: []train.Kind{keep, step},
+		Resume: filepath.Join(dir, step.File(7)), ResumeID: id, ResumeFiles: files,
+		Logf: func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }})
+	require.NoError(t, err)
+	require.NoError(t, res.Check(func(k train.Kind, n int) bool { return k.Name == step.Name && n > 7 }))
+	require.Len(t, lines, 1, "%q", lines)
+	require.Contains(t, lines[0], "also holds 1 checkpoint(s) that are not this run's", "the other run's epoch 0 only")
 }
 
 // Temporary files of killed writes of the run's kinds are removed; other
