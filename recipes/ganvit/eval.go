@@ -173,6 +173,11 @@ func evaluate(ctx context.Context, cfg EvalConfig) (EvalResult, error) {
 			return res, &ShapeError{Path: cfg.Classifier, Want: jm.Shape(), Have: shape}
 		}
 	}
+	if cfg.Generated > 0 && jf == nil && !f.Has("classifier") {
+		// Asked for what cannot be done: refused before any work.
+		return res, &recipes.ConfigError{Field: "generated", Value: cfg.Generated,
+			Reason: fmt.Sprintf("needs a classifier to judge the generated spectrograms, and %s has none: pass --classifier CHECKPOINT", cfg.Checkpoint)}
+	}
 	specs, err := LoadSpecs(ctx, cfg.Data, cfg.Split, shape, 0)
 	if err != nil {
 		return res, err
@@ -211,10 +216,6 @@ func evaluate(ctx context.Context, cfg EvalConfig) (EvalResult, error) {
 		judge, res.JudgedBy = v, cfg.Classifier+"'s classifier"
 	}
 	if cfg.Generated == 0 {
-		return res, nil
-	}
-	if judge == nil {
-		logf("no classifier to judge generated spectrograms (pass --classifier CHECKPOINT)")
 		return res, nil
 	}
 	realAcc, err := Predict(ctx, judge, specs, cfg.Device, cfg.Precision, cfg.Batch)

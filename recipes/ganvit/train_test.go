@@ -90,6 +90,13 @@ func TestTrainPipeline(t *testing.T) {
 		require.Equal(t, 3, g.N)
 	}
 	require.Contains(t, ev.Table(), "| genre asked | generated | classified as asked |")
+	// Generated spectrograms with no classifier to judge them (the GAN's
+	// own file has none, and no --classifier): refused, a user error.
+	_, err = Evaluate(context.Background(), EvalConfig{Checkpoint: filepath.Join(cfg.CheckpointDir, "checkpoint_gan_epoch_1.pt"),
+		Data: cfg.Data, Split: SplitTest, Device: torch.CPU, Precision: "fp32", Generated: 3, Batch: 4, Seed: 1})
+	var ce *recipes.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "generated", ce.Field)
 
 	// Resume from the GAN's first epoch: the same end.
 	var lines2 []string
