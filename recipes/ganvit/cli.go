@@ -313,7 +313,7 @@ func trainCommand() *cli.Command {
 				return err
 			}
 			var parts []string
-			if cfg.Stage != StageClassifier {
+			if cfg.Stage != StageClassifier && res.GANTrained {
 				parts = append(parts, fmt.Sprintf("trained %s (D loss %.4f, G loss %.4f)", recipes.Plural(res.GANSteps, "GAN step"), res.DLoss, res.GLoss))
 			}
 			if cfg.Stage != StageGAN {

@@ -66,7 +66,12 @@ type TrainConfig struct {
 
 // Result is what Train did.
 type Result struct {
+	// GANSteps and Steps count the GAN's and the classifier's optimizer
+	// steps since the run began (a resumed run's included); GANTrained
+	// says the GAN trained in this call (not when it resumed in the
+	// classifier stage), DLoss and GLoss being its last losses.
 	GANSteps, Steps   int
+	GANTrained        bool
 	DLoss, GLoss      float64
 	Real, Synthetic   int
 	ValidAcc, TestAcc float64 // NaN when the classifier did not train
@@ -547,7 +552,7 @@ func (r *run) trainGAN(ctx context.Context, res *Result) error {
 			break
 		}
 	}
-	res.GANSteps = gan.Steps
+	res.GANSteps, res.GANTrained = gan.Steps, true
 	return nil
 }
 
@@ -605,7 +610,7 @@ func (r *run) ganEpoch(ctx context.Context, epoch, skip int, steps *int, res *Re
 	if n > 0 {
 		res.DLoss, res.GLoss = dSum/float64(n), gSum/float64(n)
 	}
-	res.GANSteps = gan.Steps
+	res.GANSteps, res.GANTrained = gan.Steps, true
 	r.meta.GANEpochs, r.meta.GANDone, r.meta.GANBatch, r.meta.GANSteps, r.meta.Stage = epoch, 0, 0, gan.Steps, StageGAN
 	r.meta.GANEffective = eff
 	if st := ld.State(); st.Epoch == epoch-1 && st.Batch < ld.Len() { // stopped by --max-steps or a signal: this epoch is not done

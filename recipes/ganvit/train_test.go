@@ -119,6 +119,8 @@ func TestTrainPipeline(t *testing.T) {
 	res3, err := Train(context.Background(), cfg3)
 	require.NoError(t, err, strings.Join(lines3, "\n"))
 	require.Equal(t, res.Steps, res3.Steps)
+	require.True(t, res.GANTrained && res2.GANTrained)
+	require.False(t, res3.GANTrained, "resumed in the classifier stage: no GAN step, no GAN losses to report")
 	require.Equal(t, res.ValidAcc, res3.ValidAcc)
 	require.Equal(t, res.TestAcc, res3.TestAcc)
 	f, err = ckpt.Read(res.Checkpoint)
