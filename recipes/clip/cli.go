@@ -104,7 +104,11 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run, stage string) (TrainConfi
 		EvalEvery: c.Int("eval-every"), ValidLimit: c.Int("valid-limit"), CPUBudget: c.Duration("cpu-budget"), Events: run.Events,
 		MirrorPairs: c.Bool("mirror-pairs")}
 	if cm.AutoBatch || cm.DryRun {
-		return cfg, &recipes.ConfigError{Field: "auto-batch", Value: true, Reason: "not offered by the clip recipe: pick the micro-batch with --vram or --micro-batch (the effective batch's loss is exact at any micro-batch)"}
+		field := "auto-batch" // the flag the user gave (--dry-run implies --auto-batch)
+		if cm.DryRun {
+			field = "dry-run"
+		}
+		return cfg, recipes.Reword(&recipes.ConfigError{Field: field, Value: true, Reason: "not offered by the clip recipe: pick the micro-batch with --vram or --micro-batch (the effective batch's loss is exact at any micro-batch)"}, run.FromFile)
 	}
 	return cfg, recipes.Reword(cfg.Validate(), run.FromFile)
 }

@@ -111,6 +111,13 @@ func TestSeedCommandLines(t *testing.T) {
 		require.Error(t, err, line)
 		require.True(t, recipes.IsUserError(err), "%s: %v", line, err)
 	}
+	// Each names the flag given: --dry-run, not the --auto-batch it implies.
+	for _, flag := range []string{"auto-batch", "dry-run"} {
+		_, _, err := parseTrain(t, "--"+flag+extra)
+		var ce *recipes.ConfigError
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, flag, ce.Field)
+	}
 	// --zero, --allreduce-after-backward and a launcher are refused by
 	// recipes.Prepare, for the reason the recipe declares.
 	require.Contains(t, spec.OneProcess, "contrastive loss")
