@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train"
 )
 
 // The plan's progress lines (issue 24, item 11): a candidate that ran out
@@ -42,6 +44,31 @@ func TestPlanLine(t *testing.T) {
 			}
 			require.Equal(t, c.changes, strings.Contains(line, "changes the effective batch 16"), line)
 			require.Equal(t, !c.changes, c.row.Exact(16))
+		})
+	}
+}
+
+// The step time's line times the process's steps after its first, and
+// names them as the step lines do: a run resumed at step 3 times 5–9.
+func TestStepTimerRange(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		from, to    int
+		first, last int
+	}{
+		{"from the start", 1, 7, 2, 7},
+		{"resumed at step 3", 4, 9, 5, 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tm stepTimer
+			for s := tc.from; s <= tc.to; s++ {
+				tm.observe(train.StepInfo{Step: s, Duration: time.Duration(s) * time.Millisecond})
+			}
+			var line string
+			tm.log(func(f string, a ...any) { line = fmt.Sprintf(f, a...) }, 0)
+			require.Contains(t, line, fmt.Sprintf("(steps %d–%d)", tc.first, tc.last))
+			require.Equal(t, tc.last, tm.last)
+			require.Equal(t, tc.to-tc.from, tm.n)
 		})
 	}
 }

@@ -359,25 +359,32 @@ func startRun(cfg TrainConfig, tr *train.Trainer, d corpora, res *Result, evalua
 	return nil
 }
 
-// stepTimer times the optimizer steps after the first (which pays for
-// oneDNN's kernels).
+// stepTimer times the process's optimizer steps after its first (which
+// pays for oneDNN's kernels; a resumed run's first is not step 1).
 type stepTimer struct {
 	total time.Duration
 	n     int
+	seen  bool
+	first int // the first step timed
 	last  int // the last step seen
 }
 
 func (t *stepTimer) observe(i train.StepInfo) {
 	t.last = i.Step
-	if i.Step > 1 {
-		t.total, t.n = t.total+i.Duration, t.n+1
+	if !t.seen {
+		t.seen = true
+		return
 	}
+	if t.n == 0 {
+		t.first = i.Step
+	}
+	t.total, t.n = t.total+i.Duration, t.n+1
 }
 
 func (t *stepTimer) log(logf func(string, ...any), optState int64) {
 	if t.n > 0 {
-		logf("mean step time %.1f ms (steps 2–%d); optimizer state %s (its tensors after the first update)",
-			float64(t.total.Microseconds())/1e3/float64(t.n), t.n+1, torch.FormatBytes(optState))
+		logf("mean step time %.1f ms (steps %d–%d); optimizer state %s (its tensors after the first update)",
+			float64(t.total.Microseconds())/1e3/float64(t.n), t.first, t.last, torch.FormatBytes(optState))
 	}
 }
 
