@@ -78,6 +78,13 @@ func readJSONConfig(raw []byte) ([]configEntry, error) {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
+		var se *json.SyntaxError
+		// Offset is the offending byte's index or the one after it
+		// (Token reports before reading it, Decode after).
+		if errors.As(err, &se) && (at(raw, se.Offset) == '/' || at(raw, se.Offset-1) == '/') {
+			// The seeds' snippets carry // comments, which JSON has not.
+			return nil, fmt.Errorf("not valid JSON: %v (JSON has no comments: remove them, or write the settings as YAML, whose comments start with #)", err)
+		}
 		return nil, fmt.Errorf("not valid JSON: %v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -121,6 +128,14 @@ func readJSONConfig(raw []byte) ([]configEntry, error) {
 		return nil, fmt.Errorf("not valid JSON: data after the object")
 	}
 	return out, nil
+}
+
+// at is raw[i], or 0 outside it.
+func at(raw []byte, i int64) byte {
+	if i < 0 || i >= int64(len(raw)) {
+		return 0
+	}
+	return raw[i]
 }
 
 // jsonSection flattens a section (decoded with UseNumber), keys sorted.

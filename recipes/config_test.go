@@ -87,6 +87,9 @@ func TestConfigSections(t *testing.T) {
 		{"zero.json", `{"vram": {"batch_size": 0}}`, "micro-batch"},
 		{"frac.json", `{"vram": {"batch_size": 1.5}}`, "must be an integer"},
 		{"type.yaml", "training:\n  learning_rate: fast\n", "training.learning_rate"},
+		// The Mamba seed's step-4 snippet, comments and all.
+		{"comments.json", "{\n  \"batch_size\": 1,  // Very small\n  \"max_length\": 256\n}", "JSON has no comments"},
+		{"garbage.json", "{\"batch_size\": 1,, }", "not valid JSON"},
 	} {
 		_, _, err := runWith(t, nil, "--config", writeFile(t, tc.name, tc.text))
 		require.Error(t, err, tc.name)

@@ -439,6 +439,9 @@ func readCheckpoint(path string) (meta modelMeta, weights torch.StateDict, free 
 	if md == nil {
 		return bad("not an ASR checkpoint (no model description)")
 	}
+	if r, _ := md.Get("recipe"); r != nil && r != "asr" {
+		return bad("is a torchfit %v checkpoint, not an ASR one", r)
+	}
 	str, ok := func() (string, bool) { x, _ := md.Get("model"); s, ok := x.(string); return s, ok }()
 	if !ok {
 		return bad("not an ASR checkpoint (no model description)")
