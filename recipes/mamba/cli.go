@@ -165,6 +165,18 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	if c.IsSet("cpu-offload") {
 		offload = c.Bool("cpu-offload")
 	}
+	if offload && !cm.Device.IsCUDA() {
+		// The state is on the CPU already: offloading it would only add
+		// host copies (a higher peak), so it is not done.
+		const why = "moves AdamW's state off the GPU, and this run's device is the CPU"
+		if err := run.NotHere(c, "cpu-offload", true, why); err != nil {
+			return TrainConfig{}, err
+		}
+		if !c.IsSet("cpu-offload") {
+			run.Logf("--vram %s's use_cpu_offload %s: not used", cm.VRAM, why)
+		}
+		offload = false
+	}
 	trainingFlags(c, run, cm, &tp)
 	cm.Precision = precision
 	cm.LR, cm.MaxSteps, cm.Warmup, cm.CheckpointEvery, cm.ClipNorm = tp.LR, tp.MaxSteps, tp.WarmupSteps, tp.SaveInterval, tp.MaxGradNorm
