@@ -77,8 +77,61 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	if c.Bool("memory-cleanup") && !c.IsSet("empty-cache-every") && cm.Device.IsCUDA() {
 		cm.EmptyCacheEvery = 1
 	}
-	cfg := TrainConfig{Common: cm, MemoryMapping: c.Bool("memory-mapping"), ValidLimit: c.Int("valid-limit"), Events: run.Events}
+	// As the harness treats --empty-cache-every off CUDA (recipes.Prepare).
+	if err := run.NotHere(c, "memory-cleanup", c.Bool("memory-cleanup") && !cm.Device.IsCUDA(),
+		fmt.Sprintf("empties the CUDA cache, which %s does not have (--device cuda)", cm.Device)); err != nil {
+		return TrainConfig{}, err
+	}
+	// The seed gives no per-GPU table for --vram to look up: refused,
+	// never ignored.
+	if err := run.NotHere(c, "vram", cm.VRAM != "", vramWhy); err != nil {
+		return TrainConfig{}, err
+	}
+	cfg := TrainConfig{Common: cm, MemoryMapping: c.Bool("memory-mapping"), ValidLimit: c.Int("valid-limit"), Reference: c.String("reference"), Events: run.Events}
 	return cfg, nil
+}
+
+// vramWhy is why --vram is refused: the harness's --vram looks a GPU size
+// up in the recipe's guide, and MyXTTS's guide has no such table (one
+// batch 4 × accumulation 8 configuration and a troubleshooting list).
+const vramWhy = "the tts seed (MyXTTS's guide) gives no settings per GPU size; set --micro-batch, --grad-accum, " +
+	"--mixed-precision and --grad-checkpointing (or --config with the seed's config.yaml), or let --auto-batch fit the micro-batch"
+
+// hideFlags hides the named flags of fs from the help: a command that
+// refuses them (vram, a memory test's checkpoints) lists only what it
+// honours, while a seed's command that passes one still gets the refusal's
+// reason, not "flag provided but not defined". It panics on a name fs
+// lacks: a typo here would leave a refused flag listed.
+func hideFlags(fs []cli.Flag, names ...string) []cli.Flag {
+	for _, n := range names {
+		found := false
+		for _, f := range fs {
+			if f.Names()[0] != n {
+				continue
+			}
+			found = true
+			switch f := f.(type) {
+			case *cli.StringFlag:
+				f.Hidden = true
+			case *cli.IntFlag:
+				f.Hidden = true
+			case *cli.Int64Flag:
+				f.Hidden = true
+			case *cli.Uint64Flag:
+				f.Hidden = true
+			case *cli.Float64Flag:
+				f.Hidden = true
+			case *cli.BoolFlag:
+				f.Hidden = true
+			default:
+				panic(fmt.Sprintf("tts: hideFlags: --%s is a %T", n, f))
+			}
+		}
+		if !found {
+			panic("tts: hideFlags: no flag --" + n)
+		}
+	}
+	return fs
 }
 
 func trainCodecCommand() *cli.Command {
@@ -86,7 +139,7 @@ func trainCodecCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "train-codec",
 		Usage: "train (or resume) the VQ-VAE codec over log-mel frames",
-		Flags: append(append(recipes.Flags(codecDefaults), dataFlags()...),
+		Flags: append(append(hideFlags(recipes.Flags(codecDefaults), "vram"), dataFlags()...),
 			&cli.Int64Flag{Name: "channels", Value: def.Channels, Usage: "convolution width"},
 			&cli.Int64Flag{Name: "codes", Value: def.Codes, Usage: "codebook entries"},
 			&cli.Int64Flag{Name: "code-dim", Value: def.CodeDim, Usage: "codebook vector size"},
@@ -165,7 +218,7 @@ func gptConfigFrom(c *cli.Context) GPTConfig {
 }
 
 func trainFlags() []cli.Flag {
-	return append(append(recipes.Flags(Defaults), dataFlags()...), gptFlags()...)
+	return append(append(hideFlags(recipes.Flags(Defaults), "vram"), dataFlags()...), gptFlags()...)
 }
 
 func trainCommand() *cli.Command {
@@ -185,7 +238,6 @@ func trainCommand() *cli.Command {
 			}
 			cfg.Codec = c.String("codec")
 			cfg.GPT = gptConfigFrom(c)
-			cfg.Reference = c.String("reference")
 			g := cfg.GPT
 			g.Vocab, g.Codes = 3, 2
 			if err := g.Validate(); err != nil {
@@ -276,7 +328,7 @@ func dataCommand() *cli.Command {
 			cfg.Workers, cfg.HeldOutVoice = c.Int("workers"), c.String("held-out-voice")
 			st, err := Generate(c.Context, cfg)
 			if err != nil {
-				return recipes.Usagef("%v", err)
+				return recipes.Usage(err) // its *ConfigError kept in the chain
 			}
 			fmt.Printf("corpus in %s: %d synthesised, %d already there, %.1f min of audio (train %d, valid %d, test %d); %d sentences phonemised; %d mel frames cached; %s\n",
 				cfg.OutDir, st.Synthesised, st.Skipped, st.Seconds/60, st.Counts["train"], st.Counts["valid"], st.Counts["test"],
@@ -306,6 +358,10 @@ func sampleFrom(c *cli.Context) (torch.Device, SampleOptions, error) {
 	dev, err := recipes.ParseDevice(c.String("device"))
 	if err != nil {
 		return dev, SampleOptions{}, recipes.Usagef("--device: %v", err)
+	}
+	// The bound train commands take (recipes.Common.Validate).
+	if err := recipes.CheckRanges(recipes.Between("threads", int64(c.Int("threads")), 0, 1024)); err != nil {
+		return dev, SampleOptions{}, err
 	}
 	if n := c.Int("threads"); n > 0 {
 		torch.SetNumThreads(n)
@@ -395,16 +451,60 @@ func evalCommand(transcribe Transcriber) *cli.Command {
 	}
 }
 
+// memoryTestUnused are the training flags a memory test cannot honour,
+// with why: it trains a fresh model at each of --batch-sizes for
+// --duration and prints a table, saving, scoring and logging nothing
+// else. They are hidden from its help and refused when given (a --config
+// file's are logged as unused, as recipes.Run.NotHere does).
+var memoryTestUnused = []struct{ flag, why string }{
+	{"micro-batch", "the memory test trains at each size of --batch-sizes"},
+	{"data-batch-size", "the memory test's batches are the sizes of --batch-sizes"},
+	{"auto-batch", "the memory test measures the sizes of --batch-sizes, with no out-of-memory adaptation"},
+	{"dry-run", "the memory test measures the sizes of --batch-sizes, with no out-of-memory adaptation"},
+	{"epochs", "the memory test trains each size for --duration"},
+	{"max-steps", "the memory test trains each size for --duration"},
+	{"checkpoint-dir", "the memory test saves no checkpoint"},
+	{"checkpoint-every", "the memory test saves no checkpoint"},
+	{"overwrite", "the memory test saves no checkpoint"},
+	{"resume", "the memory test trains a fresh model at each size"},
+	{"metrics", "the memory test writes no per-step metrics (its table is on stdout)"},
+	{"tensorboard", "the memory test writes no TensorBoard events (its table is on stdout)"},
+	{"memory-every", "the memory test writes each size's peak memory in its table, no memory lines"},
+	{"max-nonfinite-steps", "the memory test measures memory and time whatever the loss"},
+	{"valid-limit", "the memory test scores no validation split"},
+}
+
+// refuseMemoryTestUnused refuses the memoryTestUnused flags the command
+// line gave. It runs before recipes.Prepare, which would already create
+// the --metrics and --tensorboard files.
+func refuseMemoryTestUnused(c *cli.Context) error {
+	for _, u := range memoryTestUnused {
+		if c.IsSet(u.flag) {
+			return &recipes.ConfigError{Field: u.flag, Value: c.Value(u.flag), Reason: u.why + ": leave it out here"}
+		}
+	}
+	return nil
+}
+
 func memoryTestCommand() *cli.Command {
+	shared := recipes.Flags(recipes.Defaults{Data: Defaults.Data, MicroBatch: 1, Accum: 1, Precision: "no", Epochs: 1,
+		LR: Defaults.LR, Warmup: Defaults.Warmup, ClipNorm: Defaults.ClipNorm, Workers: 1, Prefetch: 2})
+	flags := append(append(append(shared, dataFlags()...), gptFlags()...),
+		&cli.StringFlag{Name: "batch-sizes", Value: "2,4,6,8", Usage: "micro-batch sizes to try, comma-separated"},
+		&cli.StringFlag{Name: "duration", Value: "60", Usage: "training time per size: seconds, or a duration (90s, 2m)"},
+	)
+	hidden := []string{"vram", "zero", "bucket-mb", "allreduce-after-backward"} // refused by trainConfigFrom and Prepare
+	for _, u := range memoryTestUnused {
+		hidden = append(hidden, u.flag)
+	}
 	return &cli.Command{
 		Name:  "memory-test",
 		Usage: "train at each batch size for a while and print peak memory, step time, samples/s and OOM (the seed's test_memory_optimization.py)",
-		Flags: append(append(append(recipes.Flags(recipes.Defaults{Data: Defaults.Data, MicroBatch: 1, Accum: 1, Precision: "no", Epochs: 1,
-			LR: Defaults.LR, Warmup: Defaults.Warmup, ClipNorm: Defaults.ClipNorm, Workers: 1, Prefetch: 2}), dataFlags()...), gptFlags()...),
-			&cli.StringFlag{Name: "batch-sizes", Value: "2,4,6,8", Usage: "micro-batch sizes to try, comma-separated"},
-			&cli.StringFlag{Name: "duration", Value: "60", Usage: "training time per size: seconds, or a duration (90s, 2m)"},
-		),
+		Flags: hideFlags(flags, hidden...),
 		Action: func(c *cli.Context) error {
+			if err := refuseMemoryTestUnused(c); err != nil {
+				return err
+			}
 			sizes, err := parseSizes(c.String("batch-sizes"))
 			if err != nil {
 				return err
@@ -418,6 +518,11 @@ func memoryTestCommand() *cli.Command {
 				return err
 			}
 			defer run.Close()
+			for _, u := range memoryTestUnused {
+				if err := run.NotHere(c, u.flag, true, u.why); err != nil { // the --config file's: logged
+					return err
+				}
+			}
 			cfg, err := trainConfigFrom(c, run)
 			if err != nil {
 				return err

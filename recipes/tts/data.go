@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/torchfit/torchfit/atomicfile"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
@@ -61,31 +62,25 @@ type DataStats struct {
 func Generate(ctx context.Context, cfg DataConfig) (DataStats, error) {
 	start := time.Now()
 	var st DataStats
-	if cfg.OutDir == "" || cfg.Utterances <= 0 {
-		return st, fmt.Errorf("tts data: need an output directory and a positive number of utterances")
+	if cfg.OutDir == "" {
+		return st, &recipes.ConfigError{Field: "out", Value: cfg.OutDir, Reason: "name the corpus directory"}
 	}
-	if cfg.HeldOutVoice == "" {
-		cfg.HeldOutVoice = defaultHeldOutVoice
+	if err := checkUtterances(cfg.Utterances); err != nil {
+		return st, err
+	}
+	if err := recipes.CheckRanges(recipes.Between("workers", int64(cfg.Workers), 0, maxWorkers)); err != nil {
+		return st, err
 	}
 	if cfg.Espeak == "" {
 		cfg.Espeak = "espeak-ng"
 	}
-	if cfg.Workers <= 0 {
+	if cfg.Workers == 0 {
 		cfg.Workers = runtime.NumCPU()
 	}
-	g := speech.DefaultGenerateConfig()
-	g.OutDir, g.Utterances, g.Seed, g.Workers, g.Espeak = cfg.OutDir, cfg.Utterances, cfg.Seed, cfg.Workers, cfg.Espeak
-	g.NoiseFraction = 0
-	g.Voices = nil
-	for _, v := range speech.DefaultVoices {
-		if v != cfg.HeldOutVoice {
-			g.Voices = append(g.Voices, v)
-		}
+	g, err := speechConfig(cfg)
+	if err != nil {
+		return st, err
 	}
-	if len(g.Voices) == len(speech.DefaultVoices) {
-		return st, fmt.Errorf("tts data: held-out voice %q is not one of %s", cfg.HeldOutVoice, strings.Join(speech.DefaultVoices, ", "))
-	}
-	g.HeldOutVoices = []string{cfg.HeldOutVoice}
 	gs, err := speech.Generate(ctx, g)
 	if err != nil {
 		return st, err
@@ -118,6 +113,109 @@ func Generate(ctx context.Context, cfg DataConfig) (DataStats, error) {
 	}
 	st.Elapsed = time.Since(start)
 	return st, nil
+}
+
+// maxWorkers bounds --workers, as the shared flags bound a train
+// command's.
+const maxWorkers = 1024
+
+// speechConfig is the speech corpus that cfg's makes: package speech's
+// splits and voices, clean, cfg.HeldOutVoice reading only test sentences.
+func speechConfig(cfg DataConfig) (speech.GenerateConfig, error) {
+	if cfg.HeldOutVoice == "" {
+		cfg.HeldOutVoice = defaultHeldOutVoice
+	}
+	g := speech.DefaultGenerateConfig()
+	g.OutDir, g.Utterances, g.Seed, g.Workers, g.Espeak = cfg.OutDir, cfg.Utterances, cfg.Seed, cfg.Workers, cfg.Espeak
+	g.NoiseFraction = 0
+	g.Voices = nil
+	for _, v := range speech.DefaultVoices {
+		if v != cfg.HeldOutVoice {
+			g.Voices = append(g.Voices, v)
+		}
+	}
+	if len(g.Voices) == len(speech.DefaultVoices) {
+		return g, &recipes.ConfigError{Field: "held-out-voice", Value: cfg.HeldOutVoice, Reason: "not one of " + strings.Join(speech.DefaultVoices, ", ")}
+	}
+	g.HeldOutVoices = []string{cfg.HeldOutVoice}
+	return g, nil
+}
+
+// splitCounts is how many utterances each split of a corpus of n gets, by
+// speech.Plan (the split logic Generate follows).
+func splitCounts(n int) (map[speech.Split]int, error) {
+	cfg := DefaultDataConfig()
+	cfg.Utterances = n
+	g, err := speechConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g.Composer = defaultComposer()
+	utts, err := speech.Plan(g)
+	if err != nil {
+		return nil, err
+	}
+	counts := map[speech.Split]int{}
+	for _, u := range utts {
+		counts[u.Split]++
+	}
+	return counts, nil
+}
+
+// defaultComposer is speech's sentence composer, built once.
+var defaultComposer = sync.OnceValue(speech.DefaultComposer)
+
+// minUtterances is the smallest corpus whose every split (train, valid,
+// test) has an utterance: valid and test are fractions of it, rounded, so
+// a smaller one trains with no validation score and evaluates nothing.
+// Larger corpora only grow the splits.
+var minUtterances = sync.OnceValue(func() int {
+	for n := 1; ; n++ {
+		counts, err := splitCounts(n)
+		if err != nil {
+			panic(fmt.Sprintf("tts: planning a corpus of %d: %v", n, err)) // the defaults plan
+		}
+		if emptySplits(counts) == nil {
+			return n
+		}
+	}
+})
+
+// emptySplits names the splits with no utterance.
+func emptySplits(counts map[speech.Split]int) []string {
+	var out []string
+	for _, sp := range speech.Splits {
+		if counts[sp] == 0 {
+			out = append(out, string(sp))
+		}
+	}
+	return out
+}
+
+// checkUtterances refuses a corpus size that leaves a split empty, or
+// above speech.MaxUtterances.
+func checkUtterances(n int) error {
+	if n > speech.MaxUtterances {
+		return &recipes.ConfigError{Field: "utterances", Value: n, Reason: fmt.Sprintf("must be at most %d", speech.MaxUtterances)}
+	}
+	least := minUtterances()
+	if n >= least {
+		return nil
+	}
+	if n < 1 {
+		return &recipes.ConfigError{Field: "utterances", Value: n, Reason: fmt.Sprintf("must be at least %d", least)}
+	}
+	counts, err := splitCounts(n)
+	if err != nil {
+		return err
+	}
+	empty := emptySplits(counts)
+	what := "the " + strings.Join(empty, " and ") + " split"
+	if len(empty) > 1 {
+		what += "s"
+	}
+	return &recipes.ConfigError{Field: "utterances", Value: n, Reason: fmt.Sprintf("leaves %s empty (train %d, valid %d, test %d): want at least %d, so that training has a validation score and eval a test set",
+		what, counts[speech.Train], counts[speech.Valid], counts[speech.Test], least)}
 }
 
 // phonemesFile maps each sentence of the corpus to its phonemes.

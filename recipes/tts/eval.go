@@ -138,6 +138,10 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 	if err != nil {
 		return res, err
 	}
+	if te.Len() == 0 { // an empty table would pass for a score
+		return res, recipes.Usage(fmt.Errorf("tts: %s holds no utterances (%w): nothing to evaluate; make a corpus of at least %d utterances with `torchfit tts data`",
+			filepath.Join(cfg.Data, cfg.Split+".jsonl"), ErrEmptySplit, minUtterances()))
+	}
 	groups := map[string][]int{}
 	for i, u := range te.Utts {
 		g := "unseen voice"

@@ -129,6 +129,9 @@ func runMemoryTest(ctx context.Context, cfg TrainConfig, sizes []int, d time.Dur
 	if err != nil {
 		return res, err
 	}
+	if err := useReference(&cfg, tr); err != nil { // --reference changes what is trained on, so the memory
+		return res, err
+	}
 	gcfg := cfg.GPT
 	gcfg.Vocab, gcfg.Codes, gcfg.GradCheckpointing = int64(vocab.Size()), meta.Codec.Codes, cfg.GradCheckpointing
 	for _, n := range sizes {
@@ -182,7 +185,7 @@ func memoryTestOne(ctx context.Context, cfg TrainConfig, cc CodecConfig, codecW 
 	defer opt.Free()
 	defer sched.Free()
 	t, err := train.New(m, opt, m.Loss, train.Config{MicroBatch: n, Accum: cfg.Accum, Device: cfg.Device, Precision: precision.Precision,
-		Count: CountCodes, ClipNorm: cfg.ClipNorm, NoOOMAdapt: true, MaxNonFinite: -1})
+		Count: CountCodes, ClipNorm: cfg.ClipNorm, EmptyCacheEvery: cfg.EmptyCacheEvery, NoOOMAdapt: true, MaxNonFinite: -1})
 	if err != nil {
 		return err
 	}

@@ -140,14 +140,25 @@ func metaDict(m modelMeta) *ptfile.Dict {
 }
 
 // checkpointError is a tts checkpoint that cannot be used (the shared
-// recipes.CheckpointError: a command line exits 2).
+// recipes.CheckpointError: a command line exits 2). Running out of memory
+// while building its model passes through: the file is not at fault.
 func checkpointError(path string, err error) error {
+	if errors.Is(err, torch.ErrOutOfMemory) {
+		return err
+	}
 	return &recipes.CheckpointError{Recipe: "tts", Path: path, Err: err}
 }
 
-// readCheckpoint reads a TTS checkpoint of the given kind once, checks its
-// description against its weights, and returns both; free releases the
-// weights.
+// buildError marks an error building a model from the user's sizes as
+// the user's (exit 2), unless it ran out of memory (exit 3): sizes that
+// do not fit are not out of range.
+func buildError(err error) error {
+	if errors.Is(err, torch.ErrOutOfMemory) {
+		return fmt.Errorf("tts: building the model: %w", err)
+	}
+	return recipes.Usage(err)
+}
+
 // readMeta returns the model description of path, a checkpoint of kind.
 func readMeta(path, kind string) (modelMeta, error) {
 	meta, _, free, err := readCheckpoint(path, kind)
@@ -158,11 +169,18 @@ func readMeta(path, kind string) (modelMeta, error) {
 	return meta, nil
 }
 
+// readCheckpoint reads a TTS checkpoint of the given kind once, checks its
+// description against its weights, and returns both; free releases the
+// weights. Running out of memory while reading is loadOOM's error, not
+// the file's.
 func readCheckpoint(path, kind string) (meta modelMeta, weights torch.StateDict, free func(), err error) {
 	f, err := ckpt.Read(path)
 	if err != nil {
 		var ce *ckpt.Error
-		if errors.Is(err, torch.ErrOutOfMemory) || !errors.As(err, &ce) {
+		if errors.Is(err, torch.ErrOutOfMemory) {
+			return meta, nil, nil, loadOOM(kind, path, err)
+		}
+		if !errors.As(err, &ce) {
 			return meta, nil, nil, fmt.Errorf("tts: checkpoint %s: %w", path, err)
 		}
 		return meta, nil, nil, checkpointError(path, ce.Err)
@@ -190,12 +208,36 @@ func readCheckpoint(path, kind string) (meta modelMeta, weights torch.StateDict,
 		return bad("is a %s checkpoint, not %s", meta.Kind, want)
 	}
 	if weights, err = f.Tensors("model"); err != nil {
+		if errors.Is(err, torch.ErrOutOfMemory) {
+			f.Free()
+			return meta, nil, nil, loadOOM(kind, path, err)
+		}
 		return bad("model weights: %v", err)
 	}
 	if err := checkMeta(meta, weights.Map()); err != nil {
 		return bad("%v", err)
 	}
 	return meta, weights, f.Free, nil
+}
+
+// loadOOM is running out of memory while reading a checkpoint: the file
+// is fine, the memory is not — most often the user's own cap
+// (--memory-limit, --memory-fraction), which the message then names. It
+// wraps the out-of-memory *torch.Error without the reader's
+// *ckpt.Error, a user error that would blame the file (exit 2, not
+// out of memory's 3).
+func loadOOM(kind, path string, err error) error {
+	cause := fmt.Errorf("%w: %v", torch.ErrOutOfMemory, err)
+	var te *torch.Error
+	if errors.As(err, &te) {
+		cause = te // the allocation and the cap, in libtorch's words
+	}
+	what := map[string]string{"codec": "codec", "gpt": "GPT"}[kind]
+	if st, serr := torch.MemoryStats(torch.CPU); serr == nil && st.Limit > 0 {
+		return fmt.Errorf("tts: the memory cap on the CPU (%s) is too small to load the %s checkpoint %s: raise --memory-limit or --memory-fraction, or leave it out: %w",
+			torch.FormatBytes(st.Limit), what, path, cause)
+	}
+	return fmt.Errorf("tts: out of memory loading the %s checkpoint %s: %w", what, path, cause)
 }
 
 // checkMeta checks a description's bounds and its sizes against the

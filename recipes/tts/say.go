@@ -382,6 +382,29 @@ func ReadReference(path string) ([]float32, error) {
 	return x, nil
 }
 
+// input is a file a command reads, named by its flag.
+type input struct{ flag, path string }
+
+// checkOutNotInput refuses (a user error) an --out that is one of the
+// inputs, under whatever name (a link, ./x.wav): the output is written
+// after the input is read, and would silently replace it — the speaker's
+// own recording, say, with the synthesis.
+func checkOutNotInput(out string, inputs ...input) error {
+	ost, err := os.Stat(out)
+	if err != nil {
+		return nil // a new file (or one CheckOutput reports)
+	}
+	for _, in := range inputs {
+		if in.path == "" {
+			continue
+		}
+		if ist, err := os.Stat(in.path); err == nil && os.SameFile(ost, ist) {
+			return recipes.Usagef("--out %s is the --%s file %s: writing there would destroy it; name another --out", out, in.flag, in.path)
+		}
+	}
+	return nil
+}
+
 // CheckText refuses a text with nothing to say.
 func CheckText(text string) error {
 	if strings.TrimSpace(text) == "" {
@@ -407,6 +430,9 @@ func Say(ctx context.Context, cfg SayConfig) (res SayResult, err error) {
 		return res, err
 	}
 	if err := checkRanker(cfg.Rank, "", cfg.Sample.Candidates, cfg.Transcribe); err != nil {
+		return res, err
+	}
+	if err := checkOutNotInput(cfg.Out, input{"speaker", cfg.Speaker}, input{"checkpoint", cfg.Checkpoint}, input{"rank-asr", cfg.Rank}); err != nil {
 		return res, err
 	}
 	ref, err := ReadReference(cfg.Speaker)

@@ -2,6 +2,7 @@ package tts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -106,17 +107,15 @@ func openData(cfg *TrainConfig, vocab *Vocab) (store *FeatureStore, tr, va *Corp
 		store.Close()
 		return nil, nil, nil, err
 	}
+	if va.Len() == 0 {
+		store.Close()
+		return nil, nil, nil, recipes.Usage(fmt.Errorf("tts: %s holds no utterances (%w): the run would have no validation score; make a corpus of at least %d utterances with `torchfit tts data`",
+			filepath.Join(cfg.Data, "valid.jsonl"), ErrEmptySplit, minUtterances()))
+	}
 	va.Ref = tr // validation utterances are conditioned on training clips of their speaker
-	tr.RefMode, va.RefMode = cfg.Reference, cfg.Reference
-	if cfg.Reference == RefStyle {
-		for _, c := range []*Corpus{tr, va} {
-			for _, u := range c.Utts {
-				if u.Speed == 0 {
-					store.Close()
-					return nil, nil, nil, recipes.Usagef("tts: --reference style needs every utterance's speed and pitch (`torchfit tts data` writes them); %s's %s.jsonl has none for %s", cfg.Data, c.Split, u.ID)
-				}
-			}
-		}
+	if err := useReference(cfg, tr, va); err != nil {
+		store.Close()
+		return nil, nil, nil, err
 	}
 	if cfg.ValidLimit > 0 && va.Len() > cfg.ValidLimit {
 		va.Utts, va.Items, va.Phonemes = va.Utts[:cfg.ValidLimit], va.Items[:cfg.ValidLimit], va.Phonemes[:cfg.ValidLimit]
@@ -133,6 +132,28 @@ func openData(cfg *TrainConfig, vocab *Vocab) (store *FeatureStore, tr, va *Corp
 		cfg.logf("reference clips: %s", cfg.Reference)
 	}
 	return store, tr, va, nil
+}
+
+// ErrEmptySplit is wrapped by the error for a corpus split with no
+// utterances: a validation score of nothing would be a made-up 0.
+var ErrEmptySplit = errors.New("empty split")
+
+// useReference sets how the corpora's utterances are conditioned
+// (cfg.Reference), refusing --reference style for a corpus without the
+// speeds and pitches it chooses by.
+func useReference(cfg *TrainConfig, cs ...*Corpus) error {
+	for _, c := range cs {
+		c.RefMode = cfg.Reference
+		if cfg.Reference != RefStyle {
+			continue
+		}
+		for _, u := range c.Utts {
+			if u.Speed == 0 {
+				return recipes.Usagef("tts: --reference style needs every utterance's speed and pitch (`torchfit tts data` writes them); %s's %s.jsonl has none for %s", cfg.Data, c.Split, u.ID)
+			}
+		}
+	}
+	return nil
 }
 
 // schedule builds AdamW (XTTS's betas 0.9, 0.96; weight decay 0.01 on
@@ -197,7 +218,7 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	torch.ManualSeed(cfg.Seed)
 	c, err := NewCodec(ccfg)
 	if err != nil {
-		return res, recipes.Usage(err)
+		return res, buildError(err)
 	}
 	defer nn.Free(c)
 	if cfg.Device != torch.CPU {
@@ -346,10 +367,13 @@ func (u *codeUsage) restart(c *Codec) int {
 // scoreCodec returns the codec's reconstruction error and codebook use on
 // a dataset of crops.
 func scoreCodec(c *Codec, ds data.Dataset[data.Sample], dev torch.Device) (Scores, error) {
+	var s Scores
+	if ds.Len() == 0 {
+		return s, fmt.Errorf("tts: no validation crops to score: %w", ErrEmptySplit) // not a perfect MSE 0
+	}
 	training := c.Training()
 	nn.SetTraining(c, false)
 	defer nn.SetTraining(c, training)
-	var s Scores
 	var sum float64
 	used := map[int64]bool{}
 	collate := data.PadCollate(map[string]data.Pad{})
@@ -374,7 +398,7 @@ func scoreCodec(c *Codec, ds data.Dataset[data.Sample], dev torch.Device) (Score
 			return s, err
 		}
 	}
-	s.Recon = sum / float64(max(ds.Len(), 1))
+	s.Recon = sum / float64(ds.Len())
 	s.Loss = s.Recon
 	s.CodesUse = len(used)
 	return s, nil
@@ -549,7 +573,7 @@ func buildGPT(cfg *TrainConfig) (_ *gptRun, err error) {
 	torch.ManualSeed(cfg.Seed)
 	m, err := NewModel(ccfg, gcfg)
 	if err != nil {
-		return nil, recipes.Usage(err)
+		return nil, buildError(err)
 	}
 	g.free = append(g.free, func() { nn.Free(m) })
 	if codecW != nil {
@@ -610,7 +634,7 @@ func scoreGPT(m *Model, ds data.Dataset[data.Sample], collate func([]data.Sample
 		}
 	}
 	if codes == 0 {
-		return Scores{}, fmt.Errorf("tts: empty validation split")
+		return Scores{}, fmt.Errorf("tts: no validation codes to score: %w", ErrEmptySplit)
 	}
 	return Scores{Loss: loss / codes, CodeCE: codeSum / codes, TextCE: textSum / math.Max(texts, 1), CodeAcc: correct / codes}, nil
 }
