@@ -102,12 +102,15 @@ func exitStatus(err error, w io.Writer) int {
 	if errors.As(err, &re) && re.Status > 0 {
 		return re.Status // the rank's (2: its user error, printed by it)
 	}
-	if recipes.IsUserError(err) || errors.Is(err, torch.ErrNoCUDA) {
-		return 2 // bad input, or a CUDA device asked for where there is none
-	}
+	// Out of memory first: wrapped in a user error (a checkpoint that
+	// could not be loaded under the cap, say) it is still memory, and a
+	// script tells it apart by the status.
 	var te *torch.Error
 	if errors.As(err, &te) && te.OOM {
 		return 3
+	}
+	if recipes.IsUserError(err) || errors.Is(err, torch.ErrNoCUDA) {
+		return 2 // bad input, or a CUDA device asked for where there is none
 	}
 	return 1
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/ptfile"
@@ -398,4 +400,27 @@ func TestOutputsOfAnotherKindAreRefused(t *testing.T) {
 	code, out = runCLI(t, bin, "plot", "--metrics", metrics).both()
 	require.Equal(t, 0, code, out)
 	require.FileExists(t, filepath.Join(dir, "m.png"))
+}
+
+// Out of memory exits 3 even inside a user error (a checkpoint that does
+// not load under the cap); a user error alone 2, anything else 1.
+func TestExitStatusOutOfMemoryFirst(t *testing.T) {
+	require.NoError(t, torch.SetMemoryLimit(torch.CPU, torch.MustMemoryStats(torch.CPU).Allocated+(1<<20)))
+	oom := torch.Try(func() { torch.Zeros([]int64{1 << 22}).Free() })
+	require.NoError(t, torch.SetMemoryLimit(torch.CPU, 0))
+	require.ErrorIs(t, oom, torch.ErrOutOfMemory)
+	for _, c := range []struct {
+		name string
+		err  error
+		code int
+	}{
+		{"out of memory", oom, 3},
+		{"out of memory in a user error", recipes.Usage(fmt.Errorf("loading the codec: %w", oom)), 3},
+		{"user error", &recipes.ConfigError{Field: "lr", Value: -1, Reason: "must be > 0"}, 2},
+		{"other", errors.New("disk on fire"), 1},
+	} {
+		var w strings.Builder
+		require.Equal(t, c.code, exitStatus(c.err, &w), c.name)
+		require.Equal(t, 1, strings.Count(w.String(), "\n"), c.name)
+	}
 }

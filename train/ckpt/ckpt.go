@@ -185,6 +185,10 @@ type File struct {
 // Read loads a checkpoint file.
 func Read(path string) (*File, error) {
 	v, err := ptfile.Load(path)
+	if errors.Is(err, torch.ErrOutOfMemory) {
+		// Not the file's fault: the memory (or the cap) is too small.
+		return nil, fmt.Errorf("checkpoint %s: loading: %w", path, err)
+	}
 	if err != nil {
 		return nil, &Error{Path: path, Err: err}
 	}
