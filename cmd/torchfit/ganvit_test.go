@@ -51,6 +51,10 @@ func TestGanvitExitStatus(t *testing.T) {
 			"generated 500000: must be in [0, 381300]"},
 		{"eval of a missing file", []string{"ganvit", "eval", "--checkpoint", filepath.Join(dir, "none.pt"), "--data", data}, 2, "no such file"},
 		{"test-memory fits", args("ganvit", "test-memory"), 0, ""},
+		// Train's flags that test-memory cannot honour: refused, one line.
+		{"test-memory writes no metrics", args("ganvit", "test-memory", "--metrics", filepath.Join(dir, "m.jsonl")), 2, "--metrics"},
+		{"test-memory saves no checkpoint", args("ganvit", "test-memory", "--checkpoint-dir", filepath.Join(dir, "tm")), 2, "saves and logs nothing"},
+		{"test-memory reads no data", args("ganvit", "test-memory", "--data", data), 2, "reads no data"},
 		{"train --dry-run fits", args("ganvit", "train", "--dry-run"), 0, ""},
 		{"test-memory out of memory", args("ganvit", "test-memory", "--memory-limit", "1MiB"), 3, "test-memory: the GAN step ran out of memory"},
 		{"train --dry-run out of memory", args("ganvit", "train", "--dry-run", "--memory-limit", "1MiB"), 3, "out of memory"},
@@ -64,8 +68,9 @@ func TestGanvitExitStatus(t *testing.T) {
 		})
 	}
 	// Nothing was written where the failed runs pointed.
-	_, err = os.Stat(filepath.Join(dir, "x"))
-	require.True(t, os.IsNotExist(err))
+	require.NoDirExists(t, filepath.Join(dir, "x"))
+	require.NoDirExists(t, filepath.Join(dir, "tm"))
+	require.NoFileExists(t, filepath.Join(dir, "m.jsonl"))
 	entries, err := os.ReadDir(ck)
 	require.NoError(t, err)
 	var names []string

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -365,16 +366,47 @@ func runTestMemory(cfg TrainConfig, logf func(string, ...any)) error {
 	return err
 }
 
+// testMemoryUnused are train's flags that test-memory takes (a train
+// command line works with the verb changed) but cannot honour: it runs
+// one GAN iteration and one ViT step on made-up spectrograms of the
+// configured sizes and prints their peaks, training nothing further.
+var testMemoryUnused = func() []recipes.Unused {
+	const (
+		noData  = "test-memory reads no data: it measures one step on spectrograms of the configured sizes"
+		noRun   = "test-memory saves and logs nothing: it prints one GAN iteration's and one ViT step's peaks"
+		oneStep = "test-memory measures one step, whose memory does not depend on it"
+	)
+	var out []recipes.Unused
+	for why, flags := range map[string][]string{
+		noData:  {"data", "workers", "prefetch", "data-on-device", "train-clips", "gan", "vit-weights"},
+		noRun:   {"checkpoint-dir", "checkpoint-every", "resume", "overwrite", "keep-last", "metrics", "tensorboard", "memory-every", "auto-batch", "dry-run"},
+		oneStep: {"max-steps", "gan-epochs", "lr", "gan-lr", "warmup", "clip-norm", "max-nonfinite-steps", "stage"},
+	} {
+		for _, f := range flags {
+			out = append(out, recipes.Unused{Flag: f, Why: why})
+		}
+	}
+	slices.SortFunc(out, func(a, b recipes.Unused) int { return strings.Compare(a.Flag, b.Flag) })
+	return out
+}()
+
 func testMemoryCommand() *cli.Command {
 	cmd := trainCommand()
 	cmd.Name = "test-memory"
 	cmd.Usage = "the seed's test_memory_config: one GAN iteration and one ViT step at the configured sizes; exit 0 when it fits, 3 on out of memory"
+	cmd.Flags = recipes.HideFlags(cmd.Flags, recipes.Names(testMemoryUnused)...)
 	cmd.Action = func(c *cli.Context) error {
+		if err := recipes.RefuseUnused(c, testMemoryUnused); err != nil {
+			return err
+		}
 		run, err := recipes.Prepare(c, spec)
 		if err != nil {
 			return err
 		}
 		defer run.Close()
+		if err := run.LogUnused(c, testMemoryUnused); err != nil {
+			return err
+		}
 		cfg, err := trainConfigFrom(c, run)
 		if err != nil {
 			return err

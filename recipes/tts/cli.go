@@ -97,49 +97,12 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 const vramWhy = "the tts seed (MyXTTS's guide) gives no settings per GPU size; set --micro-batch, --grad-accum, " +
 	"--mixed-precision and --grad-checkpointing (or --config with the seed's config.yaml), or let --auto-batch fit the micro-batch"
 
-// hideFlags hides the named flags of fs from the help: a command that
-// refuses them (vram, a memory test's checkpoints) lists only what it
-// honours, while a seed's command that passes one still gets the refusal's
-// reason, not "flag provided but not defined". It panics on a name fs
-// lacks: a typo here would leave a refused flag listed.
-func hideFlags(fs []cli.Flag, names ...string) []cli.Flag {
-	for _, n := range names {
-		found := false
-		for _, f := range fs {
-			if f.Names()[0] != n {
-				continue
-			}
-			found = true
-			switch f := f.(type) {
-			case *cli.StringFlag:
-				f.Hidden = true
-			case *cli.IntFlag:
-				f.Hidden = true
-			case *cli.Int64Flag:
-				f.Hidden = true
-			case *cli.Uint64Flag:
-				f.Hidden = true
-			case *cli.Float64Flag:
-				f.Hidden = true
-			case *cli.BoolFlag:
-				f.Hidden = true
-			default:
-				panic(fmt.Sprintf("tts: hideFlags: --%s is a %T", n, f))
-			}
-		}
-		if !found {
-			panic("tts: hideFlags: no flag --" + n)
-		}
-	}
-	return fs
-}
-
 func trainCodecCommand() *cli.Command {
 	def := DefaultCodecConfig()
 	return &cli.Command{
 		Name:  "train-codec",
 		Usage: "train (or resume) the VQ-VAE codec over log-mel frames",
-		Flags: append(append(hideFlags(recipes.Flags(codecDefaults), "vram"), dataFlags()...),
+		Flags: append(append(recipes.HideFlags(recipes.Flags(codecDefaults), "vram"), dataFlags()...),
 			&cli.Int64Flag{Name: "channels", Value: def.Channels, Usage: "convolution width"},
 			&cli.Int64Flag{Name: "codes", Value: def.Codes, Usage: "codebook entries"},
 			&cli.Int64Flag{Name: "code-dim", Value: def.CodeDim, Usage: "codebook vector size"},
@@ -218,7 +181,7 @@ func gptConfigFrom(c *cli.Context) GPTConfig {
 }
 
 func trainFlags() []cli.Flag {
-	return append(append(hideFlags(recipes.Flags(Defaults), "vram"), dataFlags()...), gptFlags()...)
+	return append(append(recipes.HideFlags(recipes.Flags(Defaults), "vram"), dataFlags()...), gptFlags()...)
 }
 
 func trainCommand() *cli.Command {
@@ -454,36 +417,23 @@ func evalCommand(transcribe Transcriber) *cli.Command {
 // memoryTestUnused are the training flags a memory test cannot honour,
 // with why: it trains a fresh model at each of --batch-sizes for
 // --duration and prints a table, saving, scoring and logging nothing
-// else. They are hidden from its help and refused when given (a --config
-// file's are logged as unused, as recipes.Run.NotHere does).
-var memoryTestUnused = []struct{ flag, why string }{
-	{"micro-batch", "the memory test trains at each size of --batch-sizes"},
-	{"data-batch-size", "the memory test's batches are the sizes of --batch-sizes"},
-	{"auto-batch", "the memory test measures the sizes of --batch-sizes, with no out-of-memory adaptation"},
-	{"dry-run", "the memory test measures the sizes of --batch-sizes, with no out-of-memory adaptation"},
-	{"epochs", "the memory test trains each size for --duration"},
-	{"max-steps", "the memory test trains each size for --duration"},
-	{"checkpoint-dir", "the memory test saves no checkpoint"},
-	{"checkpoint-every", "the memory test saves no checkpoint"},
-	{"overwrite", "the memory test saves no checkpoint"},
-	{"resume", "the memory test trains a fresh model at each size"},
-	{"metrics", "the memory test writes no per-step metrics (its table is on stdout)"},
-	{"tensorboard", "the memory test writes no TensorBoard events (its table is on stdout)"},
-	{"memory-every", "the memory test writes each size's peak memory in its table, no memory lines"},
-	{"max-nonfinite-steps", "the memory test measures memory and time whatever the loss"},
-	{"valid-limit", "the memory test scores no validation split"},
-}
-
-// refuseMemoryTestUnused refuses the memoryTestUnused flags the command
-// line gave. It runs before recipes.Prepare, which would already create
-// the --metrics and --tensorboard files.
-func refuseMemoryTestUnused(c *cli.Context) error {
-	for _, u := range memoryTestUnused {
-		if c.IsSet(u.flag) {
-			return &recipes.ConfigError{Field: u.flag, Value: c.Value(u.flag), Reason: u.why + ": leave it out here"}
-		}
-	}
-	return nil
+// else (recipes.Unused: hidden, refused, or logged from a config file).
+var memoryTestUnused = []recipes.Unused{
+	{Flag: "micro-batch", Why: "the memory test trains at each size of --batch-sizes"},
+	{Flag: "data-batch-size", Why: "the memory test's batches are the sizes of --batch-sizes"},
+	{Flag: "auto-batch", Why: "the memory test measures the sizes of --batch-sizes, with no out-of-memory adaptation"},
+	{Flag: "dry-run", Why: "the memory test measures the sizes of --batch-sizes, with no out-of-memory adaptation"},
+	{Flag: "epochs", Why: "the memory test trains each size for --duration"},
+	{Flag: "max-steps", Why: "the memory test trains each size for --duration"},
+	{Flag: "checkpoint-dir", Why: "the memory test saves no checkpoint"},
+	{Flag: "checkpoint-every", Why: "the memory test saves no checkpoint"},
+	{Flag: "overwrite", Why: "the memory test saves no checkpoint"},
+	{Flag: "resume", Why: "the memory test trains a fresh model at each size"},
+	{Flag: "metrics", Why: "the memory test writes no per-step metrics (its table is on stdout)"},
+	{Flag: "tensorboard", Why: "the memory test writes no TensorBoard events (its table is on stdout)"},
+	{Flag: "memory-every", Why: "the memory test writes each size's peak memory in its table, no memory lines"},
+	{Flag: "max-nonfinite-steps", Why: "the memory test measures memory and time whatever the loss"},
+	{Flag: "valid-limit", Why: "the memory test scores no validation split"},
 }
 
 func memoryTestCommand() *cli.Command {
@@ -493,16 +443,14 @@ func memoryTestCommand() *cli.Command {
 		&cli.StringFlag{Name: "batch-sizes", Value: "2,4,6,8", Usage: "micro-batch sizes to try, comma-separated"},
 		&cli.StringFlag{Name: "duration", Value: "60", Usage: "training time per size: seconds, or a duration (90s, 2m)"},
 	)
-	hidden := []string{"vram", "zero", "bucket-mb", "allreduce-after-backward"} // refused by trainConfigFrom and Prepare
-	for _, u := range memoryTestUnused {
-		hidden = append(hidden, u.flag)
-	}
+	hidden := append([]string{"vram", "zero", "bucket-mb", "allreduce-after-backward"}, // refused by trainConfigFrom and Prepare
+		recipes.Names(memoryTestUnused)...)
 	return &cli.Command{
 		Name:  "memory-test",
 		Usage: "train at each batch size for a while and print peak memory, step time, samples/s and OOM (the seed's test_memory_optimization.py)",
-		Flags: hideFlags(flags, hidden...),
+		Flags: recipes.HideFlags(flags, hidden...),
 		Action: func(c *cli.Context) error {
-			if err := refuseMemoryTestUnused(c); err != nil {
+			if err := recipes.RefuseUnused(c, memoryTestUnused); err != nil {
 				return err
 			}
 			sizes, err := parseSizes(c.String("batch-sizes"))
@@ -518,10 +466,8 @@ func memoryTestCommand() *cli.Command {
 				return err
 			}
 			defer run.Close()
-			for _, u := range memoryTestUnused {
-				if err := run.NotHere(c, u.flag, true, u.why); err != nil { // the --config file's: logged
-					return err
-				}
+			if err := run.LogUnused(c, memoryTestUnused); err != nil { // the --config file's
+				return err
 			}
 			cfg, err := trainConfigFrom(c, run)
 			if err != nil {

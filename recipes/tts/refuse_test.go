@@ -80,7 +80,7 @@ func TestMemoryTestRefusesWhatItCannotDo(t *testing.T) {
 	missing := filepath.Join(dir, "none")
 	vis := visible(memoryTestCommand())
 	for _, u := range memoryTestUnused {
-		require.False(t, vis[u.flag], "--%s is listed", u.flag)
+		require.False(t, vis[u.Flag], "--%s is listed", u.Flag)
 	}
 	for _, name := range []string{"batch-sizes", "duration", "grad-accum", "mixed-precision", "memory-limit", "grad-checkpointing", "codec", "reference"} {
 		require.True(t, vis[name], "--%s is not listed", name)
@@ -88,23 +88,23 @@ func TestMemoryTestRefusesWhatItCannotDo(t *testing.T) {
 	values := map[string]string{"checkpoint-dir": filepath.Join(dir, "ck"), "metrics": filepath.Join(dir, "m.jsonl"),
 		"tensorboard": filepath.Join(dir, "tb"), "resume": filepath.Join(dir, "r.pt")}
 	for _, u := range memoryTestUnused {
-		args := []string{"--device", "cpu", "--data", missing, "--" + u.flag}
+		args := []string{"--device", "cpu", "--data", missing, "--" + u.Flag}
 		var f cli.Flag
 		for _, g := range memoryTestCommand().Flags {
-			if g.Names()[0] == u.flag {
+			if g.Names()[0] == u.Flag {
 				f = g
 			}
 		}
-		require.NotNil(t, f, u.flag)
+		require.NotNil(t, f, u.Flag)
 		if _, isBool := f.(*cli.BoolFlag); !isBool {
-			v, ok := values[u.flag]
+			v, ok := values[u.Flag]
 			if !ok {
 				v = "2"
 			}
 			args = append(args, v)
 		}
 		err := runTTS(t, memoryTestCommand(), args...)
-		requireConfigError(t, err, u.flag, "--%s: %v", u.flag, err)
+		requireConfigError(t, err, u.Flag, "--%s: %v", u.Flag, err)
 	}
 	require.NoFileExists(t, values["metrics"])
 	require.NoDirExists(t, values["tensorboard"])

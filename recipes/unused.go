@@ -1,0 +1,91 @@
+package recipes
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Unused is a flag a command accepts but cannot honour, and why: a memory
+// test that trains each size for a while takes the train command's flags
+// (a seed's command line works verbatim up to the verb) but saves no
+// checkpoint and writes no metrics. Such a flag is hidden from the
+// command's help (HideFlags), refused when the command line gives it
+// (RefuseUnused, before Prepare opens any output), and logged as unused
+// when the --config file gives it (Run.LogUnused): never silently ignored.
+type Unused struct {
+	Flag, Why string
+}
+
+// Names lists the flags of us.
+func Names(us []Unused) []string {
+	out := make([]string, len(us))
+	for i, u := range us {
+		out[i] = u.Flag
+	}
+	return out
+}
+
+// HideFlags hides the named flags of fs from the help; they still parse,
+// so a command line that gives one gets the refusal's reason rather than
+// "flag provided but not defined". It panics on a name fs lacks (a typo
+// would leave a refused flag listed).
+func HideFlags(fs []cli.Flag, names ...string) []cli.Flag {
+	for _, n := range names {
+		found := false
+		for _, f := range fs {
+			if f.Names()[0] != n {
+				continue
+			}
+			found = true
+			switch f := f.(type) {
+			case *cli.StringFlag:
+				f.Hidden = true
+			case *cli.IntFlag:
+				f.Hidden = true
+			case *cli.Int64Flag:
+				f.Hidden = true
+			case *cli.Uint64Flag:
+				f.Hidden = true
+			case *cli.Float64Flag:
+				f.Hidden = true
+			case *cli.BoolFlag:
+				f.Hidden = true
+			case *cli.DurationFlag:
+				f.Hidden = true
+			case *cli.GenericFlag:
+				f.Hidden = true
+			default:
+				panic(fmt.Sprintf("recipes: HideFlags: --%s is a %T", n, f))
+			}
+		}
+		if !found {
+			panic("recipes: HideFlags: no flag --" + n)
+		}
+	}
+	return fs
+}
+
+// RefuseUnused returns a *ConfigError for the first of us that the
+// command line gave. Call it before Prepare, which applies the --config
+// file (so every flag set before it is the command line's) and would
+// already create a --metrics or --tensorboard output.
+func RefuseUnused(c *cli.Context, us []Unused) error {
+	for _, u := range us {
+		if c.IsSet(u.Flag) {
+			return &ConfigError{Field: u.Flag, Value: c.Value(u.Flag), Reason: u.Why + ": leave it out here"}
+		}
+	}
+	return nil
+}
+
+// LogUnused logs each of us that the --config file gave as not used (see
+// NotHere).
+func (r *Run) LogUnused(c *cli.Context, us []Unused) error {
+	for _, u := range us {
+		if err := r.NotHere(c, u.Flag, true, u.Why); err != nil {
+			return err
+		}
+	}
+	return nil
+}
