@@ -163,3 +163,57 @@ func TestExtend(t *testing.T) {
 		require.InDelta(t, 0, math.Remainder(hi, step), 1e-9, "both ends on a tick")
 	}
 }
+
+// TestTicksExtreme: spans past float64's range (hi-lo is +Inf), spans
+// too small for the step to count across, and subnormal ones make a
+// bounded handful of ticks within [lo, hi], and Extend keeps such axes
+// finite. Unbounded, the first case appended ~1e309 ticks.
+func TestTicksExtreme(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		lo, hi float64
+	}{
+		{"both ends near MaxFloat64", -1e308, 1e308},
+		{"MaxFloat64 both ways", -math.MaxFloat64, math.MaxFloat64},
+		{"MaxFloat64 one way", 0, math.MaxFloat64},
+		{"a narrow span far out", 1e20, 1e20 + 1e5},
+		{"one ulp", 1, math.Nextafter(1, 2)},
+		{"subnormal", 0, 5e-324},
+		{"subnormal span", 1e-320, 2e-320},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, target := range []int{0, 1, 6, 12} {
+				ticks := plotpng.Ticks{Target: target}.Ticks(tc.lo, tc.hi)
+				require.NotEmpty(t, ticks)
+				require.LessOrEqual(t, len(ticks), 5*(max(target, 1)+2)+1)
+				step := plotpng.Step(tc.lo, tc.hi, target)
+				require.True(t, step > 0 && !math.IsInf(step, 0), "step %v", step)
+				for _, tk := range ticks {
+					require.False(t, math.IsInf(tk.Value, 0) || math.IsNaN(tk.Value), "tick %v", tk.Value)
+					require.True(t, tk.Value >= tc.lo-step*1e-6 && tk.Value <= tc.hi+step*1e-6, "tick %v outside [%v, %v]", tk.Value, tc.lo, tc.hi)
+				}
+				lo, hi := plotpng.Extend(tc.lo, tc.hi, target)
+				require.True(t, lo <= tc.lo && hi >= tc.hi && !math.IsInf(lo, 0) && !math.IsInf(hi, 0), "Extend = [%v, %v]", lo, hi)
+			}
+		})
+	}
+}
+
+// TestColumnExtreme: a loss from -1e308 to 1e308 (and a step axis as
+// wide) renders instead of exhausting memory.
+func TestColumnExtreme(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "extreme.png")
+	pn := plotpng.Panel{Title: "loss", Series: []plotpng.Series{{Name: "loss", XYs: plotter.XYs{
+		{X: -math.MaxFloat64, Y: 1e308}, {X: 2, Y: -1e308}, {X: math.MaxFloat64, Y: math.Inf(1)}, {X: 3, Y: math.NaN()}}}}}
+	require.NoError(t, plotpng.Column(path, 8*vg.Inch, 3*vg.Inch, pn))
+	w, _ := decode(t, path)
+	require.Equal(t, 8*96, w)
+}
+
+// TestExtendOnATick: a bound on a tick still widens to whole steps though lo/step rounds
+// (0.3/0.1 = 2.9999999999999996) and a lands a hair above lo.
+func TestExtendOnATick(t *testing.T) {
+	lo, hi := plotpng.Extend(0.3, 0.75, 6)
+	require.InDelta(t, 0.3, lo, 1e-12)
+	require.InDelta(t, 0.8, hi, 1e-12)
+}

@@ -14,6 +14,12 @@ import (
 // logits divided by less overflow, and sampling from them fails.
 const MinTemperature = 1e-3
 
+// MaxNewTokens is the most tokens one generate run may ask for: a million
+// is hours of sampling on a CPU and far past anything a model of these
+// sizes continues coherently, while a typo of a few more zeros would
+// otherwise run for days, or, sized by the flag, fail to allocate.
+const MaxNewTokens = 1_000_000
+
 // GenerateConfig is `torchfit mamba generate`.
 type GenerateConfig struct {
 	Checkpoint   string
@@ -48,6 +54,8 @@ func (c GenerateConfig) Validate() error {
 	switch {
 	case c.MaxNewTokens < 0:
 		return &recipes.ConfigError{Field: "max-new-tokens", Value: c.MaxNewTokens, Reason: "must not be negative"}
+	case c.MaxNewTokens > MaxNewTokens:
+		return &recipes.ConfigError{Field: "max-new-tokens", Value: c.MaxNewTokens, Reason: fmt.Sprintf("must be at most %d", MaxNewTokens)}
 	case c.Temperature < 0 || math.IsNaN(c.Temperature) || math.IsInf(c.Temperature, 0):
 		return &recipes.ConfigError{Field: "temperature", Value: c.Temperature, Reason: "must be a finite number ≥ 0"}
 	case c.Temperature > 0 && c.Temperature < MinTemperature:
@@ -108,7 +116,9 @@ func generate(cfg GenerateConfig) (res GenerateResult, err error) {
 			s.SSM.Keep()
 		}
 		res.Prefill = time.Since(t0)
-		times := make([]time.Duration, 0, cfg.MaxNewTokens)
+		// Grown as tokens come, not sized by the flag up front: a run
+		// stopped early has not paid for the tokens it never made.
+		var times []time.Duration
 		for range cfg.MaxNewTokens {
 			next := sample(logits, cfg.Temperature, cfg.TopK)
 			logits.Free()

@@ -11,7 +11,8 @@ import (
 
 // Sampling settings out of range are the user's *recipes.ConfigError
 // before a checkpoint is read (issue 24, item 11: a temperature of 1e-320
-// overflowed the logits and failed in sampling, exit 1).
+// overflowed the logits and failed in sampling, exit 1; a max-new-tokens
+// of 1e11 sized a slice by it and died out of memory).
 func TestGenerateConfigValidate(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -26,6 +27,9 @@ func TestGenerateConfigValidate(t *testing.T) {
 		{"negative temperature", GenerateConfig{Temperature: -1}, "temperature"},
 		{"NaN temperature", GenerateConfig{Temperature: math.NaN()}, "temperature"},
 		{"negative max-new-tokens", GenerateConfig{MaxNewTokens: -1}, "max-new-tokens"},
+		{"most max-new-tokens", GenerateConfig{MaxNewTokens: MaxNewTokens}, ""},
+		{"too many max-new-tokens", GenerateConfig{MaxNewTokens: MaxNewTokens + 1}, "max-new-tokens"},
+		{"absurd max-new-tokens", GenerateConfig{MaxNewTokens: 100_000_000_000}, "max-new-tokens"},
 		{"negative top-k", GenerateConfig{TopK: -1}, "top-k"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
