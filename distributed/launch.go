@@ -49,6 +49,13 @@ type LaunchConfig struct {
 // LaunchGrace is LaunchConfig.Grace's default.
 const LaunchGrace = 30 * time.Second
 
+// MaxNProc is the most ranks Launch starts on one machine. A rank is a
+// whole training process (its model, its optimizer, a socket to every
+// other rank): the largest hosts run one per GPU, or one per core on a
+// CPU, a few hundred at most, so past 1024 (the bound on the recipes'
+// --workers too) the count is a typo that would fork without end.
+const MaxNProc = 1024
+
 // RankError is a rank that failed: it exited with Status (or was killed
 // by a signal, Status −1). A launcher exits with the status of the first
 // rank that failed.
@@ -96,6 +103,8 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 	switch {
 	case c.NProc < 1:
 		return usagef("launch: --nproc %d: want at least 1", c.NProc)
+	case c.NProc > MaxNProc:
+		return usagef("launch: --nproc %d: want at most %d ranks on one machine", c.NProc, MaxNProc)
 	case c.NNodes < 1 || c.NodeRank < 0 || c.NodeRank >= c.NNodes:
 		return usagef("launch: node %d of %d", c.NodeRank, c.NNodes)
 	case c.MasterPort < 0 || c.MasterPort > 65535:
@@ -130,7 +139,11 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 	}
 	defer os.RemoveAll(errDir)
 	for attempt := 0; ; attempt++ {
-		rerr, cancelled := c.attempt(ctx, prog, attempt, errDir)
+		rerr, cancelled, started := c.attempt(ctx, prog, attempt, errDir)
+		if cancelled && started < c.NProc {
+			// Before a rank failing of our SIGTERM: the signal is the news.
+			return startCancelled(ctx, started, c.NProc)
+		}
 		if rerr == nil || cancelled || attempt >= c.MaxRestarts {
 			if rerr != nil {
 				return rerr
@@ -143,8 +156,9 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 	}
 }
 
-// attempt runs the ranks once; cancelled is whether ctx stopped them.
-func (c LaunchConfig) attempt(ctx context.Context, prog string, attempt int, errDir string) (first *RankError, cancelled bool) {
+// attempt runs the ranks once; cancelled is whether ctx stopped them,
+// and started how many ranks it started before.
+func (c LaunchConfig) attempt(ctx context.Context, prog string, attempt int, errDir string) (first *RankError, cancelled bool, started int) {
 	env := c.Env
 	if env == nil {
 		env = os.Environ()
@@ -172,10 +186,16 @@ func (c LaunchConfig) attempt(ctx context.Context, prog string, attempt int, err
 		err   error
 	}
 	exits := make(chan exit, len(cmds))
-	started := 0
+	startErr := false
 	for l, cmd := range cmds {
+		// A signal while starting (SIGINT, timeout's SIGTERM) starts no
+		// more ranks; the wait below stops those already started.
+		if ctx.Err() != nil {
+			break
+		}
 		if err := cmd.Start(); err != nil {
 			exits <- exit{l, err}
+			startErr = true
 			break
 		}
 		started++
@@ -205,11 +225,15 @@ func (c LaunchConfig) attempt(ctx context.Context, prog string, attempt int, err
 			}()
 		})
 	}
-	waiting := len(cmds)
-	if started < len(cmds) {
-		waiting = started + 1 // the start error
+	waiting := started
+	if startErr {
+		waiting++
 	}
 	cancel := ctx.Done()
+	if ctx.Err() != nil {
+		cancelled, cancel = true, nil
+		stop()
+	}
 	for waiting > 0 {
 		select {
 		case x := <-exits:
@@ -230,7 +254,19 @@ func (c LaunchConfig) attempt(ctx context.Context, prog string, attempt int, err
 			stop()
 		}
 	}
-	return first, cancelled
+	return first, cancelled, started
+}
+
+// startCancelled is Launch's error when ctx was cancelled (the
+// launcher's SIGINT or SIGTERM) before all ranks were started: it
+// started no more and stopped those it had. It matches ctx.Err() and the
+// cause of the cancel (os/signal's "terminated signal received").
+func startCancelled(ctx context.Context, started, nproc int) error {
+	const msg = "distributed: launch: stopped while starting ranks (%d of %d started, and stopped): %w"
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		return fmt.Errorf(msg+" (%w)", started, nproc, ctx.Err(), cause)
+	}
+	return fmt.Errorf(msg, started, nproc, ctx.Err())
 }
 
 // errorFile is the ErrorFileEnv file of local rank l in an attempt.

@@ -26,6 +26,9 @@ func TestLaunch(t *testing.T) {
 		rank   int
 	}{
 		{"no ranks", distributed.LaunchConfig{NProc: 0, Command: []string{"true"}}, true, 0, 0},
+		// A typo of a few zeros forked without end before MaxNProc.
+		{"too many ranks", distributed.LaunchConfig{NProc: distributed.MaxNProc + 1, Command: []string{"true"}}, true, 0, 0},
+		{"absurd ranks", distributed.LaunchConfig{NProc: 100000, Command: []string{"true"}}, true, 0, 0},
 		{"node out of range", distributed.LaunchConfig{NProc: 1, NNodes: 2, NodeRank: 2, MasterPort: 29999, Command: []string{"true"}}, true, 0, 0},
 		{"nodes without a port", distributed.LaunchConfig{NProc: 1, NNodes: 2, Command: []string{"true"}}, true, 0, 0},
 		{"restarts on several nodes", distributed.LaunchConfig{NProc: 1, NNodes: 2, NodeRank: 1, MasterPort: 29999, MaxRestarts: 1, Command: []string{"true"}}, true, 0, 0},
@@ -78,4 +81,37 @@ func TestLaunchRankErrorFile(t *testing.T) {
 	require.Equal(t, "--lr -1: must be a finite number > 0", re.Msg)
 	require.Empty(t, stderr.String(), "the ranks printed nothing")
 	require.Equal(t, 1, strings.Count(err.Error(), "--lr -1"), err.Error())
+}
+
+// A launcher cancelled (its SIGINT or SIGTERM) before it has started its
+// ranks starts no more of them and says so: the sweep's `timeout 60
+// torchfit launch --nproc 100000` kept forking after timeout's SIGTERM.
+func TestLaunchCancelledWhileStarting(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		cause error // nil: a plain cancel
+	}{
+		{"cancelled", nil},
+		{"a signal", errors.New("terminated signal received")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ctx, cancel := context.WithCancelCause(context.Background())
+			cancel(c.cause)
+			start := time.Now()
+			err := distributed.Launch(ctx, distributed.LaunchConfig{NProc: 8, Grace: time.Second, Stdout: os.Stderr, Stderr: os.Stderr,
+				Command: []string{"/bin/sh", "-c", `touch "$0/rank$RANK"; exec sleep 60`, dir}})
+			require.Less(t, time.Since(start), 10*time.Second)
+			require.ErrorIs(t, err, context.Canceled)
+			if c.cause != nil {
+				require.ErrorIs(t, err, c.cause)
+			}
+			require.False(t, errors.Is(err, distributed.ErrUsage), "not the user's fault")
+			require.Contains(t, err.Error(), "0 of 8 started")
+			time.Sleep(200 * time.Millisecond) // a rank started by mistake would have written by now
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			require.Empty(t, entries, "no rank ran")
+		})
+	}
 }
