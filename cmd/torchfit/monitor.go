@@ -2,7 +2,10 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strconv"
@@ -73,7 +76,56 @@ func seconds(flag, s string, zeroOK bool) (time.Duration, error) {
 	return d, nil
 }
 
+// parseRest parses the arguments after a --log-file name as monitor's
+// own flags, into c: the flag parser stopped at the name (--log-file
+// is a switch as well), and `--log-file gpu.csv --duration 2` would run
+// "--duration" as the command. It returns the command after them, a
+// "--" before it dropped.
+func parseRest(c *cli.Context, rest []string) ([]string, error) {
+	set := flag.NewFlagSet(c.Command.Name, flag.ContinueOnError)
+	set.SetOutput(io.Discard)
+	for _, f := range c.Command.Flags {
+		if f.Names()[0] == "log-file" {
+			continue // named already: a second --log-file is an unknown flag
+		}
+		if err := f.Apply(set); err != nil {
+			return nil, err
+		}
+	}
+	if err := set.Parse(rest); err != nil {
+		return nil, recipes.Usagef("monitor: %v", err)
+	}
+	var err error
+	help := false
+	set.Visit(func(f *flag.Flag) {
+		help = help || f.Name == "help" || f.Name == "h"
+		if err == nil {
+			err = c.Set(f.Name, f.Value.String())
+		}
+	})
+	if help && err == nil {
+		return nil, errHelpShown
+	}
+	return set.Args(), err
+}
+
+// errHelpShown stops parseRest's caller after --help: nothing else runs.
+var errHelpShown = errors.New("help shown")
+
 func runMonitor(c *cli.Context) error {
+	args := c.Args().Slice()
+	logOpt := c.Generic("log-file").(*optionalValue)
+	logPath := logOpt.value
+	named := false // the name came after --log-file, not with =
+	if logOpt.set && logPath == "" && len(args) > 0 && (strings.HasSuffix(args[0], ".jsonl") || strings.HasSuffix(args[0], ".csv")) {
+		var err error
+		logPath, named = args[0], true // --log-file gpu.csv
+		if args, err = parseRest(c, args[1:]); errors.Is(err, errHelpShown) {
+			return cli.ShowCommandHelp(c.Lineage()[1], c.Command.Name) // as urfave/cli shows it, from the parent
+		} else if err != nil {
+			return err
+		}
+	}
 	interval, err := seconds("interval", c.String("interval"), false)
 	if err != nil {
 		return err
@@ -81,15 +133,6 @@ func runMonitor(c *cli.Context) error {
 	duration, err := seconds("duration", c.String("duration"), true)
 	if err != nil {
 		return err
-	}
-	args := c.Args().Slice()
-	logOpt := c.Generic("log-file").(*optionalValue)
-	logPath := logOpt.value
-	if logOpt.set && logPath == "" && len(args) > 0 && (strings.HasSuffix(args[0], ".jsonl") || strings.HasSuffix(args[0], ".csv")) {
-		logPath, args = args[0], args[1:] // --log-file gpu.csv
-		if len(args) > 0 && args[0] == "--" {
-			args = args[1:] // the flag parser stopped at the name and kept the "--" after it
-		}
 	}
 	if logOpt.set && logPath == "" {
 		logPath = "monitor_" + time.Now().Format("20060102_150405") + ".jsonl"
@@ -132,17 +175,22 @@ func runMonitor(c *cli.Context) error {
 	if gpu != nil {
 		cfg.GPU = gpu
 	}
+	// A command that does not start leaves no log behind (an empty one
+	// would refuse the retry) and an existing one as it was.
+	if len(args) > 0 {
+		if _, err := exec.LookPath(args[0]); err != nil {
+			return recipes.Usagef("monitor: %v", err)
+		}
+	}
+	var log logFile
 	if logPath != "" {
-		flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
-		if !logOpt.set || logOpt.value == "" {
-			flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL
+		// --log-file=NAME replaces NAME; a name after --log-file, or one
+		// by the time, is never an existing file.
+		if log, err = openLog(logPath, named || logOpt.value == ""); err != nil {
+			return err
 		}
-		f, err := os.OpenFile(logPath, flags, 0o644)
-		if err != nil {
-			return recipes.Usagef("--log-file: %v", err)
-		}
-		defer f.Close()
-		cfg.Log, cfg.Format = f, monitor.FormatOf(logPath)
+		defer log.f.Close()
+		cfg.Log, cfg.Format = log.f, monitor.FormatOf(logPath)
 	}
 	if !c.Bool("no-live") && term.IsTerminal(int(os.Stderr.Fd())) {
 		cfg.Live = os.Stderr
@@ -155,8 +203,16 @@ func runMonitor(c *cli.Context) error {
 		cmd = exec.Command(args[0], args[1:]...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 		if err := cmd.Start(); err != nil {
+			log.discard()
 			return recipes.Usagef("monitor: %v", err)
 		}
+	}
+	if err := log.start(); err != nil {
+		if cmd != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		return err
 	}
 	for _, n := range notices {
 		fmt.Fprintln(stderr, n)
@@ -191,4 +247,48 @@ func runMonitor(c *cli.Context) error {
 		}
 	}
 	return nil
+}
+
+// logFile is monitor's --log-file, opened before the watched command
+// starts (a log that cannot be written is found first) but emptied only
+// after it has started, and removed if monitor created it and the
+// command failed to start.
+type logFile struct {
+	f       *os.File
+	created bool
+}
+
+// openLog opens path for writing, without emptying it; excl refuses an
+// existing file.
+func openLog(path string, excl bool) (logFile, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err == nil {
+		return logFile{f: f, created: true}, nil
+	}
+	if !excl && errors.Is(err, fs.ErrExist) {
+		f, err = os.OpenFile(path, os.O_WRONLY, 0o644)
+	}
+	if err != nil {
+		return logFile{}, recipes.Usagef("--log-file: %v", err)
+	}
+	return logFile{f: f}, nil
+}
+
+// start empties a log that was there before, now that monitoring starts.
+func (l logFile) start() error {
+	if l.f == nil || l.created {
+		return nil
+	}
+	if err := l.f.Truncate(0); err != nil {
+		return fmt.Errorf("--log-file: %w", err)
+	}
+	return nil
+}
+
+// discard removes the log if monitor created it: nothing was written.
+func (l logFile) discard() {
+	if l.f != nil && l.created {
+		l.f.Close()
+		os.Remove(l.f.Name())
+	}
 }
