@@ -2,14 +2,19 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/torchfit/torchfit/amp"
+	"github.com/torchfit/torchfit/atomicfile"
 	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/recipes/asr"
 	"github.com/torchfit/torchfit/recipes/speech"
@@ -30,6 +35,7 @@ func demoCommand() *cli.Command {
 			&cli.IntFlag{Name: "epochs", Value: 12},
 			&cli.IntFlag{Name: "max-steps", Value: 0, Usage: "stop after this many steps (0: all epochs)"},
 			&cli.StringFlag{Name: "mixed-precision", Value: "auto", Usage: "auto: bf16 where the CPU computes it natively, else fp32 (" + amp.EnvNativeBF16 + "=0|1 overrides the CPU probe); or fp32, bf16"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "delete what is in --dir's checkpoints/ and its metrics.jsonl even where no earlier demo wrote it (without it such files are refused)"},
 		},
 		Action: func(c *cli.Context) error {
 			dir := c.String("dir")
@@ -47,6 +53,16 @@ func demoCommand() *cli.Command {
 			}
 			if st, err := os.Stat(dir); err == nil && !st.IsDir() {
 				return recipes.Usagef("--dir %s is not a directory", dir)
+			}
+			// What an earlier demo left is replaced; anything else in the
+			// demo's way is refused, before the minutes of synthesis.
+			own, foreign, err := demoClaims(dir)
+			if err != nil {
+				return err
+			}
+			overwrite := c.Bool("overwrite")
+			if len(foreign) > 0 && !overwrite {
+				return &DemoForeignError{Dir: dir, Files: foreign}
 			}
 			log := report.NewLogger(os.Stderr)
 			logf := log.Printf
@@ -73,10 +89,22 @@ func demoCommand() *cli.Command {
 				torch.FormatBytes(m[1].Peak), torch.FormatBytes(m[1].Activations), m[1].Step.Seconds())
 			logf("one bf16 step took %.1f× the fp32 step on this CPU", m[1].Step.Seconds()/m[0].Step.Seconds())
 			precision := c.String("mixed-precision") // training logs the choice and why
-			ckdir := filepath.Join(dir, "checkpoints")
-			os.RemoveAll(ckdir)
-			metrics := filepath.Join(dir, "metrics.jsonl")
-			os.Remove(metrics)
+			ckdir := filepath.Join(dir, demoCheckpoints)
+			metrics := filepath.Join(dir, demoMetrics)
+			if err := removeDemoFiles(dir, own); err != nil {
+				return err
+			}
+			if overwrite {
+				for _, p := range foreign { // asked for, and named by the refusal without --overwrite
+					if err := os.RemoveAll(filepath.Join(dir, p)); err != nil {
+						return err
+					}
+				}
+			}
+			before, err := demoSnapshot(dir)
+			if err != nil {
+				return err
+			}
 			cfg := asr.TrainConfig{
 				Common: recipes.Common{Data: gen.OutDir, MicroBatch: 4, Accum: 2, Precision: precision, Device: torch.CPU, Epochs: c.Int("epochs"), MaxSteps: c.Int("max-steps"), LR: 2e-3, Warmup: 60, ClipNorm: 5, CheckpointDir: ckdir, CheckpointEvery: 200, Workers: 1, Seed: 1, MemoryEvery: 100},
 				Preset: "tiny", ValidLimit: 64,
@@ -91,6 +119,11 @@ func demoCommand() *cli.Command {
 			res, err := asr.Train(ctx, cfg)
 			stop()
 			done()
+			// Recorded whatever the outcome, so that the next demo replaces
+			// what this one wrote, a failed or interrupted run's too.
+			if rerr := recordDemoFiles(dir, before); rerr != nil {
+				logf("could not record the demo's files (the next demo in %s will refuse them): %v", dir, rerr)
+			}
 			if err != nil {
 				return err
 			}
@@ -116,6 +149,169 @@ func demoCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// The demo's outputs in its --dir besides the corpus (which it reuses):
+// the checkpoint directory and the metrics file.
+const (
+	demoCheckpoints = "checkpoints"
+	demoMetrics     = "metrics.jsonl"
+	// demoRecord, in --dir, lists the files the last demo there wrote
+	// (path, size, modification time): the next demo removes those, and
+	// only those, so that `make demo` runs again without a prompt while a
+	// `demo --dir .` beside a real run (the ASR recipe's default
+	// --checkpoint-dir is checkpoints too) deletes nothing of it.
+	demoRecord = ".torchfit-demo.json"
+)
+
+// DemoForeignError is the demo's refusal of a --dir whose checkpoints/ or
+// metrics.jsonl hold files no earlier demo wrote (or that changed since):
+// a fresh run there means deleting them, which only --overwrite asks for.
+type DemoForeignError struct {
+	Dir   string
+	Files []string // relative to Dir: metrics.jsonl, then checkpoints/ in name order
+}
+
+// UserError marks it as the user's choice of directory (exit status 2).
+func (*DemoForeignError) UserError() {}
+
+func (e *DemoForeignError) Error() string {
+	names := e.Files
+	if len(names) > 3 {
+		names = append(slices.Clone(names[:2]), fmt.Sprintf("%d more", len(e.Files)-2))
+	}
+	list := names[len(names)-1]
+	if len(names) > 1 {
+		list = strings.Join(names[:len(names)-1], ", ") + " and " + list
+	}
+	return fmt.Sprintf("demo: %s holds %s, not written by an earlier demo, which a new run would delete: choose another --dir, or pass --overwrite to delete them",
+		e.Dir, list)
+}
+
+// demoFile is a file a demo wrote, as it was when the demo ended.
+type demoFile struct {
+	Path    string `json:"path"` // relative to --dir
+	Size    int64  `json:"size"`
+	ModTime int64  `json:"mtime_ns"`
+}
+
+// demoOutputs are the paths, relative to dir, in the demo's way:
+// metrics.jsonl and everything in checkpoints/ (or checkpoints itself
+// when it is not a directory).
+func demoOutputs(dir string) ([]string, error) {
+	var out []string
+	if _, err := os.Lstat(filepath.Join(dir, demoMetrics)); err == nil {
+		out = append(out, demoMetrics)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	ck := filepath.Join(dir, demoCheckpoints)
+	st, err := os.Lstat(ck)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return out, nil
+	case err != nil:
+		return nil, err
+	case !st.IsDir():
+		return append(out, demoCheckpoints), nil
+	}
+	entries, err := os.ReadDir(ck)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		out = append(out, filepath.Join(demoCheckpoints, e.Name()))
+	}
+	return out, nil
+}
+
+// statDemoFile describes a regular file under dir (ok false for anything else).
+func statDemoFile(dir, rel string) (demoFile, bool) {
+	st, err := os.Lstat(filepath.Join(dir, rel))
+	if err != nil || !st.Mode().IsRegular() {
+		return demoFile{}, false
+	}
+	return demoFile{Path: rel, Size: st.Size(), ModTime: st.ModTime().UnixNano()}, true
+}
+
+// demoClaims splits the demo's way into the files an earlier demo wrote,
+// unchanged since (own), and the rest (foreign). No record, or one that
+// does not parse, owns nothing.
+func demoClaims(dir string) (own, foreign []string, err error) {
+	paths, err := demoOutputs(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	recorded := map[string]demoFile{}
+	if b, err := os.ReadFile(filepath.Join(dir, demoRecord)); err == nil {
+		var files []demoFile
+		if json.Unmarshal(b, &files) == nil {
+			for _, f := range files {
+				recorded[f.Path] = f
+			}
+		}
+	}
+	for _, p := range paths {
+		if f, ok := statDemoFile(dir, p); ok && recorded[p] == f {
+			own = append(own, p)
+		} else {
+			foreign = append(foreign, p)
+		}
+	}
+	return own, foreign, nil
+}
+
+// removeDemoFiles removes an earlier demo's files, each only if it is
+// still as that demo left it.
+func removeDemoFiles(dir string, own []string) error {
+	_, foreign, err := demoClaims(dir)
+	if err != nil {
+		return err
+	}
+	for _, p := range own {
+		if slices.Contains(foreign, p) {
+			continue // changed since demoClaims: no longer the demo's
+		}
+		if err := os.Remove(filepath.Join(dir, p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// demoSnapshot describes the files in the demo's way before it trains.
+func demoSnapshot(dir string) (map[string]demoFile, error) {
+	paths, err := demoOutputs(dir)
+	if err != nil {
+		return nil, err
+	}
+	snap := map[string]demoFile{}
+	for _, p := range paths {
+		if f, ok := statDemoFile(dir, p); ok {
+			snap[p] = f
+		}
+	}
+	return snap, nil
+}
+
+// recordDemoFiles writes the demo record: the files in the demo's way
+// that are new or changed since before (the run wrote them).
+func recordDemoFiles(dir string, before map[string]demoFile) error {
+	paths, err := demoOutputs(dir)
+	if err != nil {
+		return err
+	}
+	files := []demoFile{}
+	for _, p := range paths {
+		if f, ok := statDemoFile(dir, p); ok && before[p] != f {
+			files = append(files, f)
+		}
+	}
+	b, err := json.MarshalIndent(files, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, demoRecord), append(b, '\n'))
 }
 
 type manifestLine struct {
