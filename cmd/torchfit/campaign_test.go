@@ -178,6 +178,10 @@ func TestBadInputCampaign(t *testing.T) {
 		{"asr train memory-fraction 2", asrTrain("--memory-fraction", "2"), ""},
 		{"asr train data is a file", asrTrain("--data", notes), ""},
 		{"asr train existing checkpoints", asrTrain("--checkpoint-dir", ckAsrDir), "written by another run"},
+		{"asr train odd d-model", asrTrain("--d-model", "97"), "--d-model 97"},
+		{"asr train CUDA cache on the CPU", asrTrain("--empty-cache-every", "5"), "empties the CUDA cache"},
+		{"asr train bucket size in one process", asrTrain("--bucket-mb", "50"), "--bucket-mb"},
+		{"asr train metrics onto a checkpoint", asrTrain("--metrics", asrCk), "something else than JSONL metrics"},
 		{"asr train unknown flag", asrTrain("--learning-rat", "0.1"), "flag provided but not defined"},
 		{"asr train extra arg", asrTrain("extra"), ""},
 
@@ -185,6 +189,7 @@ func TestBadInputCampaign(t *testing.T) {
 		{"asr plan vram 10gb", []string{"asr", "plan", "--data", p("asr"), "--vram", "10gb"}, ""},
 		{"asr plan memory-limit 1KiB", []string{"asr", "plan", "--data", p("asr"), "--memory-limit", "1KiB", "--device", "cpu"}, ""},
 		{"asr plan missing data", []string{"asr", "plan", "--data", p("none"), "--memory-limit", "1GiB", "--device", "cpu"}, ""},
+		{"asr plan no budget", []string{"asr", "plan", "--data", p("asr"), "--device", "cpu"}, "planning needs a budget"},
 
 		// asr eval
 		{"asr eval no checkpoint", []string{"asr", "eval", "--data", p("asr")}, ""},
@@ -196,7 +201,7 @@ func TestBadInputCampaign(t *testing.T) {
 		{"asr transcribe no files", []string{"asr", "transcribe", "--checkpoint", asrCk, "--device", "cpu"}, ""},
 		{"asr transcribe 7-bit WAV", []string{"asr", "transcribe", "--checkpoint", asrCk, "--device", "cpu", bits7}, ""},
 		{"asr transcribe garbage checkpoint", []string{"asr", "transcribe", "--checkpoint", garbagePt, "--device", "cpu", goodWAV}, ""},
-		{"asr transcribe checkpoint of tts", []string{"asr", "transcribe", "--checkpoint", ttsCk, "--device", "cpu", goodWAV}, ""},
+		{"asr transcribe checkpoint of tts", []string{"asr", "transcribe", "--checkpoint", ttsCk, "--device", "cpu", goodWAV}, "is a torchfit tts checkpoint, not an ASR one"},
 
 		// asr memory-table
 		{"asr memory-table unknown preset", []string{"asr", "memory-table", "--data", p("asr"), "--preset", "huge", "--device", "cpu"}, ""},
@@ -219,6 +224,7 @@ func TestBadInputCampaign(t *testing.T) {
 		{"clip train resume truncated", clipTrain("train", "--resume", truncated), ""},
 		{"clip train init and resume", clipTrain("train", "--init", clipCk, "--resume", clipCk), ""},
 		{"clip train existing checkpoints", clipTrain("train", "--checkpoint-dir", filepath.Dir(clipCk)), "written by another run"},
+		{"clip train dry-run", clipTrain("train", "--dry-run"), "--dry-run"},
 
 		// clip eval
 		{"clip eval batch 0", []string{"clip", "eval", "--checkpoint", clipCk, "--data", p("cars"), "--batch-size", "0", "--device", "cpu"}, ""},
@@ -234,10 +240,12 @@ func TestBadInputCampaign(t *testing.T) {
 		{"ganvit data clips 0", []string{"ganvit", "data", "--out", p("o"), "--clips", "0"}, ""},
 		{"ganvit data seconds 0", []string{"ganvit", "data", "--out", p("o"), "--clips", "4", "--seconds", "0"}, ""},
 		{"ganvit data existing set", []string{"ganvit", "data", "--out", p("gv"), "--clips", "4"}, "already holds a data set"},
+		{"ganvit data workers negative", []string{"ganvit", "data", "--out", p("o"), "--clips", "4", "--workers", "-1"}, "--workers -1"},
 
 		// ganvit train
 		{"ganvit train unknown stage", gvTrain("--stage", "both"), ""},
 		{"ganvit train keep-last -2", gvTrain("--keep-last", "-2"), ""},
+		{"ganvit train mels under the discriminator's halvings", gvTrain("--n-mels", "8"), "--n-mels 8"},
 		{"ganvit train resume of asr", gvTrain("--resume", asrCk), ""},
 		{"ganvit train classifier stage gan of mamba", gvTrain("--stage", "classifier", "--gan", mambaCk), ""},
 
@@ -266,6 +274,7 @@ func TestBadInputCampaign(t *testing.T) {
 		// Without the tiny model's flags: the command line would win over the file.
 		{"mamba train n_layers 100000000 in a config", []string{"mamba", "train", "--data", p("kjv"), "--max-steps", "1", "--checkpoint-dir", newCk, "--config", layers}, "n_layers 100000000"},
 		{"mamba train unknown scan", mambaTrain("--scan", "fast"), ""},
+		{"mamba train CPU offload on the CPU", mambaTrain("--use_cpu_offload"), "this run's device is the CPU"},
 		{"mamba train resume of ganvit", mambaTrain("--resume", gvCk), ""},
 		{"mamba train existing checkpoints", mambaTrain("--checkpoint-dir", filepath.Dir(mambaCk)), "written by another run"},
 
@@ -286,6 +295,7 @@ func TestBadInputCampaign(t *testing.T) {
 		// tts data
 		{"tts data utterances 0", []string{"tts", "data", "--out", p("o"), "--utterances", "0"}, ""},
 		{"tts data existing set", []string{"tts", "data", "--out", p("tts"), "--utterances", "8"}, "already holds a data set"},
+		{"tts data splits empty", []string{"tts", "data", "--out", p("o"), "--utterances", "3"}, "--utterances 3"},
 		{"tts data out is a file", []string{"tts", "data", "--out", notes, "--utterances", "8"}, ""},
 
 		// tts train-codec
@@ -300,6 +310,8 @@ func TestBadInputCampaign(t *testing.T) {
 		{"tts train config of wrong type", ttsTrain("--config", wrongType), "must be an integer"},
 		{"tts train heads do not divide width", ttsTrain("--heads", "3"), ""},
 		{"tts train reference unknown", ttsTrain("--reference", "other"), ""},
+		{"tts train vram", ttsTrain("--vram", "8gb"), "no settings per GPU size"},
+		{"tts train memory cleanup on the CPU", ttsTrain("--memory-cleanup", "--device", "cpu"), "empties the CUDA cache"},
 
 		// tts say
 		{"tts say empty text", say("--text", ""), ""},
@@ -310,6 +322,7 @@ func TestBadInputCampaign(t *testing.T) {
 		{"tts say candidates absurd", say("--candidates", "100000"), ""},
 		{"tts say 7-bit speaker", say("--speaker", bits7), ""},
 		{"tts say existing out untouched on bad text", say("--out", existingWAV, "--text", " "), ""},
+		{"tts say out onto the speaker", say("--out", goodWAV), "is the --speaker file"},
 
 		// tts eval
 		{"tts eval no asr", []string{"tts", "eval", "--checkpoint", ttsCk, "--data", p("tts"), "--out", p("evalout")}, ""},
@@ -320,6 +333,7 @@ func TestBadInputCampaign(t *testing.T) {
 		// tts memory-test
 		{"tts memory-test bad sizes", memTest("--batch-sizes", "2,x"), ""},
 		{"tts memory-test duration negative", memTest("--duration", "-1"), ""},
+		{"tts memory-test metrics", memTest("--metrics", p("m.jsonl")), "--metrics"},
 
 		// demo
 		{"demo utterances 0", demo("--utterances", "0"), ""},
