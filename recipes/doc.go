@@ -19,7 +19,9 @@
 //   - config files (ApplyConfig): JSON or YAML, settings optionally grouped
 //     in sections (the Mamba seed's model/vram/training, the TTS seed's
 //     config.yaml), exact numbers, unknown keys are errors naming the key,
-//     the command line overrides the file;
+//     the command line overrides the file; a mapping under a key the
+//     recipe maps to a flag is that flag's value (ganvit's
+//     unfreezing_schedule: {8: [11]});
 //   - a command's set-up (Prepare): threads, the front end (log lines,
 //     progress bar, metrics file: package report), a context that
 //     SIGINT/SIGTERM cancel, and data parallelism as the recipe's Spec
@@ -27,6 +29,14 @@
 //     set) it joins the data-parallel group (Run.Group, package
 //     distributed) and only rank 0 renders events, or refuses the launcher
 //     for a recipe that trains in one process;
+//   - settings that cannot apply to a run are never silently dropped
+//     (Run.NotHere): a CUDA lever on the CPU (--empty-cache-every), a
+//     data-parallel one in one process (--bucket-mb,
+//     --allreduce-after-backward) is refused from the command line and
+//     logged as unused from a --config file (one file serves several
+//     machines); a command's flags it takes but cannot honour (a memory
+//     test's --checkpoint-dir) are hidden, refused or logged the same way
+//     (Unused, HideFlags, RefuseUnused, Run.LogUnused);
 //   - a run's start (Begin, at the top of every recipe's Train): the
 //     settings checked, the device, the precision and its reason, the one
 //     memory cap (MemoryLimit or MemoryFraction, lifted by End), the seed;
