@@ -375,7 +375,7 @@ func generateCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "checkpoint", Usage: "the checkpoint (required)"},
 			&cli.StringFlag{Name: "prompt", Usage: "text to continue"},
-			&cli.IntFlag{Name: "max-new-tokens", Value: 100},
+			&cli.IntFlag{Name: "max-new-tokens", Value: 100, Usage: fmt.Sprintf("tokens to generate after the prompt (0 to %d)", MaxNewTokens)},
 			&cli.Float64Flag{Name: "temperature", Value: 0.8, Usage: "0: greedy"},
 			&cli.IntFlag{Name: "top-k", Value: 40, Usage: "sample among the k most likely tokens (0: all)"},
 			&cli.Uint64Flag{Name: "seed", Value: 1},
