@@ -36,7 +36,7 @@
 //     logged as unused from a --config file (one file serves several
 //     machines); a command's flags it takes but cannot honour (a memory
 //     test's --checkpoint-dir) are hidden, refused or logged the same way
-//     (Unused, HideFlags, RefuseUnused, Run.LogUnused);
+//     (Unused and HideFlags, given to Prepare);
 //   - a run's start (Begin, at the top of every recipe's Train): the
 //     settings checked, the device, the precision and its reason, the one
 //     memory cap (MemoryLimit or MemoryFraction, lifted by End), the seed;

@@ -97,9 +97,17 @@ type Spec struct {
 // the metrics file, the TensorBoard event file. Under a launcher (WORLD_SIZE set) it first joins the
 // data-parallel process group (Run.Group), and only rank 0 opens the front
 // end. Close the Run when the command ends.
-func Prepare(c *cli.Context, spec Spec) (*Run, error) {
+//
+// unused are the command's flags it takes but cannot honour (Unused):
+// given on the command line they are refused before anything else, given
+// by the --config file they are logged as unused, and an unused
+// --metrics or --tensorboard output is not opened.
+func Prepare(c *cli.Context, spec Spec, unused ...Unused) (*Run, error) {
 	if spec.DataParallel == (spec.OneProcess != "") {
 		panic(fmt.Sprintf("recipes: the %s recipe's Spec must declare DataParallel or say why it trains in OneProcess (not both)", spec.Name))
+	}
+	if err := refuseUnused(c, unused); err != nil { // before the config file sets flags too
+		return nil, err
 	}
 	fromFile, err := ApplyConfig(c, spec.Keys)
 	if err != nil {
@@ -110,6 +118,9 @@ func Prepare(c *cli.Context, spec Spec) (*Run, error) {
 		return nil, Reword(err, fromFile)
 	}
 	r := &Run{Common: cm, FromFile: fromFile, Log: report.NewLogger(os.Stderr)}
+	if err := r.logUnused(c, unused); err != nil {
+		return nil, err
+	}
 	if !cm.Device.IsCUDA() {
 		if err := r.NotHere(c, "empty-cache-every", cm.EmptyCacheEvery > 0,
 			fmt.Sprintf("empties the CUDA cache, which %s does not have (--device cuda)", cm.Device)); err != nil {
@@ -135,7 +146,7 @@ func Prepare(c *cli.Context, spec Spec) (*Run, error) {
 		return nil, err
 	}
 	if r.Rank() == 0 {
-		fe, err := newFrontEnd(r.Log, os.Stderr, Outputs{Metrics: cm.Metrics, TensorBoard: cm.TensorBoard})
+		fe, err := newFrontEnd(r.Log, os.Stderr, Outputs{Metrics: r.Metrics, TensorBoard: r.TensorBoard})
 		if err != nil {
 			r.Close()
 			return nil, err

@@ -11,8 +11,8 @@ import (
 // (a seed's command line works verbatim up to the verb) but saves no
 // checkpoint and writes no metrics. Such a flag is hidden from the
 // command's help (HideFlags), refused when the command line gives it
-// (RefuseUnused, before Prepare opens any output), and logged as unused
-// when the --config file gives it (Run.LogUnused): never silently ignored.
+// by Prepare (before it opens any output), and logged as unused when the
+// --config file gives it: never silently ignored.
 type Unused struct {
 	Flag, Why string
 }
@@ -66,11 +66,10 @@ func HideFlags(fs []cli.Flag, names ...string) []cli.Flag {
 	return fs
 }
 
-// RefuseUnused returns a *ConfigError for the first of us that the
-// command line gave. Call it before Prepare, which applies the --config
-// file (so every flag set before it is the command line's) and would
-// already create a --metrics or --tensorboard output.
-func RefuseUnused(c *cli.Context, us []Unused) error {
+// refuseUnused returns a *ConfigError for the first of us that the
+// command line gave; it runs before the --config file is applied, so
+// every flag set is the command line's.
+func refuseUnused(c *cli.Context, us []Unused) error {
 	for _, u := range us {
 		if c.IsSet(u.Flag) {
 			return &ConfigError{Field: u.Flag, Value: c.Value(u.Flag), Reason: u.Why + ": leave it out here"}
@@ -79,12 +78,18 @@ func RefuseUnused(c *cli.Context, us []Unused) error {
 	return nil
 }
 
-// LogUnused logs each of us that the --config file gave as not used (see
-// NotHere).
-func (r *Run) LogUnused(c *cli.Context, us []Unused) error {
+// logUnused logs each of us that the --config file gave as not used (see
+// NotHere), and leaves an unused output unopened.
+func (r *Run) logUnused(c *cli.Context, us []Unused) error {
 	for _, u := range us {
 		if err := r.NotHere(c, u.Flag, true, u.Why); err != nil {
 			return err
+		}
+		switch u.Flag {
+		case "metrics":
+			r.Metrics = ""
+		case "tensorboard":
+			r.TensorBoard = ""
 		}
 	}
 	return nil

@@ -1,6 +1,8 @@
 package recipes
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,7 +33,7 @@ func TestUnusedFlags(t *testing.T) {
 		{[]string{"--metrics", "m.jsonl"}, "metrics"},
 	} {
 		var got error
-		cmd := &cli.Command{Name: "x", Flags: fs, Action: func(c *cli.Context) error { got = RefuseUnused(c, us); return nil }}
+		cmd := &cli.Command{Name: "x", Flags: fs, Action: func(c *cli.Context) error { got = refuseUnused(c, us); return nil }}
 		app := &cli.App{Commands: []*cli.Command{cmd}, ExitErrHandler: func(*cli.Context, error) {}}
 		require.NoError(t, app.Run(append([]string{"t", "x"}, tc.args...)))
 		if tc.field == "" {
@@ -42,5 +44,47 @@ func TestUnusedFlags(t *testing.T) {
 		require.ErrorAs(t, got, &ce, "%v", tc.args)
 		require.Equal(t, tc.field, ce.Field)
 		require.True(t, IsUserError(got))
+	}
+}
+
+// Prepare refuses a command's unused flag from the command line before
+// anything is opened, and from a --config file logs it and leaves its
+// output unopened.
+func TestPrepareUnused(t *testing.T) {
+	dir := t.TempDir()
+	us := []Unused{{Flag: "metrics", Why: "writes no metrics"}}
+	conf := filepath.Join(dir, "c.yaml")
+	m := filepath.Join(dir, "m.jsonl")
+	require.NoError(t, os.WriteFile(conf, []byte("metrics: "+m+"\n"), 0o644))
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		refuse bool
+	}{
+		{"command line", []string{"--metrics", m}, true},
+		{"config file", []string{"--config", conf}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got error
+			cmd := &cli.Command{Name: "x", Flags: Flags(Defaults{MicroBatch: 1, Accum: 1, Epochs: 1, LR: 1e-3}),
+				Action: func(c *cli.Context) error {
+					var r *Run
+					if r, got = Prepare(c, Spec{Name: "x", DataParallel: true}, us...); got == nil {
+						require.Empty(t, r.Metrics)
+						r.Close()
+					}
+					return nil
+				}}
+			app := &cli.App{Commands: []*cli.Command{cmd}, ExitErrHandler: func(*cli.Context, error) {}}
+			require.NoError(t, app.Run(append([]string{"t", "x"}, tc.args...)))
+			if tc.refuse {
+				var ce *ConfigError
+				require.ErrorAs(t, got, &ce)
+				require.Equal(t, "metrics", ce.Field)
+			} else {
+				require.NoError(t, got)
+			}
+			require.NoFileExists(t, m, "no output opened")
+		})
 	}
 }

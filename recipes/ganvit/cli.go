@@ -396,17 +396,11 @@ func testMemoryCommand() *cli.Command {
 	cmd.Usage = "the seed's test_memory_config: one GAN iteration and one ViT step at the configured sizes; exit 0 when it fits, 3 on out of memory"
 	cmd.Flags = recipes.HideFlags(cmd.Flags, recipes.Names(testMemoryUnused)...)
 	cmd.Action = func(c *cli.Context) error {
-		if err := recipes.RefuseUnused(c, testMemoryUnused); err != nil {
-			return err
-		}
-		run, err := recipes.Prepare(c, spec)
+		run, err := recipes.Prepare(c, spec, testMemoryUnused...)
 		if err != nil {
 			return err
 		}
 		defer run.Close()
-		if err := run.LogUnused(c, testMemoryUnused); err != nil {
-			return err
-		}
 		cfg, err := trainConfigFrom(c, run)
 		if err != nil {
 			return err

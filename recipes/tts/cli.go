@@ -450,9 +450,6 @@ func memoryTestCommand() *cli.Command {
 		Usage: "train at each batch size for a while and print peak memory, step time, samples/s and OOM (the seed's test_memory_optimization.py)",
 		Flags: recipes.HideFlags(flags, hidden...),
 		Action: func(c *cli.Context) error {
-			if err := recipes.RefuseUnused(c, memoryTestUnused); err != nil {
-				return err
-			}
 			sizes, err := parseSizes(c.String("batch-sizes"))
 			if err != nil {
 				return err
@@ -461,14 +458,11 @@ func memoryTestCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			run, err := recipes.Prepare(c, spec)
+			run, err := recipes.Prepare(c, spec, memoryTestUnused...)
 			if err != nil {
 				return err
 			}
 			defer run.Close()
-			if err := run.LogUnused(c, memoryTestUnused); err != nil { // the --config file's
-				return err
-			}
 			cfg, err := trainConfigFrom(c, run)
 			if err != nil {
 				return err
