@@ -10,9 +10,9 @@ import (
 // test that trains each size for a while takes the train command's flags
 // (a seed's command line works verbatim up to the verb) but saves no
 // checkpoint and writes no metrics. Such a flag is hidden from the
-// command's help (HideFlags), refused when the command line gives it
-// by Prepare (before it opens any output), and logged as unused when the
-// --config file gives it: never silently ignored.
+// command's help (HideFlags) and, given to Prepare, refused when the
+// command line gives it (before any output is opened) and logged as
+// unused when the --config file gives it: never silently ignored.
 type Unused struct {
 	Flag, Why string
 }
