@@ -55,11 +55,15 @@ func TestEveryVerbRefusesAMissingCUDADevice(t *testing.T) {
 	}
 }
 
-// filterFlags drops the flags verb v does not define.
+// filterFlags drops the flags verb v does not define, or hides (those it
+// refuses: a memory test's --checkpoint-dir, recipes.Unused).
 func filterFlags(v []string, args []string) []string {
 	cmd := findCommand(newApp().Commands, v)
 	has := map[string]bool{}
 	for _, f := range cmd.Flags {
+		if vf, ok := f.(cli.VisibleFlag); ok && !vf.IsVisible() {
+			continue
+		}
 		for _, n := range f.Names() {
 			has[n] = true
 		}
