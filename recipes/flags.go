@@ -76,6 +76,13 @@ type Common struct {
 // EffectiveBatch is MicroBatch × Accum.
 func (c Common) EffectiveBatch() int { return c.MicroBatch * c.Accum }
 
+// MaxWorkers bounds --workers (a loader's workers, a data command's
+// parallel processes) and MaxThreads --threads, in every command.
+const (
+	MaxWorkers = 1024
+	MaxThreads = 1024
+)
+
 // MaxNonFiniteDefault is --max-nonfinite-steps' default.
 const MaxNonFiniteDefault = 5
 
@@ -250,9 +257,9 @@ func (c Common) Validate() error {
 		Between("empty-cache-every", int64(c.EmptyCacheEvery), 0, math.MaxInt64),
 		Between("checkpoint-every", int64(c.CheckpointEvery), 0, math.MaxInt64),
 		Between("memory-every", int64(c.MemoryEvery), 0, math.MaxInt64),
-		Between("workers", int64(c.Workers), 0, 1024),
+		Between("workers", int64(c.Workers), 0, MaxWorkers),
 		Between("prefetch", int64(c.Prefetch), 0, 1024),
-		Between("threads", int64(c.Threads), 0, 1024),
+		Between("threads", int64(c.Threads), 0, MaxThreads),
 		Between("max-nonfinite-steps", int64(c.MaxNonFinite), -1, math.MaxInt64),
 		Between("bucket-mb", int64(c.BucketMB), 0, 1<<12), // 0: distributed.DefaultBucketBytes
 	); err != nil {

@@ -649,11 +649,10 @@ func logParallel(dp *distributed.DataParallel, counted *countedOptimizer, logf f
 // unit mistake, not a training run (a micro-batch of 16M utterances, a
 // d_model of 10M).
 const (
-	MaxBatch   = recipes.MaxBatch // micro-batch, accumulation steps and their product
-	MaxDModel  = 1 << 16
-	MaxLayers  = 1024
-	maxEpochs  = 1 << 20
-	maxWorkers = 1024
+	MaxBatch  = recipes.MaxBatch // micro-batch, accumulation steps and their product
+	MaxDModel = 1 << 16
+	MaxLayers = 1024
+	maxEpochs = 1 << 20
 )
 
 // ConfigError is an invalid TrainConfig setting. Field is named as the
@@ -674,7 +673,7 @@ func (c TrainConfig) Validate() error {
 		recipes.Between("encoder-layers", int64(c.EncoderLayers), 0, MaxLayers),
 		recipes.Between("decoder-layers", int64(c.DecoderLayers), 0, MaxLayers),
 		recipes.Between("valid-limit", int64(c.ValidLimit), 0, math.MaxInt64),
-		recipes.Between("workers", int64(c.Workers), 0, maxWorkers),
+		recipes.Between("workers", int64(c.Workers), 0, recipes.MaxWorkers),
 		recipes.Between("pad-multiple", int64(c.PadMultiple), 0, 4096),
 	); err != nil {
 		return err

@@ -52,7 +52,7 @@ func dataCommand() *cli.Command {
 			&cli.IntFlag{Name: "workers", Usage: "parallel sox processes (0: all CPUs)"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := recipes.CheckRanges(recipes.Between("workers", int64(c.Int("workers")), 0, 1024)); err != nil {
+			if err := recipes.CheckRanges(recipes.Between("workers", int64(c.Int("workers")), 0, recipes.MaxWorkers)); err != nil {
 				return err
 			}
 			replacing, err := recipes.CheckDataOut(c.String("out"), c.Bool("overwrite"), manifestName)

@@ -322,8 +322,7 @@ func sampleFrom(c *cli.Context) (torch.Device, SampleOptions, error) {
 	if err != nil {
 		return dev, SampleOptions{}, recipes.Usagef("--device: %v", err)
 	}
-	// The bound train commands take (recipes.Common.Validate).
-	if err := recipes.CheckRanges(recipes.Between("threads", int64(c.Int("threads")), 0, 1024)); err != nil {
+	if err := recipes.CheckRanges(recipes.Between("threads", int64(c.Int("threads")), 0, recipes.MaxThreads)); err != nil {
 		return dev, SampleOptions{}, err
 	}
 	if n := c.Int("threads"); n > 0 {

@@ -68,7 +68,7 @@ func Generate(ctx context.Context, cfg DataConfig) (DataStats, error) {
 	if err := checkUtterances(cfg.Utterances); err != nil {
 		return st, err
 	}
-	if err := recipes.CheckRanges(recipes.Between("workers", int64(cfg.Workers), 0, maxWorkers)); err != nil {
+	if err := recipes.CheckRanges(recipes.Between("workers", int64(cfg.Workers), 0, recipes.MaxWorkers)); err != nil {
 		return st, err
 	}
 	if cfg.Espeak == "" {
@@ -114,10 +114,6 @@ func Generate(ctx context.Context, cfg DataConfig) (DataStats, error) {
 	st.Elapsed = time.Since(start)
 	return st, nil
 }
-
-// maxWorkers bounds --workers, as the shared flags bound a train
-// command's.
-const maxWorkers = 1024
 
 // speechConfig is the speech corpus that cfg's makes: package speech's
 // splits and voices, clean, cfg.HeldOutVoice reading only test sentences.

@@ -145,7 +145,7 @@ func TestDataRefusesEmptySplits(t *testing.T) {
 	}{
 		{-1, 0, "utterances"}, {0, 0, "utterances"}, {3, 0, "utterances"}, {least - 1, 0, "utterances"},
 		{speech.MaxUtterances + 1, 0, "utterances"},
-		{40, -1, "workers"}, {40, 100_000, "workers"}, {40, maxWorkers + 1, "workers"},
+		{40, -1, "workers"}, {40, 100_000, "workers"}, {40, recipes.MaxWorkers + 1, "workers"},
 	} {
 		name := fmt.Sprintf("utterances %d workers %d", c.utterances, c.workers)
 		out := filepath.Join(t.TempDir(), "d")
