@@ -4,7 +4,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -138,12 +137,6 @@ func TestNotHereSettings(t *testing.T) {
 	if torch.CUDAAvailable() {
 		t.Skip("this machine has CUDA: empty-cache-every applies")
 	}
-	dir := t.TempDir()
-	conf := func(body string) string {
-		p := filepath.Join(dir, strconv.Itoa(len(body))+".yaml")
-		require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
-		return p
-	}
 	dp := Spec{Name: "x", DataParallel: true}
 	for _, tc := range []struct {
 		name  string
@@ -155,10 +148,10 @@ func TestNotHereSettings(t *testing.T) {
 		{"empty cache on the command line", []string{"--empty-cache-every", "5"}, "empty-cache-every", ""},
 		{"the seed's spelling", []string{"--empty_cache_frequency", "5"}, "empty-cache-every", ""},
 		{"0 is never", []string{"--empty-cache-every", "0"}, "", ""},
-		{"empty cache from the file", []string{"--config", conf("empty_cache_frequency: 5\n")}, "", "empty-cache-every 5 empties the CUDA cache"},
+		{"empty cache from the file", []string{"--config", writeFile(t, "c.yaml", "empty_cache_frequency: 5\n")}, "", "empty-cache-every 5 empties the CUDA cache"},
 		{"all-reduce after backward", []string{"--allreduce-after-backward"}, "allreduce-after-backward", ""},
 		{"bucket size", []string{"--bucket-mb", "50"}, "bucket-mb", ""},
-		{"bucket size from the file", []string{"--config", conf("bucket_mb: 50\n")}, "", "bucket-mb 50 sets the data-parallel"},
+		{"bucket size from the file", []string{"--config", writeFile(t, "c.yaml", "bucket_mb: 50\n")}, "", "bucket-mb 50 sets the data-parallel"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got error

@@ -1,7 +1,6 @@
 package recipes
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -51,11 +50,9 @@ func TestUnusedFlags(t *testing.T) {
 // anything is opened, and from a --config file logs it and leaves its
 // output unopened.
 func TestPrepareUnused(t *testing.T) {
-	dir := t.TempDir()
 	us := []Unused{{Flag: "metrics", Why: "writes no metrics"}}
-	conf := filepath.Join(dir, "c.yaml")
-	m := filepath.Join(dir, "m.jsonl")
-	require.NoError(t, os.WriteFile(conf, []byte("metrics: "+m+"\n"), 0o644))
+	m := filepath.Join(t.TempDir(), "m.jsonl")
+	conf := writeFile(t, "c.yaml", "metrics: "+m+"\n")
 	for _, tc := range []struct {
 		name   string
 		args   []string
