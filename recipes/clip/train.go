@@ -134,10 +134,11 @@ type Weights struct {
 	free    func()
 }
 
-// Free releases the tensors.
+// Free releases the tensors; a second call does nothing.
 func (w *Weights) Free() {
 	if w != nil && w.free != nil {
 		w.free()
+		w.free, w.Tensors = nil, nil
 	}
 }
 
@@ -302,6 +303,9 @@ func trainCLIP(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		return res, err
 	}
 	defer nn.Free(m)
+	// The file's tensors were copied into the model (--init) or are read
+	// again by the run (--resume): a run does not hold them beside its own.
+	init.Free()
 	res.Params = nn.NumParams(m)
 	effective := cfg.EffectiveBatch()
 	logLoss(cfg, logf)

@@ -61,12 +61,21 @@ func TestPretrainThenFineTune(t *testing.T) {
 	require.Contains(t, strings.Join(lines, "\n"), "exact 16-way over micro-batch 4 × 4")
 	require.Equal(t, 96, res.Final.Classes)
 
-	// Resume to step 3.
+	// A run of the same model from random weights to step 3, and the
+	// resumed run to step 3: the resumed run holds no more (it once kept
+	// the file it resumed from beside the run, 3× the model's size, as a
+	// run with --init kept its file).
+	st := ft
+	st.Init, st.CheckpointDir, st.MaxSteps = "", filepath.Join(dir, "straight"), 3
+	straight, err := Train(ctx, st)
+	require.NoError(t, err)
 	rs := ft
 	rs.Init, rs.Resume, rs.MaxSteps = "", res.Checkpoint, 3
 	res, err = Train(ctx, rs)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Steps)
+	t.Logf("peak memory: straight %d B, resumed %d B", straight.PeakMemory, res.PeakMemory)
+	require.LessOrEqual(t, res.PeakMemory, straight.PeakMemory, "peak memory of the resumed run")
 
 	// The checkpoint: the model part is a CLIP state dict with OpenAI's names.
 	f, err := ckpt.Read(res.Checkpoint)
