@@ -186,7 +186,8 @@ for c in inp["cases"]:
             p.grad = torch.randn(p.shape)
         opt.step()
     out.append([p.detach().reshape(-1).double().tolist() for p in ps])
-emit(out)
+cap = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "?"
+emit({"capability": cap, "params": out})
 `
 
 // runFusedCase runs case c for fusedCaseSteps steps, fused or as ops, on
@@ -261,10 +262,17 @@ func TestFusedAdamCasesMatchPyTorch(t *testing.T) {
 	for _, c := range fusedCases {
 		pys = append(pys, c.py)
 	}
-	var want [][][]float64
-	pyref.Run(t, fusedCasesPyScript, map[string]any{"cases": pys, "shapes": fusedCaseShapes, "steps": fusedCaseSteps}, &want)
+	var py struct {
+		Capability string
+		Params     [][][]float64
+	}
+	pyref.Run(t, fusedCasesPyScript, map[string]any{"cases": pys, "shapes": fusedCaseShapes, "steps": fusedCaseSteps}, &py)
+	want := py.Params
 	require.Len(t, want, len(fusedCases))
-	t.Logf("libtorch first moment by lerp: %v", adamLerp())
+	// A failure here once (2.11, the first case only, the three Go runs
+	// alike) has not recurred; the kernels PyTorch picked are logged so
+	// that the next one says whether they were AVX512's.
+	t.Logf("libtorch first moment by lerp: %v; PyTorch's CPU kernels: %s", adamLerp(), py.Capability)
 	for ci, c := range fusedCases {
 		for _, tc := range []struct {
 			fused   bool
