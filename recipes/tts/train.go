@@ -533,7 +533,9 @@ func buildGPT(cfg *TrainConfig) (_ *gptRun, err error) {
 		if err != nil {
 			return nil, err
 		}
-		g.free = append(g.free, free)
+		// The codec's weights are copied into the model below: the file
+		// (its optimizer state too) is not held through the run.
+		defer free()
 		ccfg, codecW = meta.Codec, w
 		ph, err := readPhonemes(cfg.Data)
 		if err != nil {
