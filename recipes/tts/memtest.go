@@ -99,11 +99,10 @@ func runMemoryTest(ctx context.Context, cfg TrainConfig, sizes []int, d time.Dur
 	if err := needFile("codec", cfg.Codec); err != nil {
 		return res, err
 	}
-	meta, w, free, err := readCheckpoint(cfg.Codec, "codec")
+	meta, err := readMeta(cfg.Codec, "codec")
 	if err != nil {
 		return res, err
 	}
-	defer free()
 	ph, err := readPhonemes(cfg.Data)
 	if err != nil {
 		return res, err
@@ -139,7 +138,7 @@ func runMemoryTest(ctx context.Context, cfg TrainConfig, sizes []int, d time.Dur
 			return res, err
 		}
 		row := MemoryTestRow{BatchSize: n}
-		row.Err = torch.TidyErr(func() error { return memoryTestOne(ctx, cfg, meta.Codec, w, gcfg, tr, n, d, &row) })
+		row.Err = torch.TidyErr(func() error { return memoryTestOne(ctx, cfg, meta.Codec, gcfg, tr, n, d, &row) })
 		row.OOM = errors.Is(row.Err, torch.ErrOutOfMemory)
 		torch.EmptyCache()
 		res.Rows = append(res.Rows, row)
@@ -148,7 +147,11 @@ func runMemoryTest(ctx context.Context, cfg TrainConfig, sizes []int, d time.Dur
 	return res, nil
 }
 
-func memoryTestOne(ctx context.Context, cfg TrainConfig, cc CodecConfig, codecW torch.StateDict, gcfg GPTConfig, tr *Corpus, n int, d time.Duration, row *MemoryTestRow) (err error) {
+// memoryTestOne trains batch size n for d. The row's peak counts the
+// model (built first, with the codec's weights read into it) and the
+// training, not the codec's file: that is read for each row and released
+// before the peak is reset, as a training run releases it.
+func memoryTestOne(ctx context.Context, cfg TrainConfig, cc CodecConfig, gcfg GPTConfig, tr *Corpus, n int, d time.Duration, row *MemoryTestRow) (err error) {
 	defer func() {
 		st := torch.MustMemoryStats(cfg.Device)
 		row.PeakAllocated, row.PeakReserved = st.PeakAllocated, st.PeakReserved
@@ -166,7 +169,13 @@ func memoryTestOne(ctx context.Context, cfg TrainConfig, cc CodecConfig, codecW 
 		return err
 	}
 	defer nn.Free(m)
-	if _, err := nn.LoadStateDict(m.Codec, codecW, true); err != nil {
+	_, codecW, free, err := readCheckpoint(cfg.Codec, "codec")
+	if err != nil {
+		return err
+	}
+	_, err = nn.LoadStateDict(m.Codec, codecW, true)
+	free()
+	if err != nil {
 		return err
 	}
 	nn.Freeze(m, "codec.")
@@ -174,6 +183,9 @@ func memoryTestOne(ctx context.Context, cfg TrainConfig, cc CodecConfig, codecW 
 		if err := torch.Try(func() { nn.To(m, cfg.Device, torch.Float32) }); err != nil {
 			return err
 		}
+	}
+	if err := torch.ResetPeakMemory(cfg.Device); err != nil {
+		return err
 	}
 	precision, err := amp.ParsePrecision(cfg.Precision, cfg.Device)
 	if err != nil {
