@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"runtime/debug"
 	"strings"
 
@@ -143,8 +144,12 @@ func run(app *cli.App, args []string) (err error) {
 	if err == nil && notFound != nil {
 		return notFound
 	}
+	// cli's own exit 2 (a flag it could not parse) is a usage error; a
+	// watched command's exit status is that command's, not the user's
+	// input to torchfit (*exec.ExitError has ExitCode too).
 	var ee cli.ExitCoder
-	if errors.As(err, &ee) && ee.ExitCode() == 2 {
+	var child *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 2 && !errors.As(err, &child) {
 		return recipes.Usage(err)
 	}
 	return err
