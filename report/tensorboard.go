@@ -43,11 +43,19 @@ const TensorBoardFilePrefix = "events.out.tfevents."
 // leaves the files already there. Every event is written to the file at
 // once, so TensorBoard shows a run as it trains. It is safe for
 // concurrent use; close it when training ends.
+//
+// Before its first step's scalars a file has a SessionLog START event at
+// that step, as TensorFlow writes when a session starts: TensorBoard
+// (purge_orphaned_data, its default) then drops what earlier files of the
+// directory hold from that step on, so a run resumed from a checkpoint
+// older than the last step logged replaces the steps it redoes instead
+// of drawing them twice.
 type TensorBoard struct {
-	mu   sync.Mutex
-	f    *os.File
-	path string
-	err  error
+	mu      sync.Mutex
+	f       *os.File
+	path    string
+	err     error
+	started bool // the START event is written
 }
 
 // TensorBoardError is an event file that could not be created or
@@ -124,16 +132,24 @@ func (t *TensorBoard) Sink(e train.Event) {
 		for k, x := range e.Values {
 			v[TagEval+k] = x
 		}
-		t.WriteScalars(e.Step, v)
+		// An evaluation before the first step (at step 0, or at the step a
+		// resumed run starts from) does not start the session: the steps
+		// the previous run logged up to there stay.
+		t.writeScalars(e.Step, v, false)
 	}
 }
 
 // WriteScalars writes one event at step holding values (tag → value,
 // in tag order; NaN and infinities left out): a Go program's own
 // scalars beside the Sink's. Nothing is written when no value is
-// finite. It returns the file's first write error, which Close returns
-// too.
+// finite. The file's first such event is preceded by the SessionLog
+// START event at step (see TensorBoard). It returns the file's first
+// write error, which Close returns too.
 func (t *TensorBoard) WriteScalars(step int, values map[string]float64) error {
+	return t.writeScalars(step, values, true)
+}
+
+func (t *TensorBoard) writeScalars(step int, values map[string]float64, start bool) error {
 	tags := make([]string, 0, len(values))
 	for k, v := range values {
 		if !math.IsNaN(v) && !math.IsInf(v, 0) {
@@ -150,12 +166,24 @@ func (t *TensorBoard) WriteScalars(step int, values map[string]float64) error {
 	for k, tag := range tags {
 		vals[k] = scalar{tag, float32(values[tag])}
 	}
-	return t.write(Record(nil, encodeEvent(time.Now(), int64(step), "", vals)))
+	now := time.Now()
+	rec := Record(nil, encodeEvent(now, int64(step), "", vals))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if start && !t.started {
+		t.started = true
+		rec = append(Record(nil, encodeSessionStart(now, int64(step))), rec...)
+	}
+	return t.writeLocked(rec)
 }
 
 func (t *TensorBoard) write(rec []byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.writeLocked(rec)
+}
+
+func (t *TensorBoard) writeLocked(rec []byte) error {
 	if t.err != nil {
 		return t.err
 	}
@@ -245,6 +273,18 @@ func encodeEvent(wall time.Time, step int64, fileVersion string, vals []scalar) 
 		b = appendBytes(b, 5, summary)
 	}
 	return b
+}
+
+// sessionStart is SessionLog.SessionStatus START.
+const sessionStart = 1
+
+// encodeSessionStart encodes a tensorflow.Event of wall_time, step and
+// session_log (7): a SessionLog whose status (1) is START.
+func encodeSessionStart(wall time.Time, step int64) []byte {
+	b := encodeEvent(wall, step, "", nil)
+	log := appendKey(nil, 1, wireVarint)
+	log = appendVarint(log, sessionStart)
+	return appendBytes(b, 7, log)
 }
 
 func appendKey(b []byte, field, wire int) []byte { return appendVarint(b, uint64(field<<3|wire)) }

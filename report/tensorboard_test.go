@@ -118,6 +118,7 @@ type event struct {
 	wall        float64
 	step        int64
 	fileVersion string
+	start       bool // a SessionLog START
 	values      map[string]float32
 }
 
@@ -136,6 +137,11 @@ func decodeEvent(t *testing.T, b []byte) event {
 			e.step = int64(f.u)
 		case 3:
 			e.fileVersion = string(f.bytes)
+		case 7:
+			log, err := parsePB(f.bytes)
+			require.NoError(t, err)
+			require.Equal(t, []pbField{{num: 1, wire: wireVarint, u: 1}}, log, "SessionLog{status: START}")
+			e.start = true
 		case 5:
 			e.values = map[string]float32{}
 			vals, err := parsePB(f.bytes)
@@ -251,9 +257,13 @@ func TestTensorBoardFileDecodes(t *testing.T) {
 	path := writeRuns(t, dir, run)[0]
 	require.Regexp(t, regexp.MustCompile(`^events\.out\.tfevents\.\d+\.[^/]+$`), filepath.Base(path))
 	evs := readEventFile(t, path)
-	require.Len(t, evs, 5, "the version, 3 steps, 1 evaluation")
+	require.Len(t, evs, 6, "the version, the session's start, 3 steps, 1 evaluation")
 	require.Equal(t, "brain.Event:2", evs[0].fileVersion)
 	require.Nil(t, evs[0].values)
+	require.Equal(t, event{wall: evs[1].wall, step: 1, start: true}, evs[1], "START at the first step")
+	for _, e := range evs[2:] {
+		require.False(t, e.start)
+	}
 	got := map[string]map[int64]float32{}
 	for _, e := range evs {
 		require.InDelta(t, float64(time.Now().UnixNano())/1e9, e.wall, time.Since(before).Seconds()+1)
@@ -304,7 +314,7 @@ func TestTensorBoardKeepsEarlierRuns(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Len(t, entries, 3)
-	require.Len(t, readEventFile(t, paths[0]), 4, "the first run's file is whole")
+	require.Len(t, readEventFile(t, paths[0]), 5, "the first run's file is whole")
 }
 
 // An event file's directory that cannot be made is a *TensorBoardError.
@@ -368,4 +378,66 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// A run resumed from a checkpoint older than the last step logged (a
+// crash after step 5, a checkpoint at step 3) redoes steps 4 and 5:
+// TensorBoard shows the resumed run's values there, once, and keeps the
+// first run's up to step 3 and its evaluation there. An evaluation
+// before the resumed run's first step does not purge (the first
+// run's step 3 stays).
+func TestTensorBoardResumedRunReplacesRedoneSteps(t *testing.T) {
+	if !pyref.HasModule("tensorboard") {
+		t.Skipf("%s has no tensorboard module (the PyTorch 2.11 venv has it: make venv)", pyref.Python)
+	}
+	dir := t.TempDir()
+	first, resumed := tbRun(1, 5), tbRun(4, 3) // steps 1-5; steps 4-6
+	resumed = append([]train.Event{train.EvalEvent{Step: 3, Values: map[string]float64{"val_loss": 1.25}}}, resumed...)
+	writeRuns(t, dir, first, resumed)
+	want := tbWant(first)
+	for _, steps := range want {
+		for s := range steps {
+			if s >= 4 { // purged: the resumed run's first step is 4
+				delete(steps, s)
+			}
+		}
+	}
+	for tag, steps := range tbWant(resumed) {
+		if want[tag] == nil {
+			want[tag] = map[int64]float32{}
+		}
+		for s, v := range steps {
+			want[tag][s] = v
+		}
+	}
+	for _, loader := range []string{"EventAccumulator", "plugin_event_accumulator"} {
+		t.Run(loader, func(t *testing.T) {
+			var got map[string][][2]float64
+			pyref.Run(t, `
+				if inp["loader"] == "EventAccumulator":
+				    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+				    acc = EventAccumulator(inp["dir"]); acc.Reload()
+				    emit({tag: [[e.step, e.value] for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]})
+				else:  # what tensorboard --logdir --load_fast=false serves
+				    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+				    from tensorboard.util import tensor_util
+				    acc = EventAccumulator(inp["dir"]); acc.Reload()
+				    emit({tag: [[e.step, float(tensor_util.make_ndarray(e.tensor_proto))] for e in acc.Tensors(tag)]
+				          for tag in acc.Tags()["tensors"]})
+			`, map[string]any{"dir": dir, "loader": loader}, &got)
+			require.Equal(t, sortedKeys(want), sortedKeys(got), "tags")
+			for tag, pts := range got {
+				steps := map[int64]float32{}
+				var order []int64
+				for _, p := range pts {
+					steps[int64(p[0])] = float32(p[1])
+					order = append(order, int64(p[0]))
+				}
+				require.Equal(t, want[tag], steps, tag)
+				if tag != TagEval+"val_loss" { // both runs evaluated at step 3
+					require.IsIncreasing(t, order, "%s: each step once, in order", tag)
+				}
+			}
+		})
+	}
 }

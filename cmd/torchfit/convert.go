@@ -19,13 +19,19 @@ import (
 func convertCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "convert",
-		Usage:     "convert a state dict or checkpoint between torch.save (.pt) and safetensors (.safetensors, chosen by the output's extension)",
+		Usage:     "convert a state dict or checkpoint between torch.save (.pt, .pth, .bin, .ckpt) and safetensors (.safetensors), the format chosen by the output's extension",
 		ArgsUsage: "IN OUT",
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 2 {
 				return recipes.Usagef("convert takes IN and OUT, %d given", c.NArg())
 			}
 			in, out := c.Args().Get(0), c.Args().Get(1)
+			if !safetensorsOut(out) && !torchSaveOut(out) {
+				// The extension chooses the format: another one (a typo, a
+				// swapped IN and OUT) would get a torch.save file by surprise.
+				return recipes.Usagef("OUT %s: its extension chooses the format: %s for safetensors, or one of %s for torch.save",
+					out, safetensors.Ext, strings.Join(torchSaveExts, ", "))
+			}
 			if _, err := os.Stat(out); err == nil {
 				// Whatever is there (a checkpoint converted over another, or
 				// itself, would lose its optimizer state; a metrics file, a
@@ -44,6 +50,17 @@ func convertCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// torchSaveExts are the extensions of an OUT written with torch.save's
+// format: .pt and .pth, Hugging Face's pytorch_model.bin, Lightning's
+// .ckpt.
+var torchSaveExts = []string{".pt", ".pth", ".bin", ".ckpt"}
+
+func safetensorsOut(path string) bool { return strings.EqualFold(filepath.Ext(path), safetensors.Ext) }
+
+func torchSaveOut(path string) bool {
+	return slices.ContainsFunc(torchSaveExts, func(ext string) bool { return strings.EqualFold(filepath.Ext(path), ext) })
 }
 
 // convert reads IN as recipes.LoadWeights does (a state dict; a torchfit
@@ -65,7 +82,7 @@ func convert(in, out string) (int, error) {
 		return 0, &recipes.CheckpointError{Recipe: "convert", Path: in, Err: err}
 	}
 	switch _, ckpt := meta["recipe"]; {
-	case strings.EqualFold(filepath.Ext(out), safetensors.Ext):
+	case safetensorsOut(out):
 		if meta == nil {
 			meta = map[string]string{}
 		}

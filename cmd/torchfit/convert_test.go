@@ -112,12 +112,40 @@ func TestConvertRefuses(t *testing.T) {
 		{"a damaged file", []string{"convert", damaged, filepath.Join(dir, "out.pt")}, "not a readable safetensors file"},
 		{"a missing file", []string{"convert", filepath.Join(dir, "none.pt"), filepath.Join(dir, "out.pt")}, "no such file"},
 		{"over another kind of file", []string{"convert", good, metrics}, "OUT"},
+		{"an OUT of no format's extension", []string{"convert", good, filepath.Join(dir, "out.txt")}, "its extension chooses the format"},
+		{"an OUT without an extension", []string{"convert", good, filepath.Join(dir, "out")}, "its extension chooses the format"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out := runInProcess(tc.args...)
 			require.Equal(t, 2, code, out)
 			requireOneLine(t, out, tc.want)
-			require.NoFileExists(t, filepath.Join(dir, "out.pt"))
+			for _, name := range []string{"out.pt", "out.txt", "out"} {
+				require.NoFileExists(t, filepath.Join(dir, name))
+			}
+		})
+	}
+	b, err := os.ReadFile(metrics)
+	require.NoError(t, err)
+	require.Equal(t, "{}\n", string(b), "nothing lost")
+}
+
+// torch.save's other usual extensions (.pth, Hugging Face's .bin,
+// Lightning's .ckpt; any case) are torch.save OUTs.
+func TestConvertTorchSaveExtensions(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "w.safetensors")
+	x := torch.FromSlice([]float32{1, 2}, nil)
+	defer x.Free()
+	require.NoError(t, safetensors.Save(good, torch.StateDict{{Name: "x", T: x}}, nil))
+	for _, name := range []string{"w.pth", "pytorch_model.bin", "w.ckpt", "W.PT"} {
+		t.Run(name, func(t *testing.T) {
+			out := filepath.Join(dir, name)
+			code, msg := runInProcess("convert", good, out)
+			require.Equal(t, 0, code, msg)
+			sd, err := ptfile.LoadTensors(out)
+			require.NoError(t, err)
+			defer sd.Free()
+			require.Equal(t, []string{"x"}, sd.Names())
 		})
 	}
 }

@@ -62,7 +62,9 @@
 // in Python. Files of PyTorch 1.6 to 2.x load alike: records Load does not
 // need (.format_version, .storage_alignment, .data/serialization_id) are
 // ignored, and a byteorder record must say little. Errors for bad input wrap ErrBadFile (ErrLegacyFormat for the
-// pre-1.6 format), and a failed Load leaves no tensor allocated. FuzzLoad
+// pre-1.6 format; ErrDType too for a tensor of a dtype torchfit does not
+// have, such as complex64 or float8), and a failed Load leaves no tensor
+// allocated. FuzzLoad
 // (make fuzz) feeds it arbitrary bytes.
 //
 // # What it needs from torch

@@ -21,6 +21,12 @@ import (
 // does not load).
 var ErrBadFile = errors.New("not a readable torch.save file")
 
+// ErrDType is wrapped, with ErrBadFile, by the error for a file holding a
+// tensor of a dtype torchfit has no tensors of (complex, float8, uint16,
+// uint32, uint64, ...): the file is a torch.save file, its tensors are not
+// loadable here.
+var ErrDType = errors.New("a tensor of a dtype torchfit does not have")
+
 // ErrLegacyFormat is wrapped by the error for files in PyTorch's pre-1.6
 // (non-zip) format.
 var ErrLegacyFormat = errors.New("legacy (pre-1.6, non-zip) torch.save format: re-save it in Python with a newer torch.save (the default zip format, _use_new_zipfile_serialization=True)")

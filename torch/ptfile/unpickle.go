@@ -71,8 +71,26 @@ func allowGlobal(module, name string) (pyGlobal, error) {
 			return g, nil
 		}
 	}
+	switch {
+	case module == "torch" && otherStorages[name]:
+		// A tensor's storage class, of another dtype.
+		return g, fmt.Errorf("%w: %w: storage class torch.%s (torchfit has %s)", ErrBadFile, ErrDType, name, dtypeList)
+	case module+"."+name == "torch._utils._rebuild_tensor_v3":
+		// PyTorch 2.x's rebuild for the dtypes without a storage class.
+		return g, fmt.Errorf("%w: %w: a tensor saved with torch._utils._rebuild_tensor_v3, as PyTorch saves float8, uint16, uint32 and uint64 tensors (torchfit has %s)", ErrBadFile, ErrDType, dtypeList)
+	}
 	return g, badf("global %s.%s is not allowed (torchfit loads only tensors, dicts, lists, tuples, numbers, strings and None, like torch.load(weights_only=True))", module, name)
 }
+
+// otherStorages are PyTorch's storage classes of dtypes torchfit does not
+// have.
+var otherStorages = map[string]bool{
+	"ComplexFloatStorage": true, "ComplexDoubleStorage": true, "QUInt8Storage": true, "QInt8Storage": true,
+	"QInt32Storage": true, "QUInt4x2Storage": true, "QUInt2x4Storage": true,
+}
+
+// dtypeList names the dtypes torchfit loads, for ErrDType's message.
+const dtypeList = "float64, float32, float16, bfloat16, int64, int32, int16, int8, uint8 and bool"
 
 // unpickler is a pickle VM for the subset torch.save produces. It never
 // runs code: GLOBALs come from a fixed allow list and REDUCE only applies

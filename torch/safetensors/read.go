@@ -34,6 +34,8 @@ func decode(r io.ReaderAt, size int64) (*File, error) {
 	}
 	n := le64(lenBuf[:])
 	switch {
+	case n > MaxHeaderSize && bytes.HasPrefix(lenBuf[:], []byte("PK\x03\x04")):
+		return nil, bad(ErrHeader, "", "a zip archive, as torch.save writes, not a safetensors file")
 	case n > MaxHeaderSize:
 		return nil, bad(ErrTooLarge, "", "a header of %d bytes (at most %d)", n, MaxHeaderSize)
 	case n > uint64(size-8):

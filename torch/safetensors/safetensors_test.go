@@ -201,6 +201,10 @@ func TestCorrupt(t *testing.T) {
 	good, err := safetensors.SaveBytes(torch.StateDict{{Name: "a", T: torch.FromSlice([]float32{1, 2}, nil)}}, nil)
 	require.NoError(t, err)
 	buf8 := make([]byte, 8)
+	x := torch.FromSlice([]float32{1, 2}, nil)
+	defer x.Free()
+	zip, err := ptfile.SaveBytes(torch.StateDict{{Name: "a", T: x}}) // a torch.save file named .safetensors
+	require.NoError(t, err)
 	entry := func(dtype, shape, offsets string) string {
 		return `{"a":{"dtype":"` + dtype + `","shape":` + shape + `,"data_offsets":` + offsets + `}}`
 	}
@@ -215,6 +219,7 @@ func TestCorrupt(t *testing.T) {
 		{"header length absurd", append(binary.LittleEndian.AppendUint64(nil, 1<<62), "{}"...), safetensors.ErrTooLarge, "at most 100000000"},
 		{"header length max+1", append(binary.LittleEndian.AppendUint64(nil, safetensors.MaxHeaderSize+1), "{}"...), safetensors.ErrTooLarge, ""},
 		{"header too short", file("{", nil), safetensors.ErrHeader, "too short"},
+		{"a torch.save zip", zip, safetensors.ErrHeader, "a zip archive, as torch.save writes"},
 		{"truncated", good[:len(good)-1], safetensors.ErrRange, "data_offsets [0, 8] past the 7-byte buffer"},
 		{"trailing bytes", append(append([]byte{}, good...), 0), safetensors.ErrRange, "hold 8 bytes of the 9-byte buffer"},
 		{"not an object", file("[1, 2]", nil), safetensors.ErrHeader, "not a JSON object"},

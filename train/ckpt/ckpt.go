@@ -96,8 +96,9 @@ func (w *Writer) Module(key string, m nn.Module) { w.d.Set(key, namedDict(nn.Sta
 // order (o.Groups()), as PyTorch numbers them: a Python optimizer made
 // over the same parameters in the same order and groups loads it. The
 // keys are those of the loaded libtorch's PyTorch (1.13's or 2.x's). An
-// optimizer PyTorch has no layout for (nn.KindOf gives none) is written
-// as torchfit's flat named state.
+// optimizer PyTorch has no layout for (nn.KindOf gives none, for it or
+// for the optimizer a wrapper struct embeds) is written as torchfit's flat
+// named state.
 func (w *Writer) Optimizer(key string, o nn.Optimizer) {
 	d, err := optimizerDict(o)
 	if err != nil {

@@ -6,6 +6,7 @@ package ckpt
 
 import (
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -124,10 +125,46 @@ func splitState(o nn.Optimizer) (*flatState, error) {
 	return fs, nil
 }
 
+// optimizerType is nn.Optimizer's interface type.
+var optimizerType = reflect.TypeFor[nn.Optimizer]()
+
+// kindOf is nn.KindOf(o), looking through wrappers that embed the
+// optimizer (struct{ nn.Optimizer; ... }, as a recipe counts or measures
+// its steps): such a struct's method set has no Kind, though its Groups
+// and State are the embedded optimizer's. wrapped reports that the kind
+// came from an embedded optimizer.
+func kindOf(o nn.Optimizer) (kind string, wrapped bool) {
+	for depth := 0; o != nil && depth < 8; depth++ {
+		if k := nn.KindOf(o); k != "" {
+			return k, depth > 0
+		}
+		v := reflect.ValueOf(o)
+		if v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return "", false
+			}
+			v = v.Elem()
+		}
+		if v.Kind() != reflect.Struct {
+			return "", false
+		}
+		var inner nn.Optimizer
+		for k := range v.NumField() {
+			f := v.Type().Field(k)
+			if f.Anonymous && f.Type == optimizerType && v.Field(k).CanInterface() {
+				inner, _ = v.Field(k).Interface().(nn.Optimizer)
+				break
+			}
+		}
+		o = inner
+	}
+	return "", false
+}
+
 // optimizerDict returns o's state in PyTorch's state_dict layout, or nil
 // when o is no optimizer PyTorch has (its flat layout is written then).
 func optimizerDict(o nn.Optimizer) (*ptfile.Dict, error) {
-	kind := nn.KindOf(o)
+	kind, wrapped := kindOf(o)
 	v1 := pytorch1()
 	layout := groupLayout(kind, v1)
 	if layout == nil {
@@ -135,6 +172,9 @@ func optimizerDict(o nn.Optimizer) (*ptfile.Dict, error) {
 	}
 	fs, err := splitState(o)
 	if err != nil {
+		if wrapped { // a wrapper with a State of its own: keep it flat
+			return nil, nil
+		}
 		return nil, err
 	}
 	state := ptfile.NewDict()

@@ -42,6 +42,23 @@ var resumeCases = []resumeCase{
 		opt = torch.optim.AdamW([
 		    {"params": [p for n, p in ps if p.dim() > 1 and not n.endswith("bias")], "weight_decay": 0.1},
 		    {"params": [p for n, p in ps if p.dim() <= 1 or n.endswith("bias")], "weight_decay": 0.0}], lr=0.01)`},
+	// A recipe's wrapper (the ASR recipe counts its optimizer's state):
+	// its method set has no Kind, its state is the embedded AdamW's.
+	{"AdamW in a wrapper", func(m nn.Module) nn.Optimizer {
+		return &countingOptimizer{Optimizer: nn.NewAdamW(nn.Parameters(m), nn.AdamWDefaults(0.01))}
+	}, `opt = torch.optim.AdamW(m.parameters(), lr=0.01)`},
+}
+
+// countingOptimizer wraps an optimizer by embedding it, as a recipe
+// wraps one to count its steps.
+type countingOptimizer struct {
+	nn.Optimizer
+	steps int
+}
+
+func (c *countingOptimizer) Step() {
+	c.Optimizer.Step()
+	c.steps++
 }
 
 // The same model, data, loss, schedule (StepLR(2, 0.5)) and scaler
