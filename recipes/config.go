@@ -79,9 +79,7 @@ func readJSONConfig(raw []byte) ([]configEntry, error) {
 			err = io.ErrUnexpectedEOF
 		}
 		var se *json.SyntaxError
-		// Offset is the offending byte's index or the one after it
-		// (Token reports before reading it, Decode after).
-		if errors.As(err, &se) && (at(raw, se.Offset) == '/' || at(raw, se.Offset-1) == '/') {
+		if errors.As(err, &se) && hasComment(raw) {
 			// The seeds' snippets carry // comments, which JSON has not.
 			return nil, fmt.Errorf("not valid JSON: %v (JSON has no comments: remove them, or write the settings as YAML, whose comments start with #)", err)
 		}
@@ -131,11 +129,24 @@ func readJSONConfig(raw []byte) ([]configEntry, error) {
 }
 
 // at is raw[i], or 0 outside it.
-func at(raw []byte, i int64) byte {
-	if i < 0 || i >= int64(len(raw)) {
-		return 0
+// hasComment reports whether raw has a // or /* outside its strings:
+// anywhere in the file, a syntax error's offset being relative to the
+// value the decoder was reading (a section's, for a comment inside one).
+func hasComment(raw []byte) bool {
+	in, esc := false, false
+	for i, c := range raw {
+		switch {
+		case esc:
+			esc = false
+		case in && c == '\\':
+			esc = true
+		case c == '"':
+			in = !in
+		case !in && c == '/' && i+1 < len(raw) && (raw[i+1] == '/' || raw[i+1] == '*'):
+			return true
+		}
 	}
-	return raw[i]
+	return false
 }
 
 // jsonSection flattens a section (decoded with UseNumber), keys sorted.

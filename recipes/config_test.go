@@ -89,6 +89,10 @@ func TestConfigSections(t *testing.T) {
 		{"type.yaml", "training:\n  learning_rate: fast\n", "training.learning_rate"},
 		// The Mamba seed's step-4 snippet, comments and all.
 		{"comments.json", "{\n  \"batch_size\": 1,  // Very small\n  \"max_length\": 256\n}", "JSON has no comments"},
+		// The Mamba seed's Step 4 snippets: comments inside a section.
+		{"section-comments.json", "{\"model\": {\"max_seq_len\": 128  // Very small\n}}", "JSON has no comments"},
+		{"vram-comments.json", "{\"vram\": {\"batch_size\": 1,  // Very small\n \"x\": 2}}", "JSON has no comments"},
+		{"block-comment.json", "{\"model\": {/* small */ \"max_seq_len\": 128}}", "JSON has no comments"},
 		{"garbage.json", "{\"batch_size\": 1,, }", "not valid JSON"},
 	} {
 		_, _, err := runWith(t, nil, "--config", writeFile(t, tc.name, tc.text))
@@ -96,6 +100,10 @@ func TestConfigSections(t *testing.T) {
 		require.Contains(t, err.Error(), tc.want, tc.name)
 		require.True(t, IsUserError(err), tc.name)
 	}
+	// A // inside a string is no comment.
+	_, _, err = runWith(t, nil, "--config", writeFile(t, "url.json", `{"data": "http://x/y",, }`))
+	require.ErrorContains(t, err, "not valid JSON")
+	require.NotContains(t, err.Error(), "comments")
 }
 
 // A recipe's default memory fraction (CLIP's 0.95, the seed's) gives way to

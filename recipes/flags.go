@@ -31,6 +31,9 @@ type Defaults struct {
 	Workers         int
 	Prefetch        int
 	MemoryEvery     int
+	// VRAMRows are the rows --vram takes, for its help (VRAMRows of the
+	// recipe's table; nil: the guides' four sizes).
+	VRAMRows []string
 }
 
 // Common are the settings of every recipe's train command, read from the
@@ -100,12 +103,12 @@ func Flags(d Defaults) []cli.Flag {
 			Usage: "samples per forward and backward (the seeds' --batch-size; effective batch = micro-batch × grad-accum)"},
 		&cli.IntFlag{Name: "grad-accum", Aliases: []string{"gradient_accumulation_steps", "gradient-accumulation-steps", "gradient_accumulation", "gradient-accumulation"},
 			Value: d.Accum, Usage: "micro-batches per optimizer step (effective batch = micro-batch × grad-accum)"},
-		&cli.StringFlag{Name: "mixed-precision", Value: d.Precision, Usage: "no, auto (fp16 on CUDA, bf16 where the CPU computes it natively, else fp32), bf16 or fp16"},
+		&cli.StringFlag{Name: "mixed-precision", Value: d.Precision, Usage: "no (fp32), auto (fp16 on CUDA, bf16 where the CPU computes it natively, else fp32), bf16 or fp16"},
 		&cli.GenericFlag{Name: "mixed_precision", Value: &switchValue{}, Usage: "the seeds' switch: --mixed_precision alone is --mixed-precision auto"},
 		&cli.StringFlag{Name: "device", Value: "auto", Usage: "cpu, cuda, cuda:N or auto"},
 		&cli.StringFlag{Name: "memory-limit", Usage: "cap device memory: a size with a unit (6GiB, 512MB) or a fraction (0.9)"},
 		&cli.Float64Flag{Name: "memory-fraction", Value: d.MemoryFraction, Usage: "cap device memory at this fraction (0: none)"},
-		&cli.StringFlag{Name: "vram", Usage: "the guide's settings for a GPU of this size: 8gb, 12gb, 16gb or 24gb"},
+		&cli.StringFlag{Name: "vram", Usage: vramUsage(d.VRAMRows)},
 		&cli.BoolFlag{Name: "auto-batch", Usage: "find the largest micro-batch that fits; keep the effective batch with accumulation"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "only measure (batch sizes, memory) and exit"},
 		&cli.BoolFlag{Name: "grad-checkpointing", Aliases: []string{"gradient_checkpointing", "gradient-checkpointing", "use_gradient_checkpointing"},
@@ -377,11 +380,18 @@ func LookupVRAM(name string, table map[string]Preset) (Preset, error) {
 	if p, ok := table[key]; ok {
 		return p, nil
 	}
+	rows := VRAMRows(table)
+	want := strings.Join(rows[:len(rows)-1], ", ") + " or " + rows[len(rows)-1]
+	return Preset{}, &ConfigError{Field: "vram", Value: name, Reason: "not a row of the guide's table: want " + want}
+}
+
+// VRAMRows are the names of a --vram table's rows: the sizes in order,
+// then named rows (cpu).
+func VRAMRows[V any](table map[string]V) []string {
 	rows := make([]string, 0, len(table))
 	for k := range table {
 		rows = append(rows, k)
 	}
-	// Sizes in order, then named rows (cpu).
 	slices.SortFunc(rows, func(a, b string) int {
 		na, ea := strconv.Atoi(strings.TrimSuffix(a, "gb"))
 		nb, eb := strconv.Atoi(strings.TrimSuffix(b, "gb"))
@@ -395,8 +405,34 @@ func LookupVRAM(name string, table map[string]Preset) (Preset, error) {
 		}
 		return strings.Compare(a, b)
 	})
-	want := strings.Join(rows[:len(rows)-1], ", ") + " or " + rows[len(rows)-1]
-	return Preset{}, &ConfigError{Field: "vram", Value: name, Reason: "not a row of the guide's table: want " + want}
+	return rows
+}
+
+// vramUsage is --vram's help: the rows of the recipe's table (the
+// guides' four sizes when it names none).
+func vramUsage(rows []string) string {
+	if len(rows) == 0 {
+		rows = []string{"8gb", "12gb", "16gb", "24gb"}
+	}
+	var sizes, named []string
+	for _, r := range rows {
+		if strings.HasSuffix(r, "gb") {
+			sizes = append(sizes, r)
+		} else {
+			named = append(named, r)
+		}
+	}
+	list := func(xs []string) string {
+		if len(xs) == 1 {
+			return xs[0]
+		}
+		return strings.Join(xs[:len(xs)-1], ", ") + " or " + xs[len(xs)-1]
+	}
+	u := "the guide's settings for a GPU of this size: " + list(sizes)
+	if len(named) > 0 {
+		u += "; or " + list(named)
+	}
+	return u
 }
 
 // ApplyPreset sets the fields of cm that the command line did not set

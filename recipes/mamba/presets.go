@@ -135,4 +135,5 @@ func sortedKeys[V any](m map[string]V) []string {
 var Defaults = recipes.Defaults{
 	Data: "data/kjv", MicroBatch: 1, Accum: 16, Precision: "no", Epochs: 1000, LR: 3e-4, Warmup: 2000, ClipNorm: 1.0,
 	CheckpointDir: "checkpoints/mamba", CheckpointEvery: 5000, Workers: 1, Prefetch: 2,
+	VRAMRows: recipes.VRAMRows(VRAMPresets),
 }
