@@ -140,5 +140,5 @@ func ResolvePrecision(s string, device torch.Device, cpu CPU) (Choice, error) {
 			return Choice{FP32, "auto: the CPU has no native bfloat16 (" + cpu.Source + "), and emulated bf16 is many times slower"}, nil
 		}
 	}
-	return Choice{}, fmt.Errorf("amp: unknown precision %q (want fp32, bf16, fp16 or auto)", s)
+	return Choice{}, fmt.Errorf("amp: unknown precision %q (want no (fp32), auto, bf16 or fp16)", s)
 }

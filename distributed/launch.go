@@ -105,8 +105,10 @@ func Launch(ctx context.Context, c LaunchConfig) error {
 		return usagef("launch: --nproc %d: want at least 1", c.NProc)
 	case c.NProc > MaxNProc:
 		return usagef("launch: --nproc %d: want at most %d ranks on one machine", c.NProc, MaxNProc)
-	case c.NNodes < 1 || c.NodeRank < 0 || c.NodeRank >= c.NNodes:
-		return usagef("launch: node %d of %d", c.NodeRank, c.NNodes)
+	case c.NNodes < 1:
+		return usagef("launch: --nnodes %d: want at least 1", c.NNodes)
+	case c.NodeRank < 0 || c.NodeRank >= c.NNodes:
+		return usagef("launch: --node-rank %d: want 0 to %d (--nnodes %d)", c.NodeRank, c.NNodes-1, c.NNodes)
 	case c.MasterPort < 0 || c.MasterPort > 65535:
 		return usagef("launch: --master-port %d is not a port", c.MasterPort)
 	case c.MasterPort == 0 && c.NNodes > 1:

@@ -231,7 +231,7 @@ func trainCodec(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	defer sched.Free()
 	usage := newCodeUsage(ccfg.Codes)
 	defer usage.free()
-	cfg.logf("precision %s; %d optimizer steps of %d crops of %d frames", precision, total, cfg.EffectiveBatch(), cfg.CropFrames)
+	cfg.logf("%s of %d crops of %d frames", recipes.Plural(total, "optimizer step"), cfg.EffectiveBatch(), cfg.CropFrames)
 	validSet := va.CropDataset(cfg.CropFrames)
 	evaluate := func() (Scores, error) { return scoreCodec(c, validSet, cfg.Device) }
 	job := recipes.Job{
@@ -446,8 +446,7 @@ func trainGPT(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 	opt, sched, total := schedule(&cfg, gptParams, tr.Len())
 	defer opt.Free()
 	defer sched.Free()
-	cfg.logf("precision %s; %d optimizer steps, effective batch %d (micro-batch %d × %d)%s", precision, total, cfg.EffectiveBatch(),
-		cfg.MicroBatch, cfg.Accum, map[bool]string{true: "; gradient checkpointing per block", false: ""}[gcfg.GradCheckpointing])
+	cfg.logf("schedule: %s%s", recipes.Plural(total, "optimizer step"), map[bool]string{true: "; gradient checkpointing per block", false: ""}[gcfg.GradCheckpointing])
 	collate := Collate(gcfg)
 	validSet := va.Dataset()
 	evaluate := func() (Scores, error) { return scoreGPT(m, validSet, collate, cfg.Device) }
