@@ -7,8 +7,15 @@ import (
 )
 
 // Autocast runs fn with autocast on for device's type at dtype. Package amp
-// documents the semantics; this is its engine.
-func Autocast(device Device, dtype DType, fn func()) { autocastRegion(device, true, dtype, fn) }
+// documents the semantics; this is its engine. dtype must be Float16 or
+// BFloat16 (what libtorch's autocast computes in); another panics with
+// *Error, as does a device type other than the CPU and CUDA.
+func Autocast(device Device, dtype DType, fn func()) {
+	if dtype != Float16 && dtype != BFloat16 {
+		throwf("Autocast", "autocast dtype %v (want float16 or bfloat16)", dtype)
+	}
+	autocastRegion(device, true, dtype, fn)
+}
 
 // AutocastOff runs fn with autocast off for device's type.
 func AutocastOff(device Device, fn func()) { autocastRegion(device, false, Float32, fn) }

@@ -40,15 +40,37 @@ func (t *Tensor) Grad() *Tensor {
 }
 
 // SetGrad replaces t's gradient; nil sets it to none (PyTorch's zero_grad(set_to_none=True)).
+//
+// Like PyTorch's grad setter it refuses (panics with *Error) a gradient
+// whose shape, dtype or device differs from t's: an optimizer would
+// otherwise step with a gradient that does not match its parameter.
 func (t *Tensor) SetGrad(g *Tensor) {
 	var gh capi.Tensor
 	if g != nil {
 		gh = g.handle("SetGrad")
+		checkGradLike(t, g)
 	}
 	err := capi.SetGrad(t.handle("SetGrad"), gh)
 	runtime.KeepAlive(t)
 	runtime.KeepAlive(g)
 	check("SetGrad", err)
+}
+
+// checkGradLike panics with *Error unless g can be t's gradient (one
+// Describe of each: ZeRO and the offload set every parameter's gradient
+// each step).
+func checkGradLike(t, g *Tensor) {
+	ti, tshape := t.info("SetGrad")
+	gi, gshape := g.info("SetGrad")
+	if ti.NDim != gi.NDim || tshape != gshape {
+		throwf("SetGrad", "assigned gradient has shape %v, the tensor %v", g.Shape(), t.Shape())
+	}
+	if ti.DType != gi.DType {
+		throwf("SetGrad", "assigned gradient has dtype %v, the tensor %v", DType(gi.DType), DType(ti.DType))
+	}
+	if ti.DeviceType != gi.DeviceType || ti.DeviceIndex != gi.DeviceIndex {
+		throwf("SetGrad", "assigned gradient is on %v, the tensor on %v", g.Device(), t.Device())
+	}
 }
 
 // ZeroGrad sets the gradients of ts to none.
@@ -61,17 +83,23 @@ func ZeroGrad(ts []*Tensor) {
 // Gradients computes d(outputs)/d(inputs) without touching .grad, like
 // torch.autograd.grad. gradOutputs may be nil for scalar outputs. Inputs
 // that do not influence the outputs get nil.
+//
+// A nil output or input, or gradOutputs of another length than outputs
+// (when given), panics with *Error; a nil element of gradOutputs is None.
 func Gradients(outputs, inputs, gradOutputs []*Tensor, retainGraph, createGraph bool) []*Tensor {
-	hs := func(ts []*Tensor) []capi.Tensor {
+	if len(gradOutputs) > 0 && len(gradOutputs) != len(outputs) {
+		throwf("Gradients", "%d gradOutputs for %d outputs", len(gradOutputs), len(outputs))
+	}
+	hs := func(ts []*Tensor, nilOK bool) []capi.Tensor {
 		out := make([]capi.Tensor, len(ts))
 		for k, t := range ts {
-			if t != nil {
+			if t != nil || !nilOK {
 				out[k] = t.handle("Gradients")
 			}
 		}
 		return out
 	}
-	res, err := capi.AutogradGrad(hs(outputs), hs(gradOutputs), hs(inputs), retainGraph, createGraph, true)
+	res, err := capi.AutogradGrad(hs(outputs, false), hs(gradOutputs, true), hs(inputs, false), retainGraph, createGraph, true)
 	runtime.KeepAlive(outputs)
 	runtime.KeepAlive(inputs)
 	runtime.KeepAlive(gradOutputs)

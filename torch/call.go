@@ -86,6 +86,7 @@ func (c *call) b(v bool) *call {
 func (c *call) none() *call { return c.push(capi.Val{Kind: capi.KNone}) }
 func (c *call) def() *call  { return c.push(capi.Val{Kind: capi.KDefault}) }
 func (c *call) dtype(d DType) *call {
+	checkDType("dtype", d)
 	return c.push(capi.Val{Kind: capi.KInt, I: int64(d)})
 }
 func (c *call) device(d Device) *call {

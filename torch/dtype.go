@@ -52,6 +52,19 @@ func (d DType) IsFloat() bool {
 	return d == Float16 || d == Float32 || d == Float64 || d == BFloat16
 }
 
+// maxScalarType bounds the codes passed to libtorch: its ScalarType is an
+// int8_t enum, so a negative code or one of 128 and more would index past
+// its tables (a segmentation fault) or wrap to another type (256 is uint8).
+// Codes below it that this libtorch does not know are libtorch's to refuse.
+const maxScalarType = 127
+
+// checkDType panics with *Error when d cannot be a libtorch ScalarType.
+func checkDType(op string, d DType) {
+	if d < 0 || d > maxScalarType {
+		throwf(op, "invalid dtype %v (want a DType constant such as Float32)", d)
+	}
+}
+
 // ParseDType accepts PyTorch's names ("float32", "float", "half", "bf16", ...).
 func ParseDType(s string) (DType, error) {
 	switch s {

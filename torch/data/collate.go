@@ -303,6 +303,9 @@ func collate(samples []Sample, pad map[string]Pad) (_ *Batch, err error) {
 		return &Batch{Fields: map[string]*torch.Tensor{}}, nil
 	}
 	names := sortedKeys(samples[0])
+	if len(names) == 0 {
+		return nil, fmt.Errorf("data: collate: sample 0 has no fields (a nil or empty Sample)")
+	}
 	for name := range pad {
 		if _, ok := samples[0][name]; !ok {
 			return nil, fmt.Errorf("data: collate: padded field %q is not in the samples (fields %v)", name, names)

@@ -22,10 +22,11 @@ type Options struct {
 	Seed      uint64 // shuffle seed: epoch e uses the permutation of PCG(Seed, e)
 	DropLast  bool   // drop the last batch of an epoch when it is short
 	// Workers is the number of goroutines building batches; 0 builds each
-	// batch in Next, in the caller's goroutine.
+	// batch in Next, in the caller's goroutine. At most MaxWorkers.
 	Workers int
 	// Prefetch is the number of batches per worker that may be built ahead
-	// (default 2): at most Workers×Prefetch batches exist undelivered.
+	// (default 2): at most Workers×Prefetch batches exist undelivered
+	// (MaxAhead at most).
 	Prefetch int
 	// Device is where delivered batches live. CUDA: batches are pinned in
 	// the workers and copied (non-blocking) when Next hands them over. The
@@ -120,6 +121,15 @@ type Loader[S any, B TensorBatch] struct {
 	stats        Stats
 }
 
+// MaxWorkers and MaxAhead bound Options.Workers and Workers×Prefetch:
+// each worker may hold an OS thread while it builds a batch (the Go
+// runtime stops the process at 10000 threads), and each batch built ahead
+// holds its tensors. NewLoader refuses more with an error.
+const (
+	MaxWorkers = 1024
+	MaxAhead   = 1 << 16
+)
+
 // defaultPrefetch is Options.Prefetch when it is 0.
 const defaultPrefetch = 2
 
@@ -156,6 +166,10 @@ func NewLoader[S any, B TensorBatch](ds Dataset[S], collate func([]S) (B, error)
 	if opt.BatchSize < 0 || opt.Workers < 0 || opt.Prefetch < 0 {
 		return nil, fmt.Errorf("data: NewLoader: negative BatchSize, Workers or Prefetch (%d, %d, %d)",
 			opt.BatchSize, opt.Workers, opt.Prefetch)
+	}
+	if opt.Workers > MaxWorkers || opt.Prefetch > MaxAhead || opt.Workers*opt.Prefetch > MaxAhead {
+		return nil, fmt.Errorf("data: NewLoader: %d Workers × %d Prefetch: at most %d workers and %d batches built ahead",
+			opt.Workers, opt.Prefetch, MaxWorkers, MaxAhead)
 	}
 	l := &Loader[S, B]{ds: ds, collate: collate, opt: opt, n: ds.Len(), world: 1}
 	if l.n < 0 {
