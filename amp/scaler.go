@@ -2,6 +2,7 @@ package amp
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/torchfit/torchfit/torch"
 )
@@ -20,6 +21,22 @@ type ScalerOptions struct {
 	BackoffFactor  float64 // 0.5
 	GrowthInterval int     // 2000
 	Disabled       bool    // a disabled scaler passes everything through
+}
+
+// check reports options that cannot work (zero fields are defaults).
+func (o ScalerOptions) check() error {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case !finite(o.InitScale) || o.InitScale < 0:
+		return fmt.Errorf("InitScale %v (want a finite scale > 0)", o.InitScale)
+	case !finite(o.GrowthFactor) || (o.GrowthFactor != 0 && o.GrowthFactor <= 1):
+		return fmt.Errorf("GrowthFactor %v (want a finite factor > 1)", o.GrowthFactor)
+	case !finite(o.BackoffFactor) || o.BackoffFactor < 0 || o.BackoffFactor >= 1:
+		return fmt.Errorf("BackoffFactor %v (want a factor in (0, 1))", o.BackoffFactor)
+	case o.GrowthInterval < 0:
+		return fmt.Errorf("GrowthInterval %d (want >= 1)", o.GrowthInterval)
+	}
+	return nil
 }
 
 // GradScaler scales the loss so float16 gradients keep their small values,
@@ -58,8 +75,15 @@ func (s *GradScaler) state(opt Optimizer) *optState {
 	return st
 }
 
-// NewGradScaler returns a scaler for gradients on device.
+// NewGradScaler returns a scaler for gradients on device. Options PyTorch
+// would refuse or that cannot work (a scale that is not finite and
+// positive, a growth factor not above 1, a backoff factor outside (0, 1),
+// a negative growth interval) panic with a *torch.Error, as a bad argument
+// to tensor math does.
 func NewGradScaler(device torch.Device, o ScalerOptions) *GradScaler {
+	if err := o.check(); err != nil {
+		panic(&torch.Error{Op: "NewGradScaler", Msg: err.Error()})
+	}
 	if o.InitScale == 0 {
 		o.InitScale = 65536
 	}
@@ -186,7 +210,9 @@ func (s *GradScaler) State() map[string]float64 {
 		"growth_interval": float64(s.opts.GrowthInterval)}
 }
 
-// LoadState restores State's values.
+// LoadState restores State's values. A scale that is not finite and
+// positive, or a growth tracker that is not a count (a whole number >= 0),
+// is an error and changes nothing.
 func (s *GradScaler) LoadState(st map[string]float64) error {
 	if s.opts.Disabled {
 		return nil
@@ -195,6 +221,12 @@ func (s *GradScaler) LoadState(st map[string]float64) error {
 	tr, ok2 := st["growth_tracker"]
 	if !ok1 || !ok2 {
 		return fmt.Errorf("amp: scaler state lacks scale or growth_tracker")
+	}
+	if math.IsNaN(scale) || math.IsInf(scale, 0) || scale <= 0 {
+		return fmt.Errorf("amp: scaler state: scale %v (want a finite scale > 0)", scale)
+	}
+	if tr < 0 || tr != math.Trunc(tr) || tr > math.MaxInt32 {
+		return fmt.Errorf("amp: scaler state: growth_tracker %v (want a whole number >= 0)", tr)
 	}
 	torch.NoGrad(func() {
 		s.scale.FillIn(scale)

@@ -329,9 +329,13 @@ func To(m Module, d torch.Device, dt torch.DType) {
 }
 
 // Free releases m's parameters and buffers (and their gradients). m must
-// not be used afterwards.
+// not be used afterwards. Like torch.Tensor.Free it is idempotent: tensors
+// already released are skipped.
 func Free(m Module) {
 	for _, p := range Parameters(m) {
+		if p.T.Freed() {
+			continue
+		}
 		p.T.SetGrad(nil)
 		p.T.Free()
 	}

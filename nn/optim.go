@@ -33,6 +33,9 @@ func SetFusedOptimizers(on bool) (prev bool) { return fusedOptimizers.Swap(on) }
 // *torch.Error, as tensor math does (torch.Try turns them into errors).
 type Optimizer interface {
 	// Step applies one update to every parameter that has a gradient.
+	// Hyperparameters that cannot make one (a NaN or negative learning
+	// rate a schedule set, say) panic with *torch.Error before any
+	// parameter changes.
 	Step()
 	// ZeroGrad sets every parameter's gradient to none (PyTorch's
 	// zero_grad(set_to_none=True), its default since 2.0).
@@ -219,6 +222,23 @@ func newOptimBase(kind string, groups []ParamGroup, lr, wd float64, fill func(g 
 		o.groups = append(o.groups, g)
 	}
 	return o
+}
+
+// checkGroups panics with *torch.Error, before any parameter changes, when
+// a group's hyperparameters cannot make a step: they may be changed
+// between steps (a schedule's LRLambda, LoadState, the caller), and a NaN
+// learning rate would turn every parameter to NaN silently. extra checks
+// the optimizer's own hyperparameters.
+func (o *optimBase) checkGroups(extra func(g *Group) error) {
+	for gi, g := range o.groups {
+		err := extra(g)
+		if !finiteNonNegative(g.LR) || !finiteNonNegative(g.WeightDecay) {
+			err = fmt.Errorf("lr %v and weight decay %v must be finite and >= 0", g.LR, g.WeightDecay)
+		}
+		if err != nil {
+			panic(&torch.Error{Op: o.kind + ".Step", Msg: fmt.Sprintf("group %d: %v", gi, err)})
+		}
+	}
 }
 
 // finiteNonNegative reports whether v is a number in [0, +Inf).

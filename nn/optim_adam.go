@@ -110,6 +110,12 @@ func newAdam(kind string, groups []ParamGroup, cfg AdamConfig, decoupled bool) *
 // Otherwise it runs the ops parameter by parameter, as PyTorch's default
 // single-tensor path does.
 func (o *Adam) Step() {
+	o.checkGroups(func(g *Group) error {
+		if !(g.Beta1 >= 0 && g.Beta1 < 1) || !(g.Beta2 >= 0 && g.Beta2 < 1) || !finiteNonNegative(g.Eps) {
+			return fmt.Errorf("invalid betas (%v, %v) or eps %v", g.Beta1, g.Beta2, g.Eps)
+		}
+		return nil
+	})
 	if fusedOptimizers.Load() && (o.libtorchStep() || o.fusedStep()) {
 		return
 	}

@@ -56,6 +56,12 @@ func NewSGDGroups(groups []ParamGroup, cfg SGDConfig) *SGD {
 
 // Step applies one SGD update.
 func (o *SGD) Step() {
+	o.checkGroups(func(g *Group) error {
+		if !finiteNonNegative(g.Momentum) || !finiteNonNegative(g.Dampening) {
+			return fmt.Errorf("invalid momentum %v or dampening %v", g.Momentum, g.Dampening)
+		}
+		return nil
+	})
 	o.forEach(func(g *Group, p, grad *torch.Tensor, st *optimParamState) {
 		d := grad
 		if g.Maximize {
