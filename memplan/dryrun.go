@@ -30,6 +30,16 @@ type Snapshot struct {
 // optimizers' state, the scalers' state and the CPU generator's state to
 // the CPU.
 func NewSnapshot(m nn.Module, opts []nn.Optimizer, scalers []*amp.GradScaler) (*Snapshot, error) {
+	for k, o := range opts {
+		if o == nil {
+			return nil, optErr("NewSnapshot", "opts", "optimizer %d is nil", k)
+		}
+	}
+	for k, sc := range scalers {
+		if sc == nil {
+			return nil, optErr("NewSnapshot", "scalers", "scaler %d is nil", k)
+		}
+	}
 	s := &Snapshot{opts: opts, scalers: scalers}
 	err := torch.TidyErr(func() error {
 		keep := func(t *torch.Tensor) *torch.Tensor {

@@ -205,6 +205,9 @@ func estimateMemory(m nn.Module, o EstimateOptions) (Estimate, error) {
 		dev = torch.CPU
 	}
 	est := Estimate{Batch: o.Batch, Optimizer: o.Optimizer, Precision: o.Precision}
+	if m == nil {
+		return est, optErr(fn, "m", "nil module")
+	}
 	if _, err := o.Optimizer.StateBytes(0); err != nil {
 		return est, err
 	}

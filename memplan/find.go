@@ -85,7 +85,8 @@ func search(max int, fits func(n int) (bool, error)) (int, error) {
 //
 // try runs one training step at micro-batch n under the memory the device
 // really has (or a cap set with torch.SetMemoryLimit), and must leave the
-// model and optimizer as it found them (DryRun does both). The size found
+// model and optimizer as it found them (DryRun does both). A *torch.Error
+// it panics with counts as the error it returns. The size found
 // leaves no headroom: to keep some, as Lightning's finder learnt to (its
 // users ran out of memory after it found a size), cap the device below its
 // budget during the search, or use Plan, which keeps a margin.
@@ -93,6 +94,9 @@ func FindBatchSize(device torch.Device, max int, try func(n int) error) (FindRes
 	var res FindResult
 	if max < 1 {
 		return res, optErr("FindBatchSize", "max", "%d (want >= 1)", max)
+	}
+	if try == nil {
+		return res, optErr("FindBatchSize", "try", "nil")
 	}
 	attempt := func(n int) (bool, error) {
 		if _, err := torch.EmptyCache(); err != nil {
@@ -105,7 +109,11 @@ func FindBatchSize(device torch.Device, max int, try func(n int) error) (FindRes
 		if err := torch.ResetPeakMemory(device); err != nil {
 			return false, err
 		}
-		err = try(n)
+		// A trial that panics with *torch.Error (tensor math running out
+		// of memory, say) failed with that error, as if it had returned it.
+		if perr := torch.Try(func() { err = try(n) }); perr != nil {
+			err = perr
+		}
 		after, serr := torch.MemoryStats(device)
 		if serr != nil {
 			return false, serr

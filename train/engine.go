@@ -67,6 +67,11 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.Precision == "" {
 		cfg.Precision = amp.FP32
 	}
+	switch cfg.Precision {
+	case amp.FP32, amp.BF16, amp.FP16:
+	default:
+		return nil, fmt.Errorf("train: unknown precision %q (want amp.FP32, amp.BF16 or amp.FP16)", cfg.Precision)
+	}
 	if cfg.Precision == amp.FP16 && !cfg.Device.IsCUDA() && !amp.CPUFloat16() {
 		return nil, fmt.Errorf("train: float16 training on the CPU needs libtorch 2.4 or later; use bf16, or CUDA")
 	}
@@ -133,7 +138,10 @@ func (e *Engine) Autocast(fn func()) {
 // parameters' gradients accumulate the gradient of the window's mean loss
 // (scaled by p.Scaler). b stays the caller's, on the CPU.
 func (e *Engine) Backward(b *data.Batch, p Pass) (Window, error) {
-	size := b.Size()
+	size, err := batchSize(b)
+	if err != nil {
+		return Window{}, err
+	}
 	if size == 0 && e.cfg.Parallel == nil {
 		return Window{}, fmt.Errorf("train: empty batch")
 	}
@@ -147,6 +155,19 @@ func (e *Engine) Backward(b *data.Batch, p Pass) (Window, error) {
 		return e.parallelBackward(b, size, p)
 	}
 	return e.retry(size, p, nil, func() (Window, error) { return e.backward(b, size, p, nil) })
+}
+
+// batchSize is b's size; a batch that has none to read (nil, or a nil or
+// freed field) is an error, as a window's other failures are.
+func batchSize(b *data.Batch) (int, error) {
+	if b == nil {
+		return 0, errors.New("train: nil batch")
+	}
+	var n int
+	if err := torch.Try(func() { n = b.Size() }); err != nil {
+		return 0, fmt.Errorf("train: batch: %w", err)
+	}
+	return n, nil
 }
 
 // retry runs one attempt at a window and, on out-of-memory, resets, halves

@@ -22,6 +22,9 @@ func (t *Trainer) FindBatchSize(max int, batch func(n int) (*data.Batch, error))
 }
 
 func (t *Trainer) findBatchSize(max int, batch func(n int) (*data.Batch, error)) (memplan.FindResult, error) {
+	if batch == nil {
+		return memplan.FindResult{}, fmt.Errorf("train: FindBatchSize: nil batch function")
+	}
 	snap, err := memplan.NewSnapshot(t.Model, []nn.Optimizer{t.Opt}, []*amp.GradScaler{t.Scaler})
 	if err != nil {
 		return memplan.FindResult{}, err
@@ -31,6 +34,9 @@ func (t *Trainer) findBatchSize(max int, batch func(n int) (*data.Batch, error))
 		b, err := batch(n)
 		if err != nil {
 			return err
+		}
+		if b == nil {
+			return fmt.Errorf("train: FindBatchSize: the batch function returned a nil batch for %d samples", n)
 		}
 		defer b.Free()
 		err = torch.TidyErr(func() error {

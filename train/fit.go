@@ -96,6 +96,9 @@ type FitResult struct {
 // Fit runs on the trainer's thread (Config.Thread), loading included when
 // the loader has no workers, as Python runs its loop on one thread.
 func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Loader, error), fc FitConfig) (res FitResult, err error) {
+	if t == nil || newLoader == nil {
+		return res, fmt.Errorf("train: Fit needs a trainer and a loader function (trainer %v, newLoader %v)", t != nil, newLoader != nil)
+	}
 	t.Thread().Do(func() { res, err = fit(ctx, t, newLoader, fc) })
 	return res, err
 }
@@ -155,6 +158,9 @@ func fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 	loader, err := newLoader(resume)
 	if err != nil {
 		return res, err
+	}
+	if loader == nil {
+		return res, errors.New("train: Fit: newLoader returned a nil Loader and no error")
 	}
 	defer loader.Close()
 	// Every step from here to the last one may be saved (at an

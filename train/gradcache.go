@@ -51,7 +51,10 @@ type CachePass struct {
 // contrastive loss over micro-batches is a different, weaker loss (each
 // sample sees the micro-batch's negatives only); this is the large batch's.
 func (e *Engine) GradCache(b *data.Batch, p CachePass) (Window, error) {
-	size := b.Size()
+	size, err := batchSize(b)
+	if err != nil {
+		return Window{}, err
+	}
 	if size == 0 {
 		return Window{}, fmt.Errorf("train: empty batch")
 	}

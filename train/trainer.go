@@ -31,7 +31,8 @@ type Config struct {
 	// Count says how many items a micro-batch's loss averages over
 	// (tokens, frames); nil: samples. See EngineConfig.Count.
 	Count CountFunc
-	// ClipNorm clips the gradients' total L2 norm (after unscaling); 0: off.
+	// ClipNorm clips the gradients' total L2 norm (after unscaling); 0: off
+	// (New refuses a negative or NaN norm).
 	ClipNorm float64
 	// Hooks run between backward and the optimizer step (see Hook).
 	Hooks []Hook
@@ -156,6 +157,13 @@ type Trainer struct {
 func New(model nn.Module, opt nn.Optimizer, loss func(*data.Batch) *torch.Tensor, cfg Config) (*Trainer, error) {
 	if cfg.MicroBatch < 1 || cfg.Accum < 1 {
 		return nil, fmt.Errorf("train: micro-batch (%d) and accumulation steps (%d) must be >= 1", cfg.MicroBatch, cfg.Accum)
+	}
+	if model == nil || opt == nil || (loss == nil && cfg.Contrastive == nil) {
+		return nil, fmt.Errorf("train: New needs a model, an optimizer and a loss function (model %v, optimizer %v, loss %v)",
+			model != nil, opt != nil, loss != nil)
+	}
+	if math.IsNaN(cfg.ClipNorm) || cfg.ClipNorm < 0 {
+		return nil, fmt.Errorf("train: ClipNorm %v (want a norm > 0, or 0 for no clipping)", cfg.ClipNorm)
 	}
 	if cfg.MaxNonFinite == 0 {
 		cfg.MaxNonFinite = DefaultMaxNonFinite
