@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
 )
 
 // Defaults are a recipe's defaults for the shared training flags: its
@@ -80,9 +81,10 @@ type Common struct {
 func (c Common) EffectiveBatch() int { return c.MicroBatch * c.Accum }
 
 // MaxWorkers bounds --workers (a loader's workers, a data command's
-// parallel processes) and MaxThreads --threads, in every command.
+// parallel processes: the loader's own bound, data.MaxWorkers) and
+// MaxThreads --threads, in every command.
 const (
-	MaxWorkers = 1024
+	MaxWorkers = data.MaxWorkers
 	MaxThreads = 1024
 )
 
