@@ -69,3 +69,34 @@ func TestFreeTwice(t *testing.T) {
 	require.NotPanics(t, func() { Free(l) })
 	require.True(t, l.Weight.Freed())
 }
+
+// A constructor's argument it cannot take panics with *torch.Error, as
+// tensor math does, so torch.Try turns it into an error (they panicked
+// with strings, which torch.Try passes on).
+func TestConstructorsPanicWithTorchError(t *testing.T) {
+	p := Named{Name: "w", T: torch.Zeros([]int64{2}).Keep()}
+	defer p.T.Free()
+	for _, tc := range []struct {
+		name string
+		fn   func()
+	}{
+		{"dropout 2", func() { NewDropout(2) }},
+		{"heads not dividing the width", func() { NewMultiheadAttention(10, 3, 0, true) }},
+		{"groups not dividing channels", func() { NewGroupNorm(3, 10) }},
+		{"GELU approximation", func() { NewGELU("erf") }},
+		{"odd sinusoidal dimension", func() { NewSinusoidalPositionalEncoding(5, 10, false) }},
+		{"conv groups", func() { NewConv1d(3, 4, 3, torch.ConvOpts{Groups: 2}, true) }},
+		{"embedding padding index", func() { NewEmbedding(4, 2, 9) }},
+		{"AdamW NaN lr", func() { NewAdamW([]Named{p}, AdamWDefaults(math.NaN())) }},
+		{"AdamW beta 1", func() { c := AdamWDefaults(1e-3); c.Beta2 = 1; NewAdamW([]Named{p}, c) }},
+		{"SGD nesterov without momentum", func() { NewSGD([]Named{p}, SGDConfig{LR: 0.1, Nesterov: true}) }},
+		{"StepLR 0", func() { StepLR(0, 0.5) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := torch.Try(tc.fn)
+			var te *torch.Error
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, "nn", te.Op)
+		})
+	}
+}

@@ -1,7 +1,6 @@
 package nn
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/torchfit/torchfit/torch"
@@ -43,7 +42,7 @@ func CalculateGain(nonlinearity string, param float64) float64 {
 	case "selu":
 		return 3.0 / 4
 	}
-	panic(fmt.Sprintf("nn: unsupported nonlinearity %q", nonlinearity))
+	panic(invalid("unsupported nonlinearity %q", nonlinearity))
 }
 
 // Fans returns fan_in and fan_out of a weight shape as PyTorch computes them:
@@ -51,7 +50,7 @@ func CalculateGain(nonlinearity string, param float64) float64 {
 // dimensions after the second). It panics for fewer than two dimensions.
 func Fans(shape []int64) (fanIn, fanOut int64) {
 	if len(shape) < 2 {
-		panic(fmt.Sprintf("nn: fan in and fan out need at least 2 dimensions, got shape %v", shape))
+		panic(invalid("fan in and fan out need at least 2 dimensions, got shape %v", shape))
 	}
 	rf := int64(1)
 	for _, s := range shape[2:] {

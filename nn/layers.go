@@ -1,7 +1,6 @@
 package nn
 
 import (
-	"fmt"
 	"math"
 	"strconv"
 
@@ -89,14 +88,14 @@ func newConv(dims int, transposed bool, in, out int64, kernel []int64, o torch.C
 		g = 1
 	}
 	if in%g != 0 || out%g != 0 {
-		panic(fmt.Sprintf("nn: in (%d) and out (%d) channels must be divisible by groups (%d)", in, out, g))
+		panic(invalid("in (%d) and out (%d) channels must be divisible by groups (%d)", in, out, g))
 	}
 	k := kernel
 	if len(k) == 1 && dims > 1 {
 		k = []int64{k[0], k[0]}
 	}
 	if len(k) != dims {
-		panic(fmt.Sprintf("nn: conv%dd wants %d kernel sizes, got %v", dims, dims, kernel))
+		panic(invalid("conv%dd wants %d kernel sizes, got %v", dims, dims, kernel))
 	}
 	shape := []int64{out, in / g}
 	if transposed {
@@ -170,7 +169,7 @@ func NewEmbedding(num, dim int64, paddingIdx ...int64) *Embedding {
 			p += num
 		}
 		if p < 0 || p >= num {
-			panic(fmt.Sprintf("nn: padding index %d out of range for %d embeddings", paddingIdx[0], num))
+			panic(invalid("padding index %d out of range for %d embeddings", paddingIdx[0], num))
 		}
 		e.PaddingIdx = p
 		torch.NoGrad(func() { w.Select(0, p).ZeroIn().Free() })
@@ -195,7 +194,7 @@ type Dropout struct {
 // NewDropout returns a dropout layer with drop probability p.
 func NewDropout(p float64) *Dropout {
 	if p < 0 || p > 1 {
-		panic(fmt.Sprintf("nn: dropout probability %v outside [0, 1]", p))
+		panic(invalid("dropout probability %v outside [0, 1]", p))
 	}
 	return &Dropout{P: p}
 }
@@ -233,7 +232,7 @@ func NewGELU(approximate string) *Activation {
 	case "tanh":
 		return &Activation{Name: "GELU(tanh)", fn: (*torch.Tensor).GeluTanh}
 	}
-	panic(fmt.Sprintf("nn: GELU approximation %q (want none or tanh)", approximate))
+	panic(invalid("GELU approximation %q (want none or tanh)", approximate))
 }
 
 // NewSiLU is nn.SiLU.

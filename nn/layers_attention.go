@@ -48,7 +48,7 @@ type AttnOpts struct {
 // dropout, bias=True, batch_first=batchFirst).
 func NewMultiheadAttention(embedDim, numHeads int64, dropout float64, batchFirst bool) *MultiheadAttention {
 	if numHeads <= 0 || embedDim%numHeads != 0 {
-		panic(fmt.Sprintf("nn: embed_dim %d must be divisible by num_heads %d", embedDim, numHeads))
+		panic(invalid("embed_dim %d must be divisible by num_heads %d", embedDim, numHeads))
 	}
 	m := &MultiheadAttention{EmbedDim: embedDim, NumHeads: numHeads, Dropout: dropout, BatchFirst: batchFirst}
 	m.InProjWeight = m.RegisterParam("in_proj_weight", newParam(3*embedDim, embedDim))
@@ -272,7 +272,7 @@ func (c TransformerConfig) activation() func(*torch.Tensor) *torch.Tensor {
 	case "gelu":
 		return (*torch.Tensor).Gelu
 	}
-	panic(fmt.Sprintf("nn: transformer activation %q (want relu or gelu)", c.Activation))
+	panic(invalid("transformer activation %q (want relu or gelu)", c.Activation))
 }
 
 func (c TransformerConfig) norm() *LayerNorm {

@@ -95,7 +95,7 @@ type GroupNorm struct {
 // NewGroupNorm splits channels into groups.
 func NewGroupNorm(groups, channels int64) *GroupNorm {
 	if groups <= 0 || channels%groups != 0 {
-		panic(fmt.Sprintf("nn: %d channels are not divisible into %d groups", channels, groups))
+		panic(invalid("%d channels are not divisible into %d groups", channels, groups))
 	}
 	g := &GroupNorm{Groups: groups, Eps: 1e-5}
 	g.Weight = g.RegisterParam("weight", torch.Ones([]int64{channels}))

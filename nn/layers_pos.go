@@ -22,7 +22,7 @@ type SinusoidalPositionalEncoding struct {
 // NewSinusoidalPositionalEncoding builds the table for d (even) and maxLen.
 func NewSinusoidalPositionalEncoding(d, maxLen int64, persistent bool) *SinusoidalPositionalEncoding {
 	if d%2 != 0 {
-		panic(fmt.Sprintf("nn: sinusoidal encoding needs an even dimension, got %d", d))
+		panic(invalid("sinusoidal encoding needs an even dimension, got %d", d))
 	}
 	pe := SinusoidTable(d, maxLen, 1)
 	s := &SinusoidalPositionalEncoding{}

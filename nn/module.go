@@ -80,21 +80,21 @@ func RegisterModule[M Module](b *Base, name string, m M) M {
 
 func (b *Base) checkName(name string) {
 	if name == "" || strings.Contains(name, ".") {
-		panic(fmt.Sprintf("nn: bad name %q (non-empty, no dots)", name))
+		panic(invalid("bad name %q (non-empty, no dots)", name))
 	}
 	for _, p := range b.params {
 		if p.Name == name {
-			panic(fmt.Sprintf("nn: %q registered twice", name))
+			panic(invalid("%q registered twice", name))
 		}
 	}
 	for _, p := range b.buffers {
 		if p.Name == name {
-			panic(fmt.Sprintf("nn: %q registered twice", name))
+			panic(invalid("%q registered twice", name))
 		}
 	}
 	for _, c := range b.children {
 		if c.name == name {
-			panic(fmt.Sprintf("nn: %q registered twice", name))
+			panic(invalid("%q registered twice", name))
 		}
 	}
 }

@@ -185,7 +185,7 @@ func newOptimBase(kind string, groups []ParamGroup, lr, wd float64, fill func(g 
 		hp:     map[string]*torch.Tensor{},
 	}
 	if len(groups) == 0 {
-		panic(fmt.Sprintf("nn: %s: no parameter groups", kind))
+		panic(invalid("%s: no parameter groups", kind))
 	}
 	idx := 0
 	for gi, pg := range groups {
@@ -198,21 +198,21 @@ func newOptimBase(kind string, groups []ParamGroup, lr, wd float64, fill func(g 
 			g.WeightDecay = *pg.WeightDecay
 		}
 		if !finiteNonNegative(g.LR) || !finiteNonNegative(g.WeightDecay) {
-			panic(fmt.Sprintf("nn: %s: group %d: lr %v and weight decay %v must be finite and >= 0", kind, gi, g.LR, g.WeightDecay))
+			panic(invalid("%s: group %d: lr %v and weight decay %v must be finite and >= 0", kind, gi, g.LR, g.WeightDecay))
 		}
 		for _, p := range pg.Params {
 			if p.T == nil {
-				panic(fmt.Sprintf("nn: %s: parameter %q is nil", kind, p.Name))
+				panic(invalid("%s: parameter %q is nil", kind, p.Name))
 			}
 			if _, dup := o.names[p.T]; dup {
-				panic(fmt.Sprintf("nn: %s: parameter %q appears more than once", kind, p.Name))
+				panic(invalid("%s: parameter %q appears more than once", kind, p.Name))
 			}
 			name := p.Name
 			if name == "" {
 				name = strconv.Itoa(idx)
 			}
 			if _, dup := o.byName[name]; dup {
-				panic(fmt.Sprintf("nn: %s: two parameters are named %q", kind, name))
+				panic(invalid("%s: two parameters are named %q", kind, name))
 			}
 			o.names[p.T] = name
 			o.byName[name] = p.T

@@ -84,7 +84,7 @@ func newAdam(kind string, groups []ParamGroup, cfg AdamConfig, decoupled bool) *
 		cfg.Beta1, cfg.Beta2, cfg.Eps = d.Beta1, d.Beta2, d.Eps
 	}
 	if !(cfg.Beta1 >= 0 && cfg.Beta1 < 1) || !(cfg.Beta2 >= 0 && cfg.Beta2 < 1) || !finiteNonNegative(cfg.Eps) {
-		panic(fmt.Sprintf("nn: %s: invalid betas (%v, %v) or eps %v", kind, cfg.Beta1, cfg.Beta2, cfg.Eps))
+		panic(invalid("%s: invalid betas (%v, %v) or eps %v", kind, cfg.Beta1, cfg.Beta2, cfg.Eps))
 	}
 	o := &Adam{decoupled: decoupled}
 	o.optimBase = newOptimBase(kind, groups, cfg.LR, cfg.WeightDecay, func(g *Group) {

@@ -41,10 +41,10 @@ func NewSGD(params []Named, cfg SGDConfig) *SGD {
 // WeightDecay override cfg's. Invalid hyperparameters panic.
 func NewSGDGroups(groups []ParamGroup, cfg SGDConfig) *SGD {
 	if !finiteNonNegative(cfg.Momentum) || !finiteNonNegative(cfg.Dampening) {
-		panic(fmt.Sprintf("nn: SGD: invalid momentum %v or dampening %v", cfg.Momentum, cfg.Dampening))
+		panic(invalid("SGD: invalid momentum %v or dampening %v", cfg.Momentum, cfg.Dampening))
 	}
 	if cfg.Nesterov && (cfg.Momentum <= 0 || cfg.Dampening != 0) {
-		panic("nn: SGD: Nesterov momentum requires a momentum and zero dampening")
+		panic(invalid("SGD: Nesterov momentum requires a momentum and zero dampening"))
 	}
 	o := &SGD{newOptimBase("SGD", groups, cfg.LR, cfg.WeightDecay, func(g *Group) {
 		g.Momentum, g.Dampening, g.Nesterov, g.Maximize = cfg.Momentum, cfg.Dampening, cfg.Nesterov, cfg.Maximize

@@ -67,7 +67,7 @@ func WarmupLinearLR(warmup, total int) LRLambda {
 // gamma^⌊step/stepSize⌋ (StepLR's closed form).
 func StepLR(stepSize int, gamma float64) LRLambda {
 	if stepSize <= 0 {
-		panic(fmt.Sprintf("nn: StepLR: step size %d", stepSize))
+		panic(invalid("StepLR: step size %d", stepSize))
 	}
 	return func(step int) float64 { return math.Pow(gamma, float64(step/stepSize)) }
 }
