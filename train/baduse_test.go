@@ -132,3 +132,18 @@ func TestFindBatchSizeNilBatch(t *testing.T) {
 		})
 	}
 }
+
+// Accum left zero is no accumulation, as a PyTorch loop without it; a
+// negative one is refused.
+func TestNewAccumDefault(t *testing.T) {
+	l := nn.NewLinear(4, 1, true)
+	defer nn.Free(l)
+	opt := nn.NewSGD(nn.Parameters(l), nn.SGDConfig{LR: 0.1})
+	defer opt.Free()
+	loss := func(b *data.Batch) *torch.Tensor { return l.Forward(b.Field("x")).Mean() }
+	tr, err := train.New(l, opt, loss, train.Config{MicroBatch: 2})
+	require.NoError(t, err)
+	require.Equal(t, 1, tr.Accum())
+	_, err = train.New(l, opt, loss, train.Config{MicroBatch: 2, Accum: -1})
+	require.Error(t, err)
+}

@@ -25,7 +25,7 @@ const (
 // Config configures a Trainer.
 type Config struct {
 	MicroBatch int // samples per micro-batch
-	Accum      int // micro-batches per optimizer step
+	Accum      int // micro-batches per optimizer step (0: 1, no accumulation)
 	Device     torch.Device
 	Precision  Precision
 	// Count says how many items a micro-batch's loss averages over
@@ -155,6 +155,9 @@ type Trainer struct {
 
 // New returns a trainer for model with optimizer opt and loss function.
 func New(model nn.Module, opt nn.Optimizer, loss func(*data.Batch) *torch.Tensor, cfg Config) (*Trainer, error) {
+	if cfg.Accum == 0 {
+		cfg.Accum = 1
+	}
 	if cfg.MicroBatch < 1 || cfg.Accum < 1 {
 		return nil, fmt.Errorf("train: micro-batch (%d) and accumulation steps (%d) must be >= 1", cfg.MicroBatch, cfg.Accum)
 	}
