@@ -113,6 +113,11 @@ func TestFitNilArguments(t *testing.T) {
 			require.Error(t, err)
 		})
 	}
+	// Negative counts did nothing and returned no error.
+	for _, fc := range []train.FitConfig{{Epochs: -1}, {Epochs: 1, MaxSteps: -5}, {Epochs: 1, CheckpointEvery: -1}} {
+		_, err := train.Fit(context.Background(), tr, nilLoader, fc)
+		require.ErrorContains(t, err, "negative", "%+v", fc)
+	}
 }
 
 // FindBatchSize's batch function may not be nil nor give a nil batch.

@@ -99,6 +99,9 @@ func Fit(ctx context.Context, t *Trainer, newLoader func(resume *data.State) (Lo
 	if t == nil || newLoader == nil {
 		return res, fmt.Errorf("train: Fit needs a trainer and a loader function (trainer %v, newLoader %v)", t != nil, newLoader != nil)
 	}
+	if fc.Epochs < 0 || fc.MaxSteps < 0 || fc.CheckpointEvery < 0 {
+		return res, fmt.Errorf("train: Fit: negative Epochs, MaxSteps or CheckpointEvery (%d, %d, %d)", fc.Epochs, fc.MaxSteps, fc.CheckpointEvery)
+	}
 	t.Thread().Do(func() { res, err = fit(ctx, t, newLoader, fc) })
 	return res, err
 }
