@@ -331,7 +331,8 @@ func TestConformerGradCheckpointing(t *testing.T) {
 	// is set outside the blocks (81.2 MiB with checkpointing or without:
 	// scaled_dot_product_attention already keeps no attention matrices,
 	// which were 1.13's biggest saved tensors); more blocks make theirs the
-	// peak again (12 layers: 2.11 130.0 → 93.0 MiB, 1.13 138.1 → 82.0).
+	// peak again (12 layers: 2.11 130.0 → 93.0 MiB, 1.13 130.0 → 82.0 on
+	// 2026-11-28, 138.1 → 82.0 before).
 	m := newTestModel(t, "minimal", func(c *ModelConfig) { c.Dropout = 0; c.EncoderLayers = 12 })
 	// 4 utterances of up to 400 frames (~4 s), ~40 characters each.
 	bt := synthBatch(2, 4, 40, 9, m.Cfg.Vocab, 400)
