@@ -216,7 +216,7 @@ demo: deps
 # Per-op overhead: Go benchmarks and the same ops timed in Python PyTorch on
 # the same libtorch, side by side.
 bench-ops: deps
-	$(GO) test $(GOFLAGS_TAGS) ./torch -run '^$$' -bench 'BenchmarkOp' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-go.txt
+	set -o pipefail; $(GO) test $(GOFLAGS_TAGS) ./torch -run '^$$' -bench 'BenchmarkOp' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-go.txt
 	$(PY) scripts/bench_ops.py
 
 # Per-op overhead beside the floor: torchfit typed and boxed, Python, and a
@@ -234,7 +234,7 @@ bench-ops-floor: deps
 # measured. PYTIME: seconds of timed Python steps per configuration.
 PYTIME ?= 1
 bench-checkpoint: deps
-	$(GO) test $(GOFLAGS_TAGS) ./nn -run '^$$' -bench 'BenchmarkCheckpointStack' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-checkpoint-go.txt
+	set -o pipefail; $(GO) test $(GOFLAGS_TAGS) ./nn -run '^$$' -bench 'BenchmarkCheckpointStack' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-checkpoint-go.txt
 	TORCHFIT_BENCH_GO=/tmp/torchfit-bench-checkpoint-go.txt $(PY) scripts/bench_checkpoint.py --min-time $(PYTIME)
 
 # Memory-efficient attention: peak memory and step time of a ViT-like and a
@@ -244,7 +244,7 @@ bench-checkpoint: deps
 # same shapes (scripts/bench_attention.py). ATTN_LENGTHS: the lengths.
 ATTN_LENGTHS ?= 256,512,1024,2048,4096
 bench-attention: deps
-	TORCHFIT_ATTN_LENGTHS=$(ATTN_LENGTHS) $(GO) test $(GOFLAGS_TAGS) ./nn -run '^$$' -bench 'BenchmarkAttention$$' -benchtime 1x | tee /tmp/torchfit-bench-attention-go.txt
+	set -o pipefail; TORCHFIT_ATTN_LENGTHS=$(ATTN_LENGTHS) $(GO) test $(GOFLAGS_TAGS) ./nn -run '^$$' -bench 'BenchmarkAttention$$' -benchtime 1x | tee /tmp/torchfit-bench-attention-go.txt
 	TORCHFIT_BENCH_GO=/tmp/torchfit-bench-attention-go.txt $(PY) scripts/bench_attention.py --min-time $(PYTIME)
 
 # The CLIP recipe's side-by-side runs (recipes/clip/README.md): pretraining
@@ -324,7 +324,7 @@ quality-mamba: deps
 # N=16, L = 256, 1024, 4096 (SCAN_BENCH_L overrides): CPU time, bytes held
 # for backward, peak.
 bench-scan: deps
-	$(GO) test $(GOFLAGS_TAGS) ./scan -run '^$$' -bench 'BenchmarkScan' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-scan-go.txt
+	set -o pipefail; $(GO) test $(GOFLAGS_TAGS) ./scan -run '^$$' -bench 'BenchmarkScan' -benchtime $(BENCHTIME) | tee /tmp/torchfit-bench-scan-go.txt
 	TORCHFIT_BENCH_GO=/tmp/torchfit-bench-scan-go.txt $(PY) scripts/bench_scan.py --min-time $(PYTIME)
 
 bench: deps

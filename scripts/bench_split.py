@@ -41,7 +41,9 @@ def where(comm, dso, sym):
         return "libtorch"
     if SYSTEM.search(base):
         return "system"
-    if comm == gocomm and (base.startswith("bench-recipes") or dso == "[unknown]"):
+    # The Go binary: perf's comm is the first 15 bytes of its file name
+    # (make bench-split builds /tmp/torchfit-bench-recipes).
+    if comm == gocomm and (base.startswith(gocomm) or dso == "[unknown]"):
         if OWN.search(sym):
             return "own"
         return "binding"  # Go's runtime, its code, cgo and the shim
