@@ -197,8 +197,8 @@ func newOptimBase(kind string, groups []ParamGroup, lr, wd float64, fill func(g 
 		if pg.WeightDecay != nil {
 			g.WeightDecay = *pg.WeightDecay
 		}
-		if !finiteNonNegative(g.LR) || !finiteNonNegative(g.WeightDecay) {
-			panic(invalid("%s: group %d: lr %v and weight decay %v must be finite and >= 0", kind, gi, g.LR, g.WeightDecay))
+		if err := rateErr(g); err != nil {
+			panic(invalid("%s: group %d: %v", kind, gi, err))
 		}
 		for _, p := range pg.Params {
 			if p.T == nil {
@@ -232,13 +232,22 @@ func newOptimBase(kind string, groups []ParamGroup, lr, wd float64, fill func(g 
 func (o *optimBase) checkGroups(extra func(g *Group) error) {
 	for gi, g := range o.groups {
 		err := extra(g)
-		if !finiteNonNegative(g.LR) || !finiteNonNegative(g.WeightDecay) {
-			err = fmt.Errorf("lr %v and weight decay %v must be finite and >= 0", g.LR, g.WeightDecay)
+		if rerr := rateErr(g); rerr != nil {
+			err = rerr
 		}
 		if err != nil {
 			panic(&torch.Error{Op: o.kind + ".Step", Msg: fmt.Sprintf("group %d: %v", gi, err)})
 		}
 	}
+}
+
+// rateErr says why a group's learning rate or weight decay cannot make a
+// step (nil when they can): the constructors' check and Step's.
+func rateErr(g *Group) error {
+	if !finiteNonNegative(g.LR) || !finiteNonNegative(g.WeightDecay) {
+		return fmt.Errorf("lr %v and weight decay %v must be finite and >= 0", g.LR, g.WeightDecay)
+	}
+	return nil
 }
 
 // finiteNonNegative reports whether v is a number in [0, +Inf).

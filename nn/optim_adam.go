@@ -78,13 +78,22 @@ func NewAdamWGroups(groups []ParamGroup, cfg AdamConfig) *Adam {
 	return newAdam("AdamW", groups, cfg, true)
 }
 
+// adamErr says why a group's betas or eps cannot make an Adam step (nil
+// when they can): the constructor's check and Step's.
+func adamErr(g *Group) error {
+	if !(g.Beta1 >= 0 && g.Beta1 < 1) || !(g.Beta2 >= 0 && g.Beta2 < 1) || !finiteNonNegative(g.Eps) {
+		return fmt.Errorf("invalid betas (%v, %v) or eps %v", g.Beta1, g.Beta2, g.Eps)
+	}
+	return nil
+}
+
 func newAdam(kind string, groups []ParamGroup, cfg AdamConfig, decoupled bool) *Adam {
 	if cfg.Beta1 == 0 && cfg.Beta2 == 0 && cfg.Eps == 0 {
 		d := AdamDefaults(0)
 		cfg.Beta1, cfg.Beta2, cfg.Eps = d.Beta1, d.Beta2, d.Eps
 	}
-	if !(cfg.Beta1 >= 0 && cfg.Beta1 < 1) || !(cfg.Beta2 >= 0 && cfg.Beta2 < 1) || !finiteNonNegative(cfg.Eps) {
-		panic(invalid("%s: invalid betas (%v, %v) or eps %v", kind, cfg.Beta1, cfg.Beta2, cfg.Eps))
+	if err := adamErr(&Group{Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps}); err != nil {
+		panic(invalid("%s: %v", kind, err))
 	}
 	o := &Adam{decoupled: decoupled}
 	o.optimBase = newOptimBase(kind, groups, cfg.LR, cfg.WeightDecay, func(g *Group) {
@@ -110,12 +119,7 @@ func newAdam(kind string, groups []ParamGroup, cfg AdamConfig, decoupled bool) *
 // Otherwise it runs the ops parameter by parameter, as PyTorch's default
 // single-tensor path does.
 func (o *Adam) Step() {
-	o.checkGroups(func(g *Group) error {
-		if !(g.Beta1 >= 0 && g.Beta1 < 1) || !(g.Beta2 >= 0 && g.Beta2 < 1) || !finiteNonNegative(g.Eps) {
-			return fmt.Errorf("invalid betas (%v, %v) or eps %v", g.Beta1, g.Beta2, g.Eps)
-		}
-		return nil
-	})
+	o.checkGroups(adamErr)
 	if fusedOptimizers.Load() && (o.libtorchStep() || o.fusedStep()) {
 		return
 	}

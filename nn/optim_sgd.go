@@ -40,8 +40,8 @@ func NewSGD(params []Named, cfg SGDConfig) *SGD {
 // NewSGDGroups returns SGD over parameter groups; a group's LR and
 // WeightDecay override cfg's. Invalid hyperparameters panic.
 func NewSGDGroups(groups []ParamGroup, cfg SGDConfig) *SGD {
-	if !finiteNonNegative(cfg.Momentum) || !finiteNonNegative(cfg.Dampening) {
-		panic(invalid("SGD: invalid momentum %v or dampening %v", cfg.Momentum, cfg.Dampening))
+	if err := sgdErr(&Group{Momentum: cfg.Momentum, Dampening: cfg.Dampening}); err != nil {
+		panic(invalid("SGD: %v", err))
 	}
 	if cfg.Nesterov && (cfg.Momentum <= 0 || cfg.Dampening != 0) {
 		panic(invalid("SGD: Nesterov momentum requires a momentum and zero dampening"))
@@ -54,14 +54,18 @@ func NewSGDGroups(groups []ParamGroup, cfg SGDConfig) *SGD {
 	return o
 }
 
+// sgdErr says why a group's momentum or dampening cannot make an SGD
+// step (nil when they can): the constructor's check and Step's.
+func sgdErr(g *Group) error {
+	if !finiteNonNegative(g.Momentum) || !finiteNonNegative(g.Dampening) {
+		return fmt.Errorf("invalid momentum %v or dampening %v", g.Momentum, g.Dampening)
+	}
+	return nil
+}
+
 // Step applies one SGD update.
 func (o *SGD) Step() {
-	o.checkGroups(func(g *Group) error {
-		if !finiteNonNegative(g.Momentum) || !finiteNonNegative(g.Dampening) {
-			return fmt.Errorf("invalid momentum %v or dampening %v", g.Momentum, g.Dampening)
-		}
-		return nil
-	})
+	o.checkGroups(sgdErr)
 	o.forEach(func(g *Group, p, grad *torch.Tensor, st *optimParamState) {
 		d := grad
 		if g.Maximize {
