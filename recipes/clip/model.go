@@ -188,9 +188,9 @@ func newVisionTransformer(c Config) *visionTransformer {
 	scale := 1 / math.Sqrt(float64(w))
 	// PyTorch registers these parameters first in state_dict order
 	// (a module's own parameters come before its children's).
-	v.ClassEmbedding = v.RegisterParam("class_embedding", torch.Randn([]int64{w}).MulScalar(scale))
-	v.PositionalEmbedding = v.RegisterParam("positional_embedding", torch.Randn([]int64{c.Grid()*c.Grid() + 1, w}).MulScalar(scale))
-	v.Proj = v.RegisterParam("proj", torch.Randn([]int64{w, c.EmbedDim}).MulScalar(scale))
+	v.ClassEmbedding = v.RegisterParam("class_embedding", torch.Randn([]int64{w}).MulScalarIn(scale))
+	v.PositionalEmbedding = v.RegisterParam("positional_embedding", torch.Randn([]int64{c.Grid()*c.Grid() + 1, w}).MulScalarIn(scale))
+	v.Proj = v.RegisterParam("proj", torch.Randn([]int64{w, c.EmbedDim}).MulScalarIn(scale))
 	p := c.VisionPatchSize
 	v.Conv1 = nn.RegisterModule(&v.Base, "conv1", nn.NewConv2d(3, w, []int64{p, p}, torch.ConvOpts{Stride: []int64{p}}, false))
 	v.LnPre = nn.RegisterModule(&v.Base, "ln_pre", nn.NewLayerNorm(w))

@@ -138,15 +138,19 @@ func NewMixer(c ModelConfig) *Mixer {
 	m.XProj = nn.RegisterModule(&m.Base, "x_proj", nn.NewLinear(e, c.DtRank+2*c.DState, false))
 	m.DtProj = nn.RegisterModule(&m.Base, "dt_proj", nn.NewLinear(c.DtRank, e, true))
 	torch.NoGrad(func() {
-		std := 1 / math.Sqrt(float64(c.DtRank))
-		nn.Uniform(m.DtProj.Weight, -std, std)
-		const dtMin, dtMax, floor = 0.001, 0.1, 1e-4
-		dt := torch.Rand([]int64{e}).MulScalar(math.Log(dtMax) - math.Log(dtMin)).AddScalar(math.Log(dtMin)).Exp().ClampMin(floor)
-		// inverse softplus: dt + log(−expm1(−dt))
-		inv := dt.Add(dt.Neg().Exp().RSubScalar(1).Log())
-		m.DtProj.Bias.CopyFrom(inv)
+		torch.Tidy(func() { // the temporaries freed here, not by a later GC
+			std := 1 / math.Sqrt(float64(c.DtRank))
+			nn.Uniform(m.DtProj.Weight, -std, std)
+			const dtMin, dtMax, floor = 0.001, 0.1, 1e-4
+			dt := torch.Rand([]int64{e}).MulScalar(math.Log(dtMax) - math.Log(dtMin)).AddScalar(math.Log(dtMin)).Exp().ClampMin(floor)
+			// inverse softplus: dt + log(−expm1(−dt))
+			inv := dt.Add(dt.Neg().Exp().RSubScalar(1).Log())
+			m.DtProj.Bias.CopyFrom(inv)
+		})
 	})
-	aLog := torch.Arange(1, float64(c.DState)+1, 1, torch.Float32).Log().Unsqueeze(0).Repeat(e, 1).Contiguous()
+	aLog := torch.TidyTensor(func() *torch.Tensor {
+		return torch.Arange(1, float64(c.DState)+1, 1, torch.Float32).Log().Unsqueeze(0).Repeat(e, 1).Contiguous()
+	})
 	m.ALog = m.RegisterParam("A_log", aLog)
 	m.D = m.RegisterParam("D", torch.Ones([]int64{e}))
 	m.OutProj = nn.RegisterModule(&m.Base, "out_proj", nn.NewLinear(e, c.DModel, false))

@@ -169,7 +169,7 @@ func newCondEncoder(c GPTConfig) *CondEncoder {
 	tc := nn.DefaultTransformerConfig(d, c.Heads)
 	tc.DimFeedforward, tc.Dropout, tc.Activation, tc.BatchFirst, tc.NormFirst = c.FF, c.Dropout, "gelu", true, true
 	e.Layer = nn.RegisterModule(&e.Base, "layer", nn.NewTransformerEncoderLayer(tc))
-	e.Latents = e.RegisterParam("latents", torch.Randn([]int64{c.CondLatents, d}).MulScalar(0.02))
+	e.Latents = e.RegisterParam("latents", torch.Randn([]int64{c.CondLatents, d}).MulScalarIn(0.02))
 	e.Attn = nn.RegisterModule(&e.Base, "attn", nn.NewMultiheadAttention(d, c.Heads, 0, true))
 	e.Norm = nn.RegisterModule(&e.Base, "norm", nn.NewLayerNorm(d))
 	return e
@@ -266,8 +266,17 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 				nn.Normal(e.Weight, 0, 0.02)
 			}
 			if cfg.AlignedPositions {
-				g.TextPos.Weight.CopyFrom(alignedPositions(cfg.MaxText+2, d, 1))
-				g.AudioPos.Weight.CopyFrom(alignedPositions(cfg.MaxCodes+2, d, 1/cfg.TextRatio))
+				// Freed here, not left to the garbage collector: a table
+				// held until a later GC counted in the next peak measured.
+				for _, p := range []struct {
+					w    *torch.Tensor
+					n    int64
+					rate float64
+				}{{g.TextPos.Weight, cfg.MaxText + 2, 1}, {g.AudioPos.Weight, cfg.MaxCodes + 2, 1 / cfg.TextRatio}} {
+					t := alignedPositions(p.n, d, p.rate)
+					p.w.CopyFrom(t)
+					t.Free()
+				}
 			}
 			resid := 0.02 / math.Sqrt(2*float64(cfg.Layers))
 			for _, b := range g.Blocks.Items {
