@@ -66,11 +66,15 @@ func TestPretrainThenFineTune(t *testing.T) {
 	// the file it resumed from beside the run, 3× the model's size, as a
 	// run with --init kept its file).
 	st := ft
+	// The peaks are the process's: what earlier runs left to the garbage
+	// collector goes first.
 	st.Init, st.CheckpointDir, st.MaxSteps = "", filepath.Join(dir, "straight"), 3
+	torch.CollectGarbage()
 	straight, err := Train(ctx, st)
 	require.NoError(t, err)
 	rs := ft
 	rs.Init, rs.Resume, rs.MaxSteps = "", res.Checkpoint, 3
+	torch.CollectGarbage()
 	res, err = Train(ctx, rs)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Steps)
