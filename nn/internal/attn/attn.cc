@@ -721,3 +721,5 @@ TORCH_LIBRARY(torchfit_nn, m) {
       TORCH_FN(attention));
 }
 
+#include "parwidth.h"
+TF_PARALLEL_WIDTH(tf_attn_parallel_width)

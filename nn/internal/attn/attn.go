@@ -1,10 +1,13 @@
 package attn
 
 /*
-#cgo CXXFLAGS: -std=c++17 -O3 -fopenmp-simd -fPIC -Wno-deprecated-declarations -Wno-unused-parameter
+#cgo CXXFLAGS: -std=c++17 -O3 -fopenmp -fPIC -Wno-deprecated-declarations -Wno-unused-parameter
+#cgo CXXFLAGS: -I${SRCDIR}/../../../internal/parwidth
 #cgo CXXFLAGS: -I${SRCDIR}/../../../internal/philox
-#cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++
+#cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++ -fopenmp
 #include <stdlib.h>
+#include <stdint.h>
+int32_t tf_attn_parallel_width(void);
 */
 import "C"
 
@@ -92,3 +95,7 @@ func Check() (string, error) {
 	})
 	return schema, err
 }
+
+// parallelWidth is the number of threads at::parallel_for runs on in this
+// package's native code (parwidth.h; tested with parwidth.Check).
+func parallelWidth() int32 { return int32(C.tf_attn_parallel_width()) }

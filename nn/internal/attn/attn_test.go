@@ -343,3 +343,31 @@ func BenchmarkCore(b *testing.B) {
 		})
 	}
 }
+
+// Output, log-sum-exp and gradients do not depend on the number of
+// threads, bit for bit: forward splits over (batch, head, block of
+// queries) and backward over (batch, head), each task written by one
+// thread, and the dropout mask is a function of the element's index.
+// Until 2026-11-28 this package's parallel_for ran on one thread whatever
+// the count (see package parwidth), so the split was never exercised.
+func TestThreadsBitwise(t *testing.T) {
+	prev := torch.NumThreads()
+	defer torch.SetNumThreads(prev)
+	torch.ManualSeed(4)
+	for _, dt := range []torch.DType{torch.Float32, torch.BFloat16, torch.Float64} {
+		q, k, v, g, kpm, am := inputs(shape{2, 3, 150, 170, 16, 24}, dt)
+		o := Opts{Causal: true, CausalOffset: 20, KeyPaddingMask: kpm, AttnMask: am, Dropout: 0.2, Seed: 99}
+		var runs [][]*torch.Tensor
+		for _, n := range []int{1, 2, 3} {
+			torch.SetNumThreads(n)
+			out, lse := Attention(q, k, v, o)
+			runs = append(runs, append([]*torch.Tensor{out.Detach(), lse}, grads(out, g, q, k, v)...))
+			torch.ZeroGrad([]*torch.Tensor{q, k, v})
+		}
+		for i, n := range []int{2, 3} {
+			for j, name := range []string{"output", "log-sum-exp", "grad q", "grad k", "grad v"} {
+				require.True(t, runs[0][j].Equal(runs[i+1][j]), "%s %s: %d threads against 1", dt, name, n)
+			}
+		}
+	}
+}

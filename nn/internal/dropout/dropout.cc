@@ -254,3 +254,5 @@ TORCH_LIBRARY(torchfit_dropout, m) {
 
 TORCH_LIBRARY_IMPL(torchfit_dropout, CPU, m) { m.impl("apply", TORCH_FN(apply_cpu)); }
 
+#include "parwidth.h"
+TF_PARALLEL_WIDTH(tf_dropout_parallel_width)

@@ -1,9 +1,12 @@
 package dropout
 
 /*
-#cgo CXXFLAGS: -std=c++17 -O3 -fopenmp-simd -fPIC -Wno-deprecated-declarations -Wno-unused-parameter -I${SRCDIR}/../../../internal/philox
-#cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++
+#cgo CXXFLAGS: -std=c++17 -O3 -fopenmp -fPIC -Wno-deprecated-declarations -Wno-unused-parameter -I${SRCDIR}/../../../internal/philox
+#cgo CXXFLAGS: -I${SRCDIR}/../../../internal/parwidth
+#cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++ -fopenmp
 #include <stdlib.h>
+#include <stdint.h>
+int32_t tf_dropout_parallel_width(void);
 */
 import "C"
 
@@ -53,3 +56,7 @@ func Check() (string, error) {
 	})
 	return schema, err
 }
+
+// parallelWidth is the number of threads at::parallel_for runs on in this
+// package's native code (parwidth.h; tested with parwidth.Check).
+func parallelWidth() int32 { return int32(C.tf_dropout_parallel_width()) }

@@ -378,3 +378,26 @@ func TestSavedMemory(t *testing.T) {
 	require.Less(t, fusedExtra, int64(4096))
 	require.GreaterOrEqual(t, atenExtra, int64(n*4))
 }
+
+// The output does not depend on the number of threads, bit for bit, for
+// every dtype and a size that ends inside a Philox block: each task
+// writes its own Philox blocks. Until 2026-11-28 this package's
+// parallel_for ran on one thread whatever the count (see package
+// parwidth).
+func TestThreadsBitwise(t *testing.T) {
+	prev := torch.NumThreads()
+	defer torch.SetNumThreads(prev)
+	for _, dt := range []torch.DType{torch.Float32, torch.Float64, torch.BFloat16, torch.Float16} {
+		torch.Tidy(func() {
+			torch.ManualSeed(11)
+			x := torch.Randn([]int64{1_000_003}, dt)
+			var ys []*torch.Tensor
+			for _, n := range []int{1, 2, 3} {
+				torch.SetNumThreads(n)
+				ys = append(ys, apply(x, 77, 5, 0.3))
+			}
+			require.True(t, ys[0].Equal(ys[1]), "%s: 2 threads against 1", dt)
+			require.True(t, ys[0].Equal(ys[2]), "%s: 3 threads against 1", dt)
+		})
+	}
+}

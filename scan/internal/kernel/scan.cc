@@ -685,3 +685,6 @@ extern "C" {
 void tfs_free_error(tfs_err e) { std::free(e); }
 
 }  // extern "C"
+
+#include "parwidth.h"
+TF_PARALLEL_WIDTH(tf_scan_parallel_width)

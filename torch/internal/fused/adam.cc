@@ -335,3 +335,6 @@ int32_t tf_fused_isa(int32_t force) {
 }
 
 }  // extern "C"
+
+#include "parwidth.h"
+TF_PARALLEL_WIDTH(tf_fused_parallel_width)

@@ -6,13 +6,16 @@
 package fused
 
 /*
-#cgo CXXFLAGS: -std=c++17 -O3 -fPIC -Wno-deprecated-declarations -Wno-unused-parameter
+#cgo CXXFLAGS: -std=c++17 -O3 -fopenmp -fPIC -Wno-deprecated-declarations -Wno-unused-parameter
+#cgo CXXFLAGS: -I${SRCDIR}/../../../internal/parwidth
 #cgo CPPFLAGS: -I${SRCDIR}/../capi
-#cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++
+#cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++ -fopenmp
 #cgo nocallback tf_fused_adam
 #cgo nocallback tf_fused_isa
 #include <stdlib.h>
 #include "fused.h"
+#include <stdint.h>
+int32_t tf_fused_parallel_width(void);
 */
 import "C"
 
@@ -81,3 +84,7 @@ func ForceKernel(name string) error {
 	}
 	return fmt.Errorf("fused: no kernel %q (have %v)", name, isaNames)
 }
+
+// parallelWidth is the number of threads at::parallel_for runs on in this
+// package's native code (parwidth.h; tested with parwidth.Check).
+func parallelWidth() int32 { return int32(C.tf_fused_parallel_width()) }
