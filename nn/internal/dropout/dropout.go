@@ -1,6 +1,8 @@
 package dropout
 
 /*
+// -fopenmp: libtorch's at::parallel_for runs in parallel only in a file
+// compiled with it (package internal/parwidth).
 #cgo CXXFLAGS: -std=c++17 -O3 -fopenmp -fPIC -Wno-deprecated-declarations -Wno-unused-parameter -I${SRCDIR}/../../../internal/philox
 #cgo CXXFLAGS: -I${SRCDIR}/../../../internal/parwidth
 #cgo LDFLAGS: -Wl,--no-as-needed -ltorch -ltorch_cpu -lc10 -Wl,--as-needed -lstdc++ -fopenmp

@@ -6,6 +6,8 @@
 package fused
 
 /*
+// -fopenmp: libtorch's at::parallel_for runs in parallel only in a file
+// compiled with it (package internal/parwidth).
 #cgo CXXFLAGS: -std=c++17 -O3 -fopenmp -fPIC -Wno-deprecated-declarations -Wno-unused-parameter
 #cgo CXXFLAGS: -I${SRCDIR}/../../../internal/parwidth
 #cgo CPPFLAGS: -I${SRCDIR}/../capi
