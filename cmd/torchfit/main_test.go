@@ -364,6 +364,8 @@ func TestTranscribeInputs(t *testing.T) {
 	for k, f := range files {
 		require.True(t, strings.HasPrefix(lines[k], f+"\t"), lines[k])
 	}
+	// The peak on stderr, the one line there (stdout stays the transcripts).
+	require.Regexp(t, `^transcribed 8 files; peak memory [0-9.]+ MiB \(cpu\)\n$`, stderr.String())
 }
 
 // A command never writes over a file of another kind (issue 24, item 10):

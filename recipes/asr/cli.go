@@ -369,6 +369,9 @@ func transcribeCommand() *cli.Command {
 			if _, err := os.Stat(c.String("checkpoint")); err != nil {
 				return recipes.Usagef("--checkpoint: %v", err)
 			}
+			if err := torch.ResetPeakMemory(dev); err != nil {
+				return err
+			}
 			texts, err := TranscribeFiles(c.String("checkpoint"), c.Args().Slice(), dev)
 			var ae *audio.Error
 			if errors.As(err, &ae) {
@@ -380,6 +383,13 @@ func transcribeCommand() *cli.Command {
 			for k, t := range texts {
 				fmt.Printf("%s\t%s\n", c.Args().Get(k), t)
 			}
+			// On stderr, so that stdout stays one "file<TAB>text" line per file.
+			st, err := torch.MemoryStats(dev)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.ErrWriter, "transcribed %s; peak memory %s (%s)\n",
+				recipes.Plural(len(texts), "file"), torch.FormatBytes(st.PeakAllocated), dev)
 			return nil
 		},
 	}
