@@ -266,17 +266,10 @@ func NewGPT(cfg GPTConfig) (*GPT, error) {
 				nn.Normal(e.Weight, 0, 0.02)
 			}
 			if cfg.AlignedPositions {
-				// Freed here, not left to the garbage collector: a table
-				// held until a later GC counted in the next peak measured.
-				for _, p := range []struct {
-					w    *torch.Tensor
-					n    int64
-					rate float64
-				}{{g.TextPos.Weight, cfg.MaxText + 2, 1}, {g.AudioPos.Weight, cfg.MaxCodes + 2, 1 / cfg.TextRatio}} {
-					t := alignedPositions(p.n, d, p.rate)
-					p.w.CopyFrom(t)
-					t.Free()
-				}
+				torch.Tidy(func() { // the tables freed here, not by a later GC
+					g.TextPos.Weight.CopyFrom(alignedPositions(cfg.MaxText+2, d, 1))
+					g.AudioPos.Weight.CopyFrom(alignedPositions(cfg.MaxCodes+2, d, 1/cfg.TextRatio))
+				})
 			}
 			resid := 0.02 / math.Sqrt(2*float64(cfg.Layers))
 			for _, b := range g.Blocks.Items {
