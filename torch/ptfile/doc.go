@@ -5,6 +5,7 @@
 //
 //	err := ptfile.Save("model.pt", ptfile.NewDict("model", stateDict, "step", 100))
 //	v, err := ptfile.Load("model.pt") // *ptfile.Dict; ptfile.FreeAll(v) releases its tensors
+//	d, err := ptfile.LoadParts("ckpt.pt", "model") // the model part alone: no optimizer state read
 //	err = ptfile.SaveTensors("sd.pt", nn.StateDict(m)) // torch.save(m.state_dict(), "sd.pt")
 //	sd, err := ptfile.LoadTensors("sd.pt")             // a torch.StateDict; sd.Free() releases it
 //
@@ -59,7 +60,9 @@
 // is bounded. Storage bytes are read from the file straight into the
 // tensors' memory. Tensors that share a storage in the file (views) are
 // rebuilt over one storage with as_strided and share it after loading, as
-// in Python. Files of PyTorch 1.6 to 2.x load alike: records Load does not
+// in Python. Storages are read only after the whole pickle has been
+// checked, and LoadParts reads only those of the top-level parts asked for
+// (a checkpoint's model without its optimizer state). Files of PyTorch 1.6 to 2.x load alike: records Load does not
 // need (.format_version, .storage_alignment, .data/serialization_id) are
 // ignored, and a byteorder record must say little. Errors for bad input wrap ErrBadFile (ErrLegacyFormat for the
 // pre-1.6 format; ErrDType too for a tensor of a dtype torchfit does not

@@ -4,6 +4,8 @@ import (
 	"archive/zip"
 	"bytes"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -50,7 +52,7 @@ func dataPkl(file []byte) []byte {
 	return nil
 }
 
-// FuzzLoad feeds arbitrary bytes to LoadBytes, both as a whole file and as
+// FuzzLoad feeds arbitrary bytes to LoadBytes (and LoadParts), both as a whole file and as
 // the data.pkl of a well-formed zip: it must return a value or an error,
 // never panic, crash, or leak tensors. Loaded values must save again.
 func FuzzLoad(f *testing.F) {
@@ -73,9 +75,19 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("\x80\x02ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x10tQK\x01K\x03K\x02\x86K\x04K\x02\x86\x89}tR."))
 	f.Add([]byte("\x80\x02ccollections\nOrderedDict\n)R(X\x01\x00\x00\x00a]K\x01aX\x01\x00\x00\x00bG?\xf0\x00\x00\x00\x00\x00\x00u}X\x09\x00\x00\x00_metadata}sb."))
 
+	path := filepath.Join(f.TempDir(), "fuzz.pt")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		before := torch.LiveTensors()
 		for _, in := range [][]byte{data, fuzzZip(data)} {
+			// The same bytes read for two of their parts (LoadParts reads
+			// only those parts' storages: the rest must fail or be left
+			// alone as cleanly).
+			if err := os.WriteFile(path, in, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := ptfile.LoadParts(path, "w", "a"); err == nil {
+				ptfile.FreeAll(d)
+			}
 			v, err := ptfile.LoadBytes(in)
 			if err != nil {
 				continue

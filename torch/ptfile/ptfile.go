@@ -103,16 +103,47 @@ func Load(path string) (v any, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("ptfile.Load: %w", err)
 	}
-	v, err = decode(f, st.Size())
+	v, err = decode(f, st.Size(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("ptfile.Load %s: %w", path, err)
 	}
 	return v, nil
 }
 
+// LoadParts is Load for a file whose value is a dict of parts, such as a
+// training checkpoint ({"model": ..., "optimizer": ..., "step": ...}): it
+// returns the dict with only the entries whose keys are in parts, in file
+// order, and reads only their tensors' storages from the file — a part
+// not asked for is parsed (the pickle) but never allocated, and its
+// storage records are not read, so their checksums are not verified. A
+// storage shared by a part asked for and one not is read once. With the
+// model alone, loading a checkpoint for inference holds its weights, not
+// the optimizer's moments as well (what torch.load(path, mmap=True) avoids
+// in Python by mapping the file). A key not in the file is simply absent;
+// a file that is not a dict is ErrBadFile.
+func LoadParts(path string, parts ...string) (*Dict, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("ptfile.LoadParts: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("ptfile.LoadParts: %w", err)
+	}
+	if parts == nil {
+		parts = []string{}
+	}
+	v, err := decode(f, st.Size(), parts)
+	if err != nil {
+		return nil, fmt.Errorf("ptfile.LoadParts %s: %w", path, err)
+	}
+	return v.(*Dict), nil
+}
+
 // LoadBytes is Load reading from memory.
 func LoadBytes(data []byte) (any, error) {
-	v, err := decode(bytes.NewReader(data), int64(len(data)))
+	v, err := decode(bytes.NewReader(data), int64(len(data)), nil)
 	if err != nil {
 		return nil, fmt.Errorf("ptfile.LoadBytes: %w", err)
 	}
@@ -121,7 +152,7 @@ func LoadBytes(data []byte) (any, error) {
 
 // ReadFrom is Load reading from r, whose size is size.
 func ReadFrom(r io.ReaderAt, size int64) (any, error) {
-	v, err := decode(r, size)
+	v, err := decode(r, size, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ptfile.ReadFrom: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -38,6 +39,18 @@ type storageRef struct {
 	key   string
 	dtype torch.DType
 	numel int64
+}
+
+// lazyTensor is a tensor whose description the pickle gave and checked
+// against its storage's size, and whose storage is read only when the
+// result needs it (finish): a part of the file a caller did not ask for
+// (LoadParts) is never allocated.
+type lazyTensor struct {
+	s              *storageRef
+	off            int64
+	shape, strides []int64
+	numel          int64
+	grad           bool // requires_grad (applied to float dtypes)
 }
 
 // pyList is a list while it is being built (APPEND mutates it in place).
@@ -616,14 +629,12 @@ func (u *unpickler) reduce(fn, args any) (any, error) {
 		if len(a) < 2 {
 			return nil, badf("%v takes at least 2 arguments", g)
 		}
-		t, ok := a[0].(*torch.Tensor)
+		t, ok := a[0].(*lazyTensor)
 		if !ok {
 			return nil, badf("%v of %s", g, typeName(a[0]))
 		}
-		if grad, _ := a[1].(bool); grad && t.DType().IsFloat() {
-			if e := torch.Try(func() { t.SetRequiresGrad(true) }); e != nil {
-				return nil, badf("%v: %v", g, e)
-			}
+		if grad, _ := a[1].(bool); grad {
+			t.grad = true
 		}
 		return t, nil
 	case "torch.device":
@@ -650,8 +661,10 @@ func (u *unpickler) reduce(fn, args any) (any, error) {
 	return nil, badf("cannot call %v", g)
 }
 
-// finish turns in-construction lists into []any, refusing cycles.
-func finish(v any, depth int, active map[any]bool) (any, error) {
+// finish turns in-construction lists into []any, refusing cycles, and
+// reads the storages of the tensors in v (each once: a tensor the pickle
+// names twice is one *torch.Tensor in the result, as in Python).
+func (l *storageLoader) finish(v any, depth int, active map[any]bool) (any, error) {
 	if depth > maxDepth {
 		return nil, badf("containers nested deeper than %d", maxDepth)
 	}
@@ -665,7 +678,7 @@ func finish(v any, depth int, active map[any]bool) (any, error) {
 		out := make([]any, len(x.items))
 		for k, e := range x.items {
 			var err error
-			if out[k], err = finish(e, depth+1, active); err != nil {
+			if out[k], err = l.finish(e, depth+1, active); err != nil {
 				return nil, err
 			}
 		}
@@ -674,7 +687,7 @@ func finish(v any, depth int, active map[any]bool) (any, error) {
 		out := make(Tuple, len(x))
 		for k, e := range x {
 			var err error
-			if out[k], err = finish(e, depth+1, active); err != nil {
+			if out[k], err = l.finish(e, depth+1, active); err != nil {
 				return nil, err
 			}
 		}
@@ -687,12 +700,12 @@ func finish(v any, depth int, active map[any]bool) (any, error) {
 		defer delete(active, x)
 		for k := range x.Entries {
 			var err error
-			if x.Entries[k].Value, err = finish(x.Entries[k].Value, depth+1, active); err != nil {
+			if x.Entries[k].Value, err = l.finish(x.Entries[k].Value, depth+1, active); err != nil {
 				return nil, err
 			}
 		}
 		if x.Attrs != nil {
-			a, err := finish(x.Attrs, depth+1, active)
+			a, err := l.finish(x.Attrs, depth+1, active)
 			if err != nil {
 				return nil, err
 			}
@@ -706,6 +719,8 @@ func finish(v any, depth int, active map[any]bool) (any, error) {
 		return nil, badf("the file holds the Python object %v, which torchfit does not load", x)
 	case *storageRef:
 		return nil, badf("a bare storage (not inside a tensor) is not supported")
+	case *lazyTensor:
+		return l.make(x)
 	}
 	return v, nil
 }
@@ -716,6 +731,7 @@ type storageLoader struct {
 	prefix   string
 	size     int64 // the file's size (records can't be larger)
 	storages map[string]*torch.Tensor
+	made     map[*lazyTensor]*torch.Tensor
 	created  []*torch.Tensor // results (freed on error)
 }
 
@@ -828,30 +844,41 @@ func (l *storageLoader) tensor(storage, offset, size, stride any, grad bool) (an
 		return nil, badf("tensor of size %v, stride %v, offset %d needs %d elements; storage %q has %d",
 			shape, strides, off, extent+1, s.key, s.numel)
 	}
-	st, err := l.storage(s)
+	return &lazyTensor{s: s, off: off, shape: shape, strides: strides, numel: numel, grad: grad}, nil
+}
+
+// make reads lt's storage (once per storage) and returns lt as a view of
+// it, as Python's _rebuild_tensor_v2 makes.
+func (l *storageLoader) make(lt *lazyTensor) (*torch.Tensor, error) {
+	if t, ok := l.made[lt]; ok {
+		return t, nil
+	}
+	st, err := l.storage(lt.s)
 	if err != nil {
 		return nil, err
 	}
 	var t *torch.Tensor
 	if e := torch.Try(func() {
-		if numel == 0 {
-			t = torch.Empty(shape, s.dtype)
+		if lt.numel == 0 {
+			t = torch.Empty(lt.shape, lt.s.dtype)
 		} else {
-			// A view of the storage, as Python's _rebuild_tensor_v2 makes.
-			t = torch.CallOp("aten::as_strided", "", st, shape, strides, off)[0].(*torch.Tensor)
+			t = torch.CallOp("aten::as_strided", "", st, lt.shape, lt.strides, lt.off)[0].(*torch.Tensor)
 		}
-		if grad && s.dtype.IsFloat() {
+		if lt.grad && lt.s.dtype.IsFloat() {
 			t.SetRequiresGrad(true)
 		}
 	}); e != nil {
 		return nil, fmt.Errorf("tensor: %w", e)
 	}
 	l.created = append(l.created, t)
+	l.made[lt] = t
 	return t, nil
 }
 
-// decode reads a torch.save zip file.
-func decode(r io.ReaderAt, size int64) (result any, err error) {
+// decode reads a torch.save zip file: all of it when parts is nil, else
+// only the top-level dict's entries whose keys are in parts (their tensors'
+// storages alone are read).
+func decode(r io.ReaderAt, size int64, parts []string) (result any, err error) {
 	if size == 0 {
 		return nil, badf("file is empty")
 	}
@@ -897,7 +924,7 @@ func decode(r io.ReaderAt, size int64) (result any, err error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &storageLoader{files: files, prefix: prefix, size: size, storages: map[string]*torch.Tensor{}}
+	l := &storageLoader{files: files, prefix: prefix, size: size, storages: map[string]*torch.Tensor{}, made: map[*lazyTensor]*torch.Tensor{}}
 	defer func() {
 		for _, t := range l.storages {
 			t.Free() // views keep what they use alive
@@ -913,7 +940,21 @@ func decode(r io.ReaderAt, size int64) (result any, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return finish(v, 0, map[any]bool{})
+	if parts != nil {
+		d, ok := v.(*Dict)
+		if !ok {
+			return nil, badf("the file holds %s, not a dict of parts", typeName(v))
+		}
+		kept := d.Entries[:0]
+		for _, e := range d.Entries {
+			if k, ok := e.Key.(string); ok && slices.Contains(parts, k) {
+				kept = append(kept, e)
+			}
+		}
+		clear(d.Entries[len(kept):]) // what was left out is garbage, never read
+		d.Entries = kept
+	}
+	return l.finish(v, 0, map[any]bool{})
 }
 
 // readSmall reads a whole record of at most max bytes.

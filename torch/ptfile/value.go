@@ -167,7 +167,7 @@ func typeName(v any) string {
 	switch v.(type) {
 	case nil:
 		return "None"
-	case *torch.Tensor:
+	case *torch.Tensor, *lazyTensor:
 		return "a tensor"
 	case *Dict:
 		return "a dict"
