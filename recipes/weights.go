@@ -1,6 +1,7 @@
 package recipes
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/torchfit/torchfit/torch"
@@ -14,14 +15,25 @@ import (
 // (safetensors.IsFile), so a safetensors file under another name works too.
 
 // LoadWeights reads a weights file as ptfile.Load reads a torch.save file
-// (its value; ptfile.FreeAll releases its tensors). A safetensors file is
+// (its value; ptfile.FreeAll releases its tensors), except that a dict
+// with a "model" or "state_dict" part (a training checkpoint) is read as
+// those parts and "meta" only (ptfile.LoadParts): its optimizer state is
+// never allocated. A safetensors file is
 // read as the ordered state dict it holds; when it has metadata, as
 // {"model": state dict, "meta": metadata}, the layout of a torchfit
 // checkpoint, so a checkpoint's description saved as metadata is read as
 // one.
 func LoadWeights(path string) (any, error) {
 	if !safetensors.IsFile(path) {
-		return ptfile.Load(path)
+		parts := []string{"model", "state_dict", "meta"}
+		d, keys, err := ptfile.LoadParts(path, parts...)
+		if err != nil || !slices.ContainsFunc(keys, func(k any) bool { return k == "model" || k == "state_dict" }) {
+			if d != nil {
+				ptfile.FreeAll(d)
+			}
+			return ptfile.Load(path) // a state dict, a tensor, or the file's error
+		}
+		return d, nil
 	}
 	f, err := safetensors.Load(path)
 	if err != nil {

@@ -513,18 +513,14 @@ func nameList(names []string) string {
 // runIDOf returns the run id stored in a checkpoint ("" when there is
 // none or the file does not load).
 func runIDOf(path string) string {
-	v, err := ptfile.Load(path)
+	d, _, err := ptfile.LoadParts(path, "run_id") // a string: no tensor is read
 	if err != nil {
 		return ""
 	}
-	defer ptfile.FreeAll(v)
-	if d, ok := v.(*ptfile.Dict); ok {
-		if id, ok := d.Get("run_id"); ok {
-			s, _ := id.(string)
-			return s
-		}
-	}
-	return ""
+	defer ptfile.FreeAll(d)
+	id, _ := d.Get("run_id")
+	s, _ := id.(string)
+	return s
 }
 
 // removeOrphanTemps deletes the temporary files of checkpoint writes that

@@ -423,7 +423,7 @@ const (
 // description and weights, checked against each other. free releases the
 // weights.
 func readCheckpoint(path string) (meta modelMeta, weights torch.StateDict, free func(), err error) {
-	f, err := ckpt.Read(path)
+	f, err := ckpt.ReadParts(path, "meta", "model") // not the optimizer's state
 	if err != nil {
 		var ce *ckpt.Error
 		if errors.Is(err, torch.ErrOutOfMemory) || !errors.As(err, &ce) {

@@ -12,6 +12,7 @@ import (
 	"github.com/torchfit/torchfit/audio"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/train/ckpt"
 )
 
 // sox runs sox, failing the test on error.
@@ -181,4 +182,45 @@ func TestTranscribeLongAudioBoundedMemory(t *testing.T) {
 	}
 	p1, p4 := peak(1), peak(4)
 	require.InEpsilon(t, float64(p1), float64(p4), 0.02, "peak for 4 min %d vs 1 min %d", p4, p1)
+}
+
+// TestTranscribeFromTrainingCheckpoint: a training checkpoint (the
+// weights, AdamW's two moments beside them, the loop's parts) transcribes
+// at the peak of a file of the weights alone, to the byte: the optimizer's
+// state is never read (ckpt.ReadParts).
+func TestTranscribeFromTrainingCheckpoint(t *testing.T) {
+	m := tinyASR(t)
+	defer nn.Free(m)
+	dir := t.TempDir()
+	weights := filepath.Join(dir, "weights.pt")
+	require.NoError(t, SaveModel(weights, m, "tiny"))
+	opt := nn.NewAdamW(nn.Parameters(m), nn.AdamWDefaults(1e-3))
+	defer opt.Free()
+	for _, p := range nn.Parameters(m) {
+		p.T.SetGrad(torch.ZerosLike(p.T))
+	}
+	opt.Step()
+	w := ckpt.NewWriter()
+	w.Module("model", m)
+	w.Optimizer("optimizer", opt)
+	w.Int("step", 1)
+	w.RNG()
+	w.Meta(metaDict("tiny", m.Cfg, m.Vocab))
+	training := filepath.Join(dir, "checkpoint_step_000001.pt")
+	require.NoError(t, w.Save(training))
+
+	wav := filepath.Join(dir, "pink.wav")
+	sox(t, "-n", "-r", "16000", "-c", "1", "-b", "16", wav, "synth", "5", "pinknoise", "vol", "0.3")
+	run := func(path string) (string, int64) {
+		torch.CollectGarbage()
+		base := torch.MustMemoryStats(torch.CPU).Allocated
+		require.NoError(t, torch.ResetPeakMemory(torch.CPU))
+		texts, err := TranscribeFiles(path, []string{wav}, torch.CPU)
+		require.NoError(t, err)
+		return texts[0], torch.MustMemoryStats(torch.CPU).PeakAllocated - base
+	}
+	text, peak := run(weights)
+	text2, peak2 := run(training)
+	require.Equal(t, text, text2)
+	require.Equal(t, peak, peak2, "the training checkpoint's peak above the weights file's")
 }

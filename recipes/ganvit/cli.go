@@ -268,7 +268,7 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 // classifier once the file has one (the spectrogram shape is checked
 // where the data is read).
 func checkResumed(c *cli.Context, run *recipes.Run, path string) error {
-	f, err := ckpt.Read(path)
+	f, err := ckpt.ReadParts(path, "meta") // no tensor: the resume reads the file again
 	if err != nil {
 		return checkpointError(path, err)
 	}

@@ -131,7 +131,7 @@ func evaluate(ctx context.Context, cfg EvalConfig) (EvalResult, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	f, err := ckpt.Read(cfg.Checkpoint)
+	f, err := ckpt.ReadParts(cfg.Checkpoint, "meta", "classifier", "generator") // not the optimizers' state
 	if err != nil {
 		return res, err
 	}
@@ -159,7 +159,7 @@ func evaluate(ctx context.Context, cfg EvalConfig) (EvalResult, error) {
 	var jf *ckpt.File
 	var jm Meta
 	if cfg.Classifier != "" {
-		if jf, err = ckpt.Read(cfg.Classifier); err != nil {
+		if jf, err = ckpt.ReadParts(cfg.Classifier, "meta", "classifier"); err != nil {
 			return res, err
 		}
 		defer jf.Free()

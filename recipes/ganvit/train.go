@@ -376,7 +376,7 @@ func (r *run) loadData(ctx context.Context) error {
 		r.meta.Norm = NormOf(r.train)
 	}
 	if cfg.GANCheckpoint != "" && r.resume == nil {
-		f, err := ckpt.Read(cfg.GANCheckpoint)
+		f, err := ckpt.ReadParts(cfg.GANCheckpoint, "meta")
 		if err != nil {
 			return err
 		}
@@ -433,7 +433,7 @@ func (r *run) build() error {
 	}
 	src := r.resume
 	if src == nil && cfg.GANCheckpoint != "" {
-		f, err := ckpt.Read(cfg.GANCheckpoint)
+		f, err := ckpt.ReadParts(cfg.GANCheckpoint, "generator", "discriminator") // not the optimizers' state
 		if err != nil {
 			return err
 		}

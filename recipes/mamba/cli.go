@@ -474,7 +474,7 @@ func estimateCommand() *cli.Command {
 // checkResumed refuses model settings of a resumed command that the
 // checkpoint's model contradicts (the model comes from the checkpoint).
 func checkResumed(c *cli.Context, run *recipes.Run, path string) error {
-	f, err := ckpt.Read(path)
+	f, err := ckpt.ReadParts(path, "meta") // no tensor: the resume reads the file again
 	if err != nil {
 		return checkpointError(path, err)
 	}

@@ -79,7 +79,7 @@ func evalWindows(m *LM, w windows, batch int, dev torch.Device, p amp.Precision)
 
 // LoadLM rebuilds the model of a checkpoint with its weights (eval mode).
 func LoadLM(path string, dev torch.Device) (*LM, modelMeta, error) {
-	f, err := ckpt.Read(path)
+	f, err := ckpt.ReadParts(path, "meta", "model") // not the optimizer's state
 	if err != nil {
 		return nil, modelMeta{}, err
 	}

@@ -174,7 +174,7 @@ func readMeta(path, kind string) (modelMeta, error) {
 // weights. Running out of memory while reading is loadOOM's error, not
 // the file's.
 func readCheckpoint(path, kind string) (meta modelMeta, weights torch.StateDict, free func(), err error) {
-	f, err := ckpt.Read(path)
+	f, err := ckpt.ReadParts(path, "meta", "model") // not the optimizer's state
 	if err != nil {
 		var ce *ckpt.Error
 		if errors.Is(err, torch.ErrOutOfMemory) {

@@ -85,7 +85,7 @@ func FuzzLoad(f *testing.F) {
 			if err := os.WriteFile(path, in, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if d, err := ptfile.LoadParts(path, "w", "a"); err == nil {
+			if d, _, err := ptfile.LoadParts(path, "w", "a"); err == nil {
 				ptfile.FreeAll(d)
 			}
 			v, err := ptfile.LoadBytes(in)

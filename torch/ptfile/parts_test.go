@@ -58,7 +58,12 @@ func TestLoadParts(t *testing.T) {
 		ptfile.FreeAll(alone)
 		whole, wholeHeld, _ := allocatedBy(t, func() any { v, err := ptfile.Load(ck); require.NoError(t, err); return v })
 		ptfile.FreeAll(whole)
-		d, held, transient := allocatedBy(t, func() any { d, err := ptfile.LoadParts(ck, "model"); require.NoError(t, err); return d })
+		d, held, transient := allocatedBy(t, func() any {
+			d, keys, err := ptfile.LoadParts(ck, "model")
+			require.NoError(t, err)
+			require.Equal(t, []any{"model", "optimizer", "shared", "same", "step"}, keys)
+			return d
+		})
 		defer ptfile.FreeAll(d)
 
 		require.Equal(t, aloneHeld, held)
@@ -73,7 +78,7 @@ func TestLoadParts(t *testing.T) {
 	})
 
 	t.Run("a storage two parts share is read once", func(t *testing.T) {
-		d, err := ptfile.LoadParts(ck, "shared", "model")
+		d, _, err := ptfile.LoadParts(ck, "shared", "model")
 		require.NoError(t, err)
 		defer ptfile.FreeAll(d)
 		require.Equal(t, []any{"model", "shared"}, d.Keys(), "file order")
@@ -83,7 +88,7 @@ func TestLoadParts(t *testing.T) {
 	})
 
 	t.Run("a tensor named twice is one tensor", func(t *testing.T) {
-		d, err := ptfile.LoadParts(ck, "same", "step")
+		d, _, err := ptfile.LoadParts(ck, "same", "step")
 		require.NoError(t, err)
 		defer ptfile.FreeAll(d)
 		same, _ := d.Get("same")
@@ -94,7 +99,7 @@ func TestLoadParts(t *testing.T) {
 	})
 
 	t.Run("every part is Load", func(t *testing.T) {
-		d, err := ptfile.LoadParts(ck, "model", "optimizer", "shared", "same", "step")
+		d, _, err := ptfile.LoadParts(ck, "model", "optimizer", "shared", "same", "step")
 		require.NoError(t, err)
 		defer ptfile.FreeAll(d)
 		require.Len(t, d.Entries, len(want))
@@ -106,9 +111,10 @@ func TestLoadParts(t *testing.T) {
 	t.Run("a part the file lacks is absent", func(t *testing.T) {
 		for _, parts := range [][]string{{"nope"}, nil} {
 			_, held, _ := allocatedBy(t, func() any {
-				d, err := ptfile.LoadParts(ck, parts...)
+				d, keys, err := ptfile.LoadParts(ck, parts...)
 				require.NoError(t, err)
 				require.Zero(t, d.Len())
+				require.Len(t, keys, 5)
 				return d
 			})
 			require.Zero(t, held)
@@ -116,7 +122,7 @@ func TestLoadParts(t *testing.T) {
 	})
 
 	t.Run("a file that is not a dict", func(t *testing.T) {
-		_, err := ptfile.LoadParts(filepath.Join(dir, "tensor.pt"), "model")
+		_, _, err := ptfile.LoadParts(filepath.Join(dir, "tensor.pt"), "model")
 		require.ErrorIs(t, err, ptfile.ErrBadFile)
 	})
 }

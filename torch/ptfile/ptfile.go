@@ -103,7 +103,7 @@ func Load(path string) (v any, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("ptfile.Load: %w", err)
 	}
-	v, err = decode(f, st.Size(), nil)
+	v, _, err = decode(f, st.Size(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("ptfile.Load %s: %w", path, err)
 	}
@@ -119,31 +119,32 @@ func Load(path string) (v any, err error) {
 // storage shared by a part asked for and one not is read once. With the
 // model alone, loading a checkpoint for inference holds its weights, not
 // the optimizer's moments as well (what torch.load(path, mmap=True) avoids
-// in Python by mapping the file). A key not in the file is simply absent;
+// in Python by mapping the file). keys are all the dict's keys, in file
+// order, those not read included. A part the file lacks is absent from d;
 // a file that is not a dict is ErrBadFile.
-func LoadParts(path string, parts ...string) (*Dict, error) {
+func LoadParts(path string, parts ...string) (d *Dict, keys []any, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("ptfile.LoadParts: %w", err)
+		return nil, nil, fmt.Errorf("ptfile.LoadParts: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("ptfile.LoadParts: %w", err)
+		return nil, nil, fmt.Errorf("ptfile.LoadParts: %w", err)
 	}
 	if parts == nil {
 		parts = []string{}
 	}
-	v, err := decode(f, st.Size(), parts)
+	v, keys, err := decode(f, st.Size(), parts)
 	if err != nil {
-		return nil, fmt.Errorf("ptfile.LoadParts %s: %w", path, err)
+		return nil, nil, fmt.Errorf("ptfile.LoadParts %s: %w", path, err)
 	}
-	return v.(*Dict), nil
+	return v.(*Dict), keys, nil
 }
 
 // LoadBytes is Load reading from memory.
 func LoadBytes(data []byte) (any, error) {
-	v, err := decode(bytes.NewReader(data), int64(len(data)), nil)
+	v, _, err := decode(bytes.NewReader(data), int64(len(data)), nil)
 	if err != nil {
 		return nil, fmt.Errorf("ptfile.LoadBytes: %w", err)
 	}
@@ -152,7 +153,7 @@ func LoadBytes(data []byte) (any, error) {
 
 // ReadFrom is Load reading from r, whose size is size.
 func ReadFrom(r io.ReaderAt, size int64) (any, error) {
-	v, err := decode(r, size, nil)
+	v, _, err := decode(r, size, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ptfile.ReadFrom: %w", err)
 	}

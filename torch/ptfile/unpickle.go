@@ -877,23 +877,23 @@ func (l *storageLoader) make(lt *lazyTensor) (*torch.Tensor, error) {
 
 // decode reads a torch.save zip file: all of it when parts is nil, else
 // only the top-level dict's entries whose keys are in parts (their tensors'
-// storages alone are read).
-func decode(r io.ReaderAt, size int64, parts []string) (result any, err error) {
+// storages alone are read), and then keys are the dict's keys, every one.
+func decode(r io.ReaderAt, size int64, parts []string) (result any, keys []any, err error) {
 	if size == 0 {
-		return nil, badf("file is empty")
+		return nil, nil, badf("file is empty")
 	}
 	var head [4]byte
 	if n, _ := r.ReadAt(head[:], 0); n >= 2 && head[0] == 0x80 && head[1] <= 5 {
-		return nil, ErrLegacyFormat
+		return nil, nil, ErrLegacyFormat
 	} else if n >= 1 && n < 4 {
-		return nil, badf("file is %d bytes long", size)
+		return nil, nil, badf("file is %d bytes long", size)
 	}
 	if n, _ := r.ReadAt(head[:], 0); n == 4 && string(head[:]) != "PK\x03\x04" && string(head[:]) != "PK\x05\x06" {
-		return nil, badf("not a zip file (torch.save files are zip archives)")
+		return nil, nil, badf("not a zip file (torch.save files are zip archives)")
 	}
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
-		return nil, badf("%v", err)
+		return nil, nil, badf("%v", err)
 	}
 	files := make(map[string]*zip.File, len(zr.File))
 	var pkl *zip.File
@@ -907,22 +907,22 @@ func decode(r io.ReaderAt, size int64, parts []string) (result any, err error) {
 	}
 	if pkl == nil {
 		if _, ok := files["constants.pkl"]; ok || len(zr.File) > 0 && strings.HasSuffix(zr.File[0].Name, "constants.pkl") {
-			return nil, badf("this is a TorchScript archive (torch.jit.save / C++ torch::save), not torch.save")
+			return nil, nil, badf("this is a TorchScript archive (torch.jit.save / C++ torch::save), not torch.save")
 		}
-		return nil, badf("the zip has no <archive>/data.pkl record")
+		return nil, nil, badf("the zip has no <archive>/data.pkl record")
 	}
 	if f, ok := files[prefix+"byteorder"]; ok {
 		b, err := readSmall(f, 16)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if string(b) != "little" {
-			return nil, badf("byte order %q is not supported", b)
+			return nil, nil, badf("byte order %q is not supported", b)
 		}
 	}
 	data, err := readSmall(pkl, maxPickle)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	l := &storageLoader{files: files, prefix: prefix, size: size, storages: map[string]*torch.Tensor{}, made: map[*lazyTensor]*torch.Tensor{}}
 	defer func() {
@@ -938,15 +938,16 @@ func decode(r io.ReaderAt, size int64, parts []string) (result any, err error) {
 	u := &unpickler{data: data, memo: map[uint32]any{}, dicts: map[*Dict]map[any]int{}, loader: l}
 	v, err := u.run()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if parts != nil {
 		d, ok := v.(*Dict)
 		if !ok {
-			return nil, badf("the file holds %s, not a dict of parts", typeName(v))
+			return nil, nil, badf("the file holds %s, not a dict of parts", typeName(v))
 		}
 		kept := d.Entries[:0]
 		for _, e := range d.Entries {
+			keys = append(keys, e.Key)
 			if k, ok := e.Key.(string); ok && slices.Contains(parts, k) {
 				kept = append(kept, e)
 			}
@@ -954,7 +955,8 @@ func decode(r io.ReaderAt, size int64, parts []string) (result any, err error) {
 		clear(d.Entries[len(kept):]) // what was left out is garbage, never read
 		d.Entries = kept
 	}
-	return l.finish(v, 0, map[any]bool{})
+	result, err = l.finish(v, 0, map[any]bool{})
+	return result, keys, err
 }
 
 // readSmall reads a whole record of at most max bytes.

@@ -44,6 +44,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -178,14 +179,42 @@ func (w *Writer) Save(path string) error {
 
 // File is a checkpoint read into memory. Free it when done.
 type File struct {
-	Path string
-	d    *ptfile.Dict
-	root any
+	Path  string
+	d     *ptfile.Dict
+	root  any
+	parts []string // what ReadParts read; nil: every part
+	keys  []any    // the file's parts, read or not (ReadParts)
 }
 
-// Read loads a checkpoint file.
-func Read(path string) (*File, error) {
-	v, err := ptfile.Load(path)
+// Read loads a checkpoint file, every part: what resuming a run needs.
+func Read(path string) (*File, error) { return read(path, nil) }
+
+// ReadParts loads only the named parts of a checkpoint, and only their
+// tensors' storages (ptfile.LoadParts): ReadParts(path, "meta", "model")
+// is what inference needs, without the optimizer's moments, which for
+// AdamW are twice the weights' bytes and would otherwise be held while the
+// model is built. Has reports every part of the file, read or not; asking
+// for the contents of a part that was not named is a bug in the caller
+// and panics.
+func ReadParts(path string, parts ...string) (*File, error) {
+	if parts == nil {
+		parts = []string{}
+	}
+	return read(path, parts)
+}
+
+func read(path string, parts []string) (*File, error) {
+	var v any
+	var keys []any
+	var err error
+	if parts == nil {
+		v, err = ptfile.Load(path)
+	} else {
+		var d *ptfile.Dict
+		if d, keys, err = ptfile.LoadParts(path, parts...); err == nil {
+			v = d
+		}
+	}
 	if errors.Is(err, torch.ErrOutOfMemory) {
 		// Not the file's fault: the memory (or the cap) is too small.
 		return nil, fmt.Errorf("checkpoint %s: loading: %w", path, err)
@@ -198,7 +227,15 @@ func Read(path string) (*File, error) {
 		ptfile.FreeAll(v)
 		return nil, &Error{Path: path, Err: fmt.Errorf("not a torchfit checkpoint (a %T, not a dict)", v)}
 	}
-	return &File{Path: path, d: d, root: v}, nil
+	return &File{Path: path, d: d, root: v, parts: parts, keys: keys}, nil
+}
+
+// get returns part key, panicking when ReadParts did not read it.
+func (f *File) get(key string) (any, bool) {
+	if f.parts != nil && !slices.Contains(f.parts, key) {
+		panic(fmt.Sprintf("ckpt: part %q of %s asked for, but the file was read with parts %q", key, f.Path, f.parts))
+	}
+	return f.d.Get(key)
 }
 
 // Free releases the file's tensors.
@@ -213,13 +250,19 @@ func (f *File) fail(format string, args ...any) error {
 	return &Error{Path: f.Path, Err: fmt.Errorf(format, args...)}
 }
 
-// Has reports whether the file has a part.
-func (f *File) Has(key string) bool { _, ok := f.d.Get(key); return ok }
+// Has reports whether the file has a part (read by ReadParts or not).
+func (f *File) Has(key string) bool {
+	if f.parts != nil {
+		return slices.Contains(f.keys, any(key))
+	}
+	_, ok := f.d.Get(key)
+	return ok
+}
 
 // Tensors returns a dict part's tensors, in file order. They are the
 // file's: File.Free releases them.
 func (f *File) Tensors(key string) (torch.StateDict, error) {
-	x, ok := f.d.Get(key)
+	x, ok := f.get(key)
 	if !ok {
 		return nil, f.fail("no %q entry", key)
 	}
@@ -288,7 +331,7 @@ func (f *File) Module(key string, m nn.Module) error {
 // PyTorch's state_dict() layout or torchfit's flat one (files written
 // before PyTorch's); free releases what it made.
 func (f *File) optimizerState(key string, o nn.Optimizer) (sd map[string]*torch.Tensor, free func(), err error) {
-	x, ok := f.d.Get(key)
+	x, ok := f.get(key)
 	if !ok {
 		return nil, nil, f.fail("no %q entry", key)
 	}
@@ -357,7 +400,7 @@ func (f *File) Schedule(key string, s *nn.Schedule) error {
 	if s == nil || !f.Has(key) {
 		return nil
 	}
-	x, _ := f.d.Get(key)
+	x, _ := f.get(key)
 	if d, ok := x.(*ptfile.Dict); ok {
 		if _, torchLayout := d.Get("base_lrs"); torchLayout {
 			last, base, err := scheduleFromPyTorch(d)
@@ -385,7 +428,7 @@ func (f *File) Schedule(key string, s *nn.Schedule) error {
 // or torchfit's older layout (scale, growth_tracker, enabled). s keeps
 // its own growth factor, backoff factor and interval.
 func (f *File) Scaler(key string, s *amp.GradScaler) error {
-	x, ok := f.d.Get(key)
+	x, ok := f.get(key)
 	if !ok {
 		return nil
 	}
@@ -411,7 +454,8 @@ func (f *File) Scaler(key string, s *amp.GradScaler) error {
 
 // RNG restores the CPU generator from rng_state, when present.
 func (f *File) RNG() error {
-	rng := f.d.Tensor("rng_state")
+	x, _ := f.get("rng_state")
+	rng, _ := x.(*torch.Tensor)
 	if rng == nil {
 		return nil
 	}
@@ -423,7 +467,7 @@ func (f *File) RNG() error {
 
 // Int returns an integer part.
 func (f *File) Int(key string) (int, error) {
-	x, ok := f.d.Get(key)
+	x, ok := f.get(key)
 	if !ok {
 		return 0, f.fail("no %q entry", key)
 	}
@@ -438,7 +482,7 @@ func (f *File) Int(key string) (int, error) {
 
 // Loader returns the loader position.
 func (f *File) Loader() (data.State, error) {
-	x, _ := f.d.Get("loader")
+	x, _ := f.get("loader")
 	d, ok := x.(*ptfile.Dict)
 	if !ok {
 		return data.State{}, f.fail("no loader position")
@@ -457,7 +501,7 @@ func (f *File) Loader() (data.State, error) {
 // Meta returns the recipe's plain values, a copy that outlives the file
 // (tensors are dropped), or nil.
 func (f *File) Meta() *ptfile.Dict {
-	m, ok := f.d.Get("meta")
+	m, ok := f.get("meta")
 	if !ok {
 		return nil
 	}
@@ -470,14 +514,14 @@ func (f *File) Meta() *ptfile.Dict {
 
 // Run returns the run that wrote the file and its checkpoints then.
 func (f *File) Run() (id string, files []string, err error) {
-	x, ok := f.d.Get("run_id")
+	x, ok := f.get("run_id")
 	if !ok {
 		return "", nil, nil
 	}
 	if id, ok = x.(string); !ok {
 		return "", nil, f.fail("run_id is a %T, not a string", x)
 	}
-	if x, ok := f.d.Get("run_checkpoints"); ok {
+	if x, ok := f.get("run_checkpoints"); ok {
 		list, ok := x.([]any)
 		if !ok {
 			return "", nil, f.fail("run_checkpoints is a %T, not a list", x)

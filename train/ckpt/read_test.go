@@ -37,3 +37,69 @@ func TestReadOutOfMemoryIsNotABadFile(t *testing.T) {
 	require.NoError(t, err)
 	f.Free()
 }
+
+// TestReadParts: an inference load of a training checkpoint (its model
+// and meta) holds the model's weights and nothing of the optimizer's
+// moments — exactly the weights' bytes, no transient above them — so a
+// checkpoint whose whole does not fit under a memory cap still loads its
+// model under it.
+func TestReadParts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.pt")
+	m := nn.NewLinear(256, 256, true)
+	defer nn.Free(m)
+	opt := nn.NewAdamW(nn.Parameters(m), nn.AdamWDefaults(1e-3))
+	defer opt.Free()
+	torch.Tidy(func() {
+		m.Forward(torch.Ones([]int64{4, 256})).Sum().Backward()
+	})
+	opt.Step()
+	w := ckpt.NewWriter()
+	w.Module("model", m)
+	w.Optimizer("optimizer", opt)
+	w.Int("step", 1)
+	w.Meta(nil)
+	require.NoError(t, w.Save(path))
+	weights := int64(256*256+256) * 4
+
+	torch.CollectGarbage()
+	base := torch.MustMemoryStats(torch.CPU).Allocated
+	require.NoError(t, torch.ResetPeakMemory(torch.CPU))
+	f, err := ckpt.ReadParts(path, "meta", "model")
+	require.NoError(t, err)
+	s := torch.MustMemoryStats(torch.CPU)
+	require.Equal(t, weights, s.Allocated-base, "the weights alone")
+	require.Equal(t, weights, s.PeakAllocated-base, "no transient")
+
+	back := nn.NewLinear(256, 256, true)
+	defer nn.Free(back)
+	require.NoError(t, f.Module("model", back))
+	for k, p := range nn.StateDict(back) {
+		require.Equal(t, nn.StateDict(m)[k].T.Float32s(), p.T.Float32s(), p.Name)
+	}
+	require.NotNil(t, f.Meta())
+	require.True(t, f.Has("model"))
+	require.True(t, f.Has("optimizer"), "in the file, not read")
+	require.Panics(t, func() { _, _ = f.Int("step") }, "a part not read")
+	require.Panics(t, func() { _ = f.Optimizer("optimizer", opt) }, "a part not read")
+	f.Free()
+
+	// Under a cap of the weights and 64 KiB, the whole file (weights and
+	// AdamW's two moments) is out of memory; its model part is not.
+	torch.CollectGarbage()
+	now := torch.MustMemoryStats(torch.CPU).Allocated
+	require.NoError(t, torch.SetMemoryLimit(torch.CPU, now+weights+(64<<10)))
+	defer func() { require.NoError(t, torch.SetMemoryLimit(torch.CPU, 0)) }()
+	f, err = ckpt.Read(path)
+	if err == nil {
+		f.Free()
+	}
+	require.ErrorIs(t, err, torch.ErrOutOfMemory)
+	f, err = ckpt.ReadParts(path, "meta", "model")
+	require.NoError(t, err)
+	f.Free()
+
+	f, err = ckpt.ReadParts(path, "model", "missing")
+	require.NoError(t, err)
+	require.False(t, f.Has("missing"))
+	f.Free()
+}
