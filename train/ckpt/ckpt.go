@@ -21,7 +21,9 @@
 // "discriminator", "optimizer_g", "optimizer_d"). Read loads a file once;
 // File's methods restore each part, checking names and shapes before
 // anything changes, so a file of another model is refused with the first
-// mismatch named and nothing modified.
+// mismatch named and nothing modified. ReadParts loads only the parts
+// named (inference: "meta" and "model"), so an optimizer's state is never
+// allocated where only the weights are wanted.
 //
 // The optimizer, scheduler and scaler parts are PyTorch's own state_dict()
 // layouts, so a Python loop resumes a torchfit run with
