@@ -94,20 +94,26 @@ func saveFile(path string, v any, stateDict bool) (err error) {
 // (arbitrary Python code) is refused with an error, as with
 // torch.load(weights_only=True).
 func Load(path string) (v any, err error) {
+	v, _, err = decodeFile("ptfile.Load", path, nil)
+	return v, err
+}
+
+// decodeFile is decode of the file at path; fn names the caller in errors.
+func decodeFile(fn, path string, parts []string) (any, []any, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("ptfile.Load: %w", err)
+		return nil, nil, fmt.Errorf("%s: %w", fn, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("ptfile.Load: %w", err)
+		return nil, nil, fmt.Errorf("%s: %w", fn, err)
 	}
-	v, _, err = decode(f, st.Size(), nil)
+	v, keys, err := decode(f, st.Size(), parts)
 	if err != nil {
-		return nil, fmt.Errorf("ptfile.Load %s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s %s: %w", fn, path, err)
 	}
-	return v, nil
+	return v, keys, nil
 }
 
 // LoadParts is Load for a file whose value is a dict of parts, such as a
@@ -123,21 +129,12 @@ func Load(path string) (v any, err error) {
 // order, those not read included. A part the file lacks is absent from d;
 // a file that is not a dict is ErrBadFile.
 func LoadParts(path string, parts ...string) (d *Dict, keys []any, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, fmt.Errorf("ptfile.LoadParts: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, nil, fmt.Errorf("ptfile.LoadParts: %w", err)
-	}
 	if parts == nil {
 		parts = []string{}
 	}
-	v, keys, err := decode(f, st.Size(), parts)
+	v, keys, err := decodeFile("ptfile.LoadParts", path, parts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("ptfile.LoadParts %s: %w", path, err)
+		return nil, nil, err
 	}
 	return v.(*Dict), keys, nil
 }
