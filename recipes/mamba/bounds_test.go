@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/torchfit/torchfit/recipes"
+	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/ptfile"
 	"github.com/torchfit/torchfit/train/ckpt"
 )
@@ -81,4 +82,26 @@ func TestCheckpointWithAnAbsurdModelIsRefused(t *testing.T) {
 			require.True(t, recipes.IsUserError(err))
 		})
 	}
+}
+
+// Resuming reads the checkpoint's model description without its tensors:
+// the trainer reads the file once, not twice.
+func TestModelForReadsNoTensor(t *testing.T) {
+	mc := ModelSizes["tiny"].withDefaults()
+	raw, err := json.Marshal(modelMeta{Recipe: "mamba", Model: mc, Tokenizer: TokenizerName, SeqLen: 256})
+	require.NoError(t, err)
+	state := torch.Zeros([]int64{1 << 18}, torch.Float32) // 1 MiB of "optimizer state"
+	defer state.Free()
+	path := filepath.Join(t.TempDir(), "checkpoint_step_000001.pt")
+	require.NoError(t, ptfile.Save(path, ptfile.NewDict(
+		"meta", ptfile.NewDict("recipe", "mamba", "config", string(raw)),
+		"optimizer", ptfile.NewDict("exp_avg", state))))
+
+	torch.CollectGarbage()
+	base := torch.MustMemoryStats(torch.CPU).Allocated
+	require.NoError(t, torch.ResetPeakMemory(torch.CPU))
+	got, err := modelFor(TrainConfig{Model: ModelSizes["small"], Common: recipes.Common{Resume: path}}, t.Logf)
+	require.NoError(t, err)
+	require.Equal(t, mc, got)
+	require.Zero(t, torch.MustMemoryStats(torch.CPU).PeakAllocated-base, "bytes allocated to read the model's description")
 }

@@ -385,7 +385,7 @@ func modelFor(cfg TrainConfig, logf func(string, ...any)) (ModelConfig, error) {
 	if cfg.Resume == "" {
 		return mcfg, nil
 	}
-	f, err := ckpt.Read(cfg.Resume)
+	f, err := ckpt.ReadParts(cfg.Resume, "meta") // no tensor: the trainer reads the file once more
 	if err != nil {
 		return mcfg, err
 	}
