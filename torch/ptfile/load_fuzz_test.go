@@ -85,8 +85,13 @@ func FuzzLoad(f *testing.F) {
 			if err := os.WriteFile(path, in, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if d, _, err := ptfile.LoadParts(path, "w", "a"); err == nil {
+			d, _, err := ptfile.LoadParts(path, "w", "a")
+			if err == nil {
 				ptfile.FreeAll(d)
+			}
+			// What DescribePartsFrom accepts, LoadParts reads.
+			if _, _, derr := ptfile.DescribePartsFrom(bytes.NewReader(in), int64(len(in)), "w", "a"); derr == nil && err != nil {
+				t.Fatalf("described, then not read: %v", err)
 			}
 			v, err := ptfile.LoadBytes(in)
 			if err != nil {

@@ -1,7 +1,13 @@
 package ptfile_test
 
 import (
+	"archive/zip"
+	"bytes"
+	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -125,4 +131,83 @@ func TestLoadParts(t *testing.T) {
 		_, _, err := ptfile.LoadParts(filepath.Join(dir, "tensor.pt"), "model")
 		require.ErrorIs(t, err, ptfile.ErrBadFile)
 	})
+}
+
+// TestDescribeParts: DescribePartsFrom gives each tensor of the parts its
+// shape and dtype, as LoadParts would load it, allocating nothing, and
+// finds a storage record that fails its checksum before anything reads it.
+func TestDescribeParts(t *testing.T) {
+	dir := t.TempDir()
+	var want map[string]any
+	pyref.Run(t, pySaveParts, dir, &want)
+	raw, err := os.ReadFile(filepath.Join(dir, "ck.pt"))
+	require.NoError(t, err)
+	parts := []string{"model", "optimizer", "same"}
+
+	v, held, transient := allocatedBy(t, func() any {
+		d, keys, err := ptfile.DescribePartsFrom(bytes.NewReader(raw), int64(len(raw)), parts...)
+		require.NoError(t, err)
+		require.Equal(t, []any{"model", "optimizer", "shared", "same", "step"}, keys)
+		return d
+	})
+	require.Zero(t, held)
+	require.Zero(t, transient)
+	desc := v.(*ptfile.Dict)
+	require.Equal(t, []any{"model", "optimizer", "same"}, desc.Keys())
+
+	loaded, _, err := ptfile.LoadPartsFrom(bytes.NewReader(raw), int64(len(raw)), parts...)
+	require.NoError(t, err)
+	defer ptfile.FreeAll(loaded)
+	// Every tensor of the loaded parts has its description at the same place.
+	var walk func(path string, l, d any)
+	n := 0
+	walk = func(path string, l, d any) {
+		switch x := l.(type) {
+		case *torch.Tensor:
+			info, ok := d.(*ptfile.TensorInfo)
+			require.True(t, ok, "%s: %T", path, d)
+			require.Equal(t, x.Shape(), info.Shape, path)
+			require.Equal(t, x.DType(), info.DType, path)
+			n++
+		case *ptfile.Dict:
+			dd := d.(*ptfile.Dict)
+			require.Equal(t, x.Keys(), dd.Keys(), path)
+			for k, e := range x.Entries {
+				walk(fmt.Sprint(path, ".", e.Key), e.Value, dd.Entries[k].Value)
+			}
+		case []any:
+			for k := range x {
+				walk(fmt.Sprint(path, "[", k, "]"), x[k], d.([]any)[k])
+			}
+		default:
+			require.Equal(t, l, d, path)
+		}
+	}
+	walk("", loaded, desc)
+	require.Equal(t, 6, n, "w, row, two moments, w twice")
+	same, _ := desc.Get("same")
+	require.Same(t, same.([]any)[0], same.([]any)[1], "a tensor named twice is described once")
+	model, _ := desc.Get("model")
+	w, _ := model.(*ptfile.Dict).Get("w")
+	require.Equal(t, &ptfile.TensorInfo{Shape: []int64{3, 4}, DType: torch.Float32}, w)
+
+	// One byte changed in every storage record: their checksums fail.
+	bad := slices.Clone(raw)
+	zr, err := zip.NewReader(bytes.NewReader(raw), int64(len(raw)))
+	require.NoError(t, err)
+	for _, f := range zr.File {
+		if strings.Contains(f.Name, "/data/") {
+			off, err := f.DataOffset()
+			require.NoError(t, err)
+			bad[off] ^= 0xff
+		}
+	}
+	_, _, err = ptfile.DescribePartsFrom(bytes.NewReader(bad), int64(len(bad)), "model")
+	require.ErrorIs(t, err, ptfile.ErrBadFile)
+	d, _, err := ptfile.DescribePartsFrom(bytes.NewReader(bad), int64(len(bad)), "step")
+	require.NoError(t, err, "a part without tensors reads no storage record")
+	step, _ := d.Get("step")
+	require.Equal(t, int64(7), step)
+	_, _, err = ptfile.DescribePartsFrom(bytes.NewReader(raw[:len(raw)/2]), int64(len(raw)/2), "model")
+	require.ErrorIs(t, err, ptfile.ErrBadFile)
 }

@@ -109,7 +109,7 @@ func decodeFile(fn, path string, parts []string) (any, []any, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", fn, err)
 	}
-	v, keys, err := decode(f, st.Size(), parts)
+	v, keys, err := decode(f, st.Size(), parts, false)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s %s: %w", fn, path, err)
 	}
@@ -139,9 +139,38 @@ func LoadParts(path string, parts ...string) (d *Dict, keys []any, err error) {
 	return v.(*Dict), keys, nil
 }
 
+// LoadPartsFrom is LoadParts reading from r, whose size is size: a
+// caller that reads a file in several calls (ckpt.Reader) reads the same
+// file in each, whatever happens to its path meanwhile.
+func LoadPartsFrom(r io.ReaderAt, size int64, parts ...string) (d *Dict, keys []any, err error) {
+	return partsFrom("ptfile.LoadPartsFrom", r, size, parts, false)
+}
+
+// DescribePartsFrom is LoadPartsFrom with every tensor of the parts a
+// *TensorInfo, its shape and dtype: nothing is allocated. The storage
+// records of those tensors are read through to their ends, so that a
+// record that is short, missing or fails its checksum is ErrBadFile here,
+// as LoadPartsFrom would find it: what is described can then be read.
+// Checking a checkpoint against a model this way, before reading its
+// tensors, lets a resume hold one part of the file at a time.
+func DescribePartsFrom(r io.ReaderAt, size int64, parts ...string) (d *Dict, keys []any, err error) {
+	return partsFrom("ptfile.DescribePartsFrom", r, size, parts, true)
+}
+
+func partsFrom(fn string, r io.ReaderAt, size int64, parts []string, describe bool) (*Dict, []any, error) {
+	if parts == nil {
+		parts = []string{}
+	}
+	v, keys, err := decode(r, size, parts, describe)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", fn, err)
+	}
+	return v.(*Dict), keys, nil
+}
+
 // LoadBytes is Load reading from memory.
 func LoadBytes(data []byte) (any, error) {
-	v, _, err := decode(bytes.NewReader(data), int64(len(data)), nil)
+	v, _, err := decode(bytes.NewReader(data), int64(len(data)), nil, false)
 	if err != nil {
 		return nil, fmt.Errorf("ptfile.LoadBytes: %w", err)
 	}
@@ -150,7 +179,7 @@ func LoadBytes(data []byte) (any, error) {
 
 // ReadFrom is Load reading from r, whose size is size.
 func ReadFrom(r io.ReaderAt, size int64) (any, error) {
-	v, _, err := decode(r, size, nil)
+	v, _, err := decode(r, size, nil, false)
 	if err != nil {
 		return nil, fmt.Errorf("ptfile.ReadFrom: %w", err)
 	}

@@ -720,12 +720,16 @@ func (l *storageLoader) finish(v any, depth int, active map[any]bool) (any, erro
 	case *storageRef:
 		return nil, badf("a bare storage (not inside a tensor) is not supported")
 	case *lazyTensor:
+		if l.describe {
+			return l.describeTensor(x)
+		}
 		return l.make(x)
 	}
 	return v, nil
 }
 
-// storageLoader reads storage records into CPU tensors, once per key.
+// storageLoader reads storage records into CPU tensors, once per key; or,
+// describing, checks them without keeping their data.
 type storageLoader struct {
 	files    map[string]*zip.File
 	prefix   string
@@ -733,6 +737,67 @@ type storageLoader struct {
 	storages map[string]*torch.Tensor
 	made     map[*lazyTensor]*torch.Tensor
 	created  []*torch.Tensor // results (freed on error)
+
+	describe  bool                        // tensors become *TensorInfo
+	verified  map[string]torch.DType      // storages whose records were read through
+	described map[*lazyTensor]*TensorInfo // each tensor described once
+}
+
+// record returns s's storage record, checked against s's size.
+func (l *storageLoader) record(s *storageRef) (*zip.File, string, error) {
+	name := l.prefix + "data/" + s.key
+	f, ok := l.files[name]
+	if !ok {
+		return nil, name, badf("storage record %q is missing", name)
+	}
+	es := int64(s.dtype.Size())
+	if es == 0 {
+		return nil, name, badf("storage %q has an unsupported dtype", s.key)
+	}
+	if s.numel > math.MaxInt64/es {
+		return nil, name, badf("storage %q declares %d elements", s.key, s.numel)
+	}
+	n := s.numel * es
+	if f.UncompressedSize64 != uint64(n) {
+		return nil, name, badf("storage record %q holds %d bytes; %d %v elements need %d", name, f.UncompressedSize64, s.numel, s.dtype, n)
+	}
+	if f.Method != zip.Store || f.CompressedSize64 != f.UncompressedSize64 || int64(f.CompressedSize64) > l.size {
+		return nil, name, badf("storage record %q is compressed or larger than the file", name)
+	}
+	return f, name, nil
+}
+
+// describeTensor checks lt's storage record to its end (its size and its
+// checksum: reading it later cannot fail on the file's account) without
+// keeping its bytes, and returns lt's shape and dtype.
+func (l *storageLoader) describeTensor(lt *lazyTensor) (*TensorInfo, error) {
+	if d, ok := l.described[lt]; ok {
+		return d, nil
+	}
+	s := lt.s
+	if dt, ok := l.verified[s.key]; ok {
+		if dt != s.dtype {
+			return nil, badf("storage %q is used with two dtypes", s.key)
+		}
+	} else {
+		f, name, err := l.record(s)
+		if err != nil {
+			return nil, err
+		}
+		rc, err := f.Open()
+		if err != nil {
+			return nil, badf("storage record %q: %v", name, err)
+		}
+		_, err = io.Copy(io.Discard, rc) // EOF verifies the CRC
+		rc.Close()
+		if err != nil {
+			return nil, badf("storage record %q: %v", name, err)
+		}
+		l.verified[s.key] = s.dtype
+	}
+	d := &TensorInfo{Shape: slices.Clone(lt.shape), DType: s.dtype}
+	l.described[lt] = d
+	return d, nil
 }
 
 func (l *storageLoader) storage(s *storageRef) (*torch.Tensor, error) {
@@ -742,24 +807,9 @@ func (l *storageLoader) storage(s *storageRef) (*torch.Tensor, error) {
 		}
 		return t, nil
 	}
-	name := l.prefix + "data/" + s.key
-	f, ok := l.files[name]
-	if !ok {
-		return nil, badf("storage record %q is missing", name)
-	}
-	es := int64(s.dtype.Size())
-	if es == 0 {
-		return nil, badf("storage %q has an unsupported dtype", s.key)
-	}
-	if s.numel > math.MaxInt64/es {
-		return nil, badf("storage %q declares %d elements", s.key, s.numel)
-	}
-	n := s.numel * es
-	if f.UncompressedSize64 != uint64(n) {
-		return nil, badf("storage record %q holds %d bytes; %d %v elements need %d", name, f.UncompressedSize64, s.numel, s.dtype, n)
-	}
-	if f.Method != zip.Store || f.CompressedSize64 != f.UncompressedSize64 || int64(f.CompressedSize64) > l.size {
-		return nil, badf("storage record %q is compressed or larger than the file", name)
+	f, name, err := l.record(s)
+	if err != nil {
+		return nil, err
 	}
 	rc, err := f.Open()
 	if err != nil {
@@ -878,7 +928,8 @@ func (l *storageLoader) make(lt *lazyTensor) (*torch.Tensor, error) {
 // decode reads a torch.save zip file: all of it when parts is nil, else
 // only the top-level dict's entries whose keys are in parts (their tensors'
 // storages alone are read), and then keys are the dict's keys, every one.
-func decode(r io.ReaderAt, size int64, parts []string) (result any, keys []any, err error) {
+// describe makes each tensor a *TensorInfo, its record checked, not kept.
+func decode(r io.ReaderAt, size int64, parts []string, describe bool) (result any, keys []any, err error) {
 	if size == 0 {
 		return nil, nil, badf("file is empty")
 	}
@@ -924,7 +975,8 @@ func decode(r io.ReaderAt, size int64, parts []string) (result any, keys []any, 
 	if err != nil {
 		return nil, nil, err
 	}
-	l := &storageLoader{files: files, prefix: prefix, size: size, storages: map[string]*torch.Tensor{}, made: map[*lazyTensor]*torch.Tensor{}}
+	l := &storageLoader{files: files, prefix: prefix, size: size, storages: map[string]*torch.Tensor{}, made: map[*lazyTensor]*torch.Tensor{},
+		describe: describe, verified: map[string]torch.DType{}, described: map[*lazyTensor]*TensorInfo{}}
 	defer func() {
 		for _, t := range l.storages {
 			t.Free() // views keep what they use alive

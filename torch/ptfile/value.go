@@ -30,6 +30,13 @@ type DictEntry struct {
 // Tuple is a Python tuple (a list is []any).
 type Tuple []any
 
+// TensorInfo is a tensor of a file described, not read
+// (DescribePartsFrom): its shape and dtype.
+type TensorInfo struct {
+	Shape []int64
+	DType torch.DType
+}
+
 // NamedTensor is a tensor with its state-dict name (torch.Named).
 type NamedTensor = torch.Named
 
@@ -167,7 +174,7 @@ func typeName(v any) string {
 	switch v.(type) {
 	case nil:
 		return "None"
-	case *torch.Tensor, *lazyTensor:
+	case *torch.Tensor, *lazyTensor, *TensorInfo:
 		return "a tensor"
 	case *Dict:
 		return "a dict"
