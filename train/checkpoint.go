@@ -1,6 +1,8 @@
 package train
 
 import (
+	"slices"
+
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/torch/ptfile"
@@ -115,21 +117,43 @@ func (t *Trainer) saveCheckpoint(path string, loader data.State, epoch int, meta
 // an out-of-memory error had made it take. Nothing changes when the file is corrupt or
 // belongs to another model (missing keys, other shapes): the error (a
 // *ckpt.Error) names the problem, and the file is only read.
+//
+// The file is never held whole. The model's part is checked from its
+// description (ckpt.Reader.Describe, its records' checksums included) and
+// the other parts are read, checked and freed; then the model's tensors
+// are read and copied in, and then the optimizer's, scheduler's and
+// scaler's parts read again and restored — the model first, as PyTorch
+// does, since an optimizer may copy the parameters (Offload's host
+// copies). What the host holds of the file at a time is the larger of the
+// model's weights and the rest (for AdamW, its two moments), not their
+// sum, for reading those parts twice. Out of memory while reading them
+// the second time is the one way a failed load leaves the trainer
+// changed.
 func (t *Trainer) LoadCheckpoint(path string) (c Checkpoint, err error) {
 	t.Thread().Do(func() { c, err = t.loadCheckpoint(path) })
 	return c, err
 }
 
 func (t *Trainer) loadCheckpoint(path string) (Checkpoint, error) {
-	f, err := ckpt.Read(path)
+	r, err := ckpt.Open(path)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	defer r.Close()
+	// Check everything before changing anything.
+	desc, err := r.Describe("model")
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	if err := desc.CheckModule("model", t.Model); err != nil {
+		return Checkpoint{}, err
+	}
+	rest := slices.DeleteFunc(desc.Keys(), func(k string) bool { return k == "model" })
+	f, err := r.Parts(rest...)
 	if err != nil {
 		return Checkpoint{}, err
 	}
 	defer f.Free()
-	// Check everything before changing anything.
-	if err := f.CheckModule("model", t.Model); err != nil {
-		return Checkpoint{}, err
-	}
 	if err := f.CheckOptimizer("optimizer", t.Opt); err != nil {
 		return Checkpoint{}, err
 	}
@@ -155,12 +179,26 @@ func (t *Trainer) loadCheckpoint(path string) (Checkpoint, error) {
 		return Checkpoint{}, err
 	}
 	c.Meta = f.Meta()
+	f.Free() // before the model's part is read
+	mf, err := r.Parts("model")
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	defer mf.Free()
+	if err := mf.Module("model", t.Model); err != nil {
+		return Checkpoint{}, err
+	}
+	mf.Free()
+	state, err := r.Parts("optimizer", "scheduler", "scaler", "rng_state")
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	defer state.Free()
 	for _, load := range []func() error{
-		func() error { return f.Module("model", t.Model) },
-		func() error { return f.Optimizer("optimizer", t.Opt) },
-		func() error { return f.Schedule("scheduler", t.Sched) },
-		func() error { return f.Scaler("scaler", t.Scaler) },
-		f.RNG,
+		func() error { return state.Optimizer("optimizer", t.Opt) },
+		func() error { return state.Schedule("scheduler", t.Sched) },
+		func() error { return state.Scaler("scaler", t.Scaler) },
+		state.RNG,
 	} {
 		if err := load(); err != nil {
 			return Checkpoint{}, err

@@ -16,8 +16,9 @@ import (
 )
 
 // offloadRun trains the regression MLP with AdamW, its state offloaded to
-// the CPU (or not), and returns the parameters after steps steps.
-func offloadRun(t *testing.T, offload, master bool, steps int, save string) []float32 {
+// the CPU (or not), from the checkpoint resume when given, and returns
+// the parameters after steps steps; save names a checkpoint of the end.
+func offloadRun(t *testing.T, offload, master bool, steps int, save, resume string) []float32 {
 	t.Helper()
 	prev := torch.NumThreads()
 	torch.SetNumThreads(1)
@@ -38,7 +39,14 @@ func offloadRun(t *testing.T, offload, master bool, steps int, save string) []fl
 	defer opt.Free()
 	tr, err := train.New(m, opt, m.loss, train.Config{MicroBatch: 8, Accum: 2, Device: torch.CPU, ClipNorm: 1})
 	require.NoError(t, err)
-	loader, err := data.NewLoader(data.Dataset[data.Sample](ds), data.Collate, data.Options{BatchSize: 16, Shuffle: true, Seed: 2})
+	opts := data.Options{BatchSize: 16, Shuffle: true, Seed: 2}
+	if resume != "" {
+		c, err := tr.LoadCheckpoint(resume)
+		require.NoError(t, err)
+		opts.Resume = &c.Loader
+		steps -= c.Step
+	}
+	loader, err := data.NewLoader(data.Dataset[data.Sample](ds), data.Collate, opts)
 	require.NoError(t, err)
 	defer loader.Close()
 	for i := 0; i < steps; i++ {
@@ -64,9 +72,9 @@ func offloadRun(t *testing.T, offload, master bool, steps int, save string) []fl
 // checkpoint holds the same state under the same names.
 func TestOffloadEqualsPlainOptimizer(t *testing.T) {
 	dir := t.TempDir()
-	plain := offloadRun(t, false, false, 6, filepath.Join(dir, "plain.pt"))
-	off := offloadRun(t, true, false, 6, filepath.Join(dir, "off.pt"))
-	master := offloadRun(t, true, true, 6, "")
+	plain := offloadRun(t, false, false, 6, filepath.Join(dir, "plain.pt"), "")
+	off := offloadRun(t, true, false, 6, filepath.Join(dir, "off.pt"), "")
+	master := offloadRun(t, true, true, 6, "", "")
 	require.Equal(t, plain, off, "offloaded AdamW = AdamW, bitwise")
 	require.Equal(t, plain, master, "with fp32 master weights too")
 	a, err := ptfile.Load(filepath.Join(dir, "plain.pt"))
@@ -137,5 +145,19 @@ func TestHooksRunBetweenUnscaleAndClip(t *testing.T) {
 	require.NotEqual(t, before, nn.Parameters(m)[0].T.Float32s(), "the step ran")
 	for _, p := range nn.Parameters(m) {
 		require.Nil(t, p.T.Grad(), "Finish set the gradients to none")
+	}
+}
+
+// A run whose optimizer state is offloaded resumes bit-exactly: the
+// offload's host copies of the parameters are the checkpoint's weights,
+// not the fresh model's (the model is restored before the optimizer).
+func TestOffloadResumesBitExactly(t *testing.T) {
+	for _, master := range []bool{false, true} {
+		dir := t.TempDir()
+		straight := offloadRun(t, true, master, 6, "", "")
+		half := filepath.Join(dir, "half.pt")
+		offloadRun(t, true, master, 3, half, "")
+		resumed := offloadRun(t, true, master, 6, "", half)
+		require.Equal(t, straight, resumed, "3 steps, a checkpoint, 3 resumed steps = 6 steps (master %v)", master)
 	}
 }

@@ -196,8 +196,8 @@ func Read(path string) (*File, error) { return read(path, nil) }
 // is what inference needs, without the optimizer's moments, which for
 // AdamW are twice the weights' bytes and would otherwise be held while the
 // model is built. Has reports every part of the file, read or not; asking
-// for the contents of a part that was not named is a bug in the caller
-// and panics.
+// for the contents of a part the file has but that was not named is a bug
+// in the caller and panics (a part the file lacks is absent, as in Read).
 func ReadParts(path string, parts ...string) (*File, error) {
 	if parts == nil {
 		parts = []string{}
@@ -217,6 +217,67 @@ func read(path string, parts []string) (*File, error) {
 			v = d
 		}
 	}
+	return newFile(path, v, keys, parts, err)
+}
+
+// Reader reads one checkpoint file in several calls: its model described
+// and checked first, say, then its other parts, then the model's tensors,
+// so that no more than one part's tensors are held at a time. Every call
+// reads the file Open opened, whatever happens to its path meanwhile.
+type Reader struct {
+	Path string
+	f    *os.File
+	size int64
+}
+
+// Open opens a checkpoint for reading part by part. Close it.
+func Open(path string) (*Reader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &Error{Path: path, Err: err}
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, &Error{Path: path, Err: err}
+	}
+	return &Reader{Path: path, f: f, size: st.Size()}, nil
+}
+
+// Close closes the file; Files read from it stay valid.
+func (r *Reader) Close() error { return r.f.Close() }
+
+// Parts reads the named parts, as ReadParts does.
+func (r *Reader) Parts(parts ...string) (*File, error) {
+	if parts == nil {
+		parts = []string{}
+	}
+	d, keys, err := ptfile.LoadPartsFrom(r.f, r.size, parts...)
+	if err != nil {
+		return newFile(r.Path, nil, nil, parts, err)
+	}
+	return newFile(r.Path, d, keys, parts, nil)
+}
+
+// Describe is Parts with each tensor a *ptfile.TensorInfo, its shape and
+// dtype (ptfile.DescribePartsFrom): nothing is allocated, and the parts'
+// storage records are read through to their checksums, so that reading
+// the parts afterwards cannot fail on the file's account. CheckModule
+// works on a described part; restoring one (Module, Optimizer, ...) is
+// an error.
+func (r *Reader) Describe(parts ...string) (*File, error) {
+	if parts == nil {
+		parts = []string{}
+	}
+	d, keys, err := ptfile.DescribePartsFrom(r.f, r.size, parts...)
+	if err != nil {
+		return newFile(r.Path, nil, nil, parts, err)
+	}
+	return newFile(r.Path, d, keys, parts, nil)
+}
+
+// newFile is the File of what was read, or the error of reading it.
+func newFile(path string, v any, keys []any, parts []string, err error) (*File, error) {
 	if errors.Is(err, torch.ErrOutOfMemory) {
 		// Not the file's fault: the memory (or the cap) is too small.
 		return nil, fmt.Errorf("checkpoint %s: loading: %w", path, err)
@@ -232,12 +293,28 @@ func read(path string, parts []string) (*File, error) {
 	return &File{Path: path, d: d, root: v, parts: parts, keys: keys}, nil
 }
 
-// get returns part key, panicking when ReadParts did not read it.
+// get returns part key, panicking when the file has it but it was not
+// read (ReadParts, Reader.Parts); a part the file lacks is absent.
 func (f *File) get(key string) (any, bool) {
-	if f.parts != nil && !slices.Contains(f.parts, key) {
+	if f.parts != nil && !slices.Contains(f.parts, key) && slices.Contains(f.keys, any(key)) {
 		panic(fmt.Sprintf("ckpt: part %q of %s asked for, but the file was read with parts %q", key, f.Path, f.parts))
 	}
 	return f.d.Get(key)
+}
+
+// Keys returns every part of the file, read or not, in file order.
+func (f *File) Keys() []string {
+	keys := f.keys
+	if f.parts == nil {
+		keys = f.d.Keys()
+	}
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if s, ok := k.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // Free releases the file's tensors.
@@ -284,25 +361,51 @@ func (f *File) Tensors(key string) (torch.StateDict, error) {
 	return out, nil
 }
 
+// shapes returns a dict part's tensors' shapes by name, read or described
+// (Reader.Describe).
+func (f *File) shapes(key string) (map[string][]int64, error) {
+	x, ok := f.get(key)
+	if !ok {
+		return nil, f.fail("no %q entry", key)
+	}
+	d, ok := x.(*ptfile.Dict)
+	if !ok {
+		return nil, f.fail("%q is a %T, not a dict", key, x)
+	}
+	out := make(map[string][]int64, len(d.Entries))
+	for _, e := range d.Entries {
+		name, _ := e.Key.(string)
+		switch v := e.Value.(type) {
+		case *torch.Tensor:
+			out[name] = v.Shape()
+		case *ptfile.TensorInfo:
+			out[name] = v.Shape
+		default:
+			return nil, f.fail("%q[%v] is not a tensor", key, e.Key)
+		}
+	}
+	return out, nil
+}
+
 // CheckModule reports whether part key holds m's state dict, name for name
-// and shape for shape, without changing m.
+// and shape for shape, without changing m. The part may be described
+// (Reader.Describe) rather than read.
 func (f *File) CheckModule(key string, m nn.Module) error {
-	st, err := f.Tensors(key)
+	sd, err := f.shapes(key)
 	if err != nil {
 		return err
 	}
-	sd := st.Map()
 	var missing, unexpected []string
 	have := map[string]bool{}
 	for _, p := range nn.StateDict(m) {
 		have[p.Name] = true
-		src, ok := sd[p.Name]
+		shape, ok := sd[p.Name]
 		if !ok {
 			missing = append(missing, p.Name)
 			continue
 		}
-		if fmt.Sprint(src.Shape()) != fmt.Sprint(p.T.Shape()) {
-			return f.fail("it was saved from another model: %s has shape %v in the checkpoint, %v in this model", p.Name, src.Shape(), p.T.Shape())
+		if fmt.Sprint(shape) != fmt.Sprint(p.T.Shape()) {
+			return f.fail("it was saved from another model: %s has shape %v in the checkpoint, %v in this model", p.Name, shape, p.T.Shape())
 		}
 	}
 	for k := range sd {
