@@ -161,3 +161,33 @@ func TestOffloadResumesBitExactly(t *testing.T) {
 		require.Equal(t, straight, resumed, "3 steps, a checkpoint, 3 resumed steps = 6 steps (master %v)", master)
 	}
 }
+
+// Resuming holds one part of the checkpoint at a time: the optimizer's
+// state read from the file and the state it is copied into (AdamW's two
+// moments each: 4 × the weights), not the whole file as well.
+func TestResumeHoldsOnePartAtATime(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ck.pt")
+	offloadRun(t, false, false, 2, path, "")
+
+	m := newRegression(1)
+	defer nn.Free(m)
+	opt := nn.NewAdamWGroups(nn.DecayGroups(nn.Parameters(m), 0.01), nn.AdamWDefaults(1e-3))
+	defer opt.Free()
+	tr, err := train.New(m, opt, m.loss, train.Config{MicroBatch: 8, Accum: 2, Device: torch.CPU, ClipNorm: 1})
+	require.NoError(t, err)
+	var weights int64
+	for _, p := range nn.Parameters(m) {
+		weights += p.T.Numel() * 4
+	}
+	torch.CollectGarbage()
+	base := torch.MustMemoryStats(torch.CPU).Allocated
+	require.NoError(t, torch.ResetPeakMemory(torch.CPU))
+	_, err = tr.LoadCheckpoint(path)
+	require.NoError(t, err)
+	s := torch.MustMemoryStats(torch.CPU)
+	t.Logf("weights %d, held after %d, peak above base %d (%.2f× the weights)", weights, s.Allocated-base, s.PeakAllocated-base, float64(s.PeakAllocated-base)/float64(weights))
+	require.GreaterOrEqual(t, s.Allocated-base, 2*weights, "AdamW's moments are held")
+	// Small tensors besides (steps, the RNG's state, hyperparameters)
+	// are a few KiB; the whole file held as well would add the weights.
+	require.LessOrEqual(t, s.PeakAllocated-base, 4*weights+16<<10)
+}
