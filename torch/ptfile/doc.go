@@ -62,7 +62,9 @@
 // rebuilt over one storage with as_strided and share it after loading, as
 // in Python. Storages are read only after the whole pickle has been
 // checked, and LoadParts reads only those of the top-level parts asked for
-// (a checkpoint's model without its optimizer state). Files of PyTorch 1.6 to 2.x load alike: records Load does not
+// (a checkpoint's model without its optimizer state); DescribePartsFrom
+// gives their tensors as *TensorInfo (shape and dtype), their records
+// read through to verify them and nothing allocated. Files of PyTorch 1.6 to 2.x load alike: records Load does not
 // need (.format_version, .storage_alignment, .data/serialization_id) are
 // ignored, and a byteorder record must say little. Errors for bad input wrap ErrBadFile (ErrLegacyFormat for the
 // pre-1.6 format; ErrDType too for a tensor of a dtype torchfit does not

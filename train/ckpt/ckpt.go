@@ -23,7 +23,11 @@
 // anything changes, so a file of another model is refused with the first
 // mismatch named and nothing modified. ReadParts loads only the parts
 // named (inference: "meta" and "model"), so an optimizer's state is never
-// allocated where only the weights are wanted.
+// allocated where only the weights are wanted. Open reads one file in
+// several calls: Reader.Describe gives a part's tensors' shapes without
+// allocating them (CheckModule works on it) and Reader.Parts reads parts,
+// so a resume (train.Trainer.LoadCheckpoint) checks the model against the
+// file's description and then holds one part's tensors at a time.
 //
 // The optimizer, scheduler and scaler parts are PyTorch's own state_dict()
 // layouts, so a Python loop resumes a torchfit run with
