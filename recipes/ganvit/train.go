@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -151,8 +152,9 @@ type run struct {
 	gan       *GAN
 	vit       *ViT
 	cls       *Classifier
-	resume    *ckpt.File
-	iteration int // GAN and classifier iterations, for the cache cadence
+	resume    *ckpt.Reader // the checkpoint resumed from, read a part at a time
+	parts     []string     // its parts
+	iteration int          // GAN and classifier iterations, for the cache cadence
 }
 
 // Train runs the recipe: the conditional GAN on the real training
@@ -224,14 +226,25 @@ func (r *run) free() {
 	r.releaseResume()
 }
 
-// releaseResume frees the checkpoint the run resumed from once all it
-// needs from it is loaded: it holds a copy of every network and optimizer
-// state in host memory.
+// releaseResume closes the checkpoint the run resumed from once all it
+// needs from it is loaded.
 func (r *run) releaseResume() {
 	if r.resume != nil {
-		r.resume.Free()
+		r.resume.Close()
 		r.resume = nil
 	}
+}
+
+// loadResumed reads the named parts of the checkpoint the run resumed
+// from, hands them to load, and frees them: the host holds one network's
+// or one stage's optimizers' part of the file at a time, never all of it.
+func (r *run) loadResumed(load func(*ckpt.File) error, parts ...string) error {
+	f, err := r.resume.Parts(parts...)
+	if err != nil {
+		return err
+	}
+	defer f.Free()
+	return load(f)
 }
 
 func isNil(m nn.Module) bool {
@@ -269,11 +282,17 @@ func (r *run) setUp(ctx context.Context) error {
 	rc := train.RunConfig{Dir: cfg.CheckpointDir, Kinds: []train.Kind{ganKind, clsKind}, KeepLast: cfg.KeepLast,
 		Overwrite: cfg.Overwrite, Logf: cfg.logf}
 	if cfg.Resume != "" {
-		f, err := ckpt.Read(cfg.Resume)
+		rd, err := ckpt.Open(cfg.Resume)
 		if err != nil {
 			return err
 		}
-		r.resume = f
+		r.resume = rd
+		f, err := rd.Parts("meta", "run_id", "run_checkpoints") // no tensor
+		if err != nil {
+			return err
+		}
+		defer f.Free()
+		r.parts = f.Keys()
 		m, err := readMeta(f)
 		if err != nil {
 			return err
@@ -328,7 +347,7 @@ func (r *run) setUp(ctx context.Context) error {
 		return err
 	}
 	if r.resume != nil {
-		return r.resume.RNG()
+		return r.loadResumed((*ckpt.File).RNG, "rng_state")
 	}
 	return nil
 }
@@ -414,7 +433,7 @@ func (r *run) loadData(ctx context.Context) error {
 func (r *run) build() error {
 	cfg := r.cfg
 	// A classifier-only run (real data alone) has no generator to resume.
-	needGAN := cfg.Stage != StageClassifier || cfg.GANCheckpoint != "" || (r.resume != nil && r.resume.Has("generator"))
+	needGAN := cfg.Stage != StageClassifier || cfg.GANCheckpoint != "" || (r.resume != nil && slices.Contains(r.parts, "generator"))
 	if needGAN {
 		r.gen, r.disc = NewGenerator(r.meta.GAN), NewDiscriminator(r.meta.GAN)
 	}
@@ -431,27 +450,34 @@ func (r *run) build() error {
 			}
 		}
 	}
-	src := r.resume
-	if src == nil && cfg.GANCheckpoint != "" {
-		f, err := ckpt.ReadParts(cfg.GANCheckpoint, "generator", "discriminator") // not the optimizers' state
+	loadGAN := func(f *ckpt.File) error {
+		if err := f.Module("generator", r.gen); err != nil {
+			return err
+		}
+		if f.Has("discriminator") {
+			return f.Module("discriminator", r.disc)
+		}
+		return nil
+	}
+	if r.gen != nil {
+		var err error
+		switch {
+		case r.resume != nil:
+			err = r.loadResumed(loadGAN, "generator", "discriminator")
+		case cfg.GANCheckpoint != "":
+			var f *ckpt.File
+			if f, err = ckpt.ReadParts(cfg.GANCheckpoint, "generator", "discriminator"); err == nil { // not the optimizers' state
+				err = loadGAN(f)
+				f.Free()
+			}
+		}
 		if err != nil {
 			return err
 		}
-		defer f.Free()
-		src = f
 	}
-	if src != nil && r.gen != nil {
-		if err := src.Module("generator", r.gen); err != nil {
-			return err
-		}
-		if src.Has("discriminator") {
-			if err := src.Module("discriminator", r.disc); err != nil {
-				return err
-			}
-		}
-	}
-	if r.resume != nil && r.vit != nil && r.resume.Has("classifier") {
-		if err := r.resume.Module("classifier", r.vit); err != nil {
+	if r.resume != nil && r.vit != nil && slices.Contains(r.parts, "classifier") {
+		load := func(f *ckpt.File) error { return f.Module("classifier", r.vit) }
+		if err := r.loadResumed(load, "classifier"); err != nil {
 			return err
 		}
 	}
@@ -535,7 +561,8 @@ func (r *run) trainGAN(ctx context.Context, res *Result) error {
 	r.owner.Register("optimizer_d", gan.DOpt)
 	r.owner.Register("scaler", gan.Scaler)
 	if r.resume != nil && r.meta.Stage == StageGAN {
-		if err := r.owner.Load(r.resume, "optimizer_g", "optimizer_d", "scaler"); err != nil {
+		load := func(f *ckpt.File) error { return r.owner.Load(f, "optimizer_g", "optimizer_d", "scaler") }
+		if err := r.loadResumed(load, "optimizer_g", "optimizer_d", "scaler"); err != nil {
 			return err
 		}
 	}
@@ -820,7 +847,8 @@ func (r *run) newClassifier(total int) error {
 	r.owner.Register("scheduler", cls.Sched)
 	r.owner.Register("classifier_scaler", cls.Scaler)
 	if r.resume != nil && r.meta.Stage == StageClassifier {
-		if err := r.owner.Load(r.resume, "optimizer", "scheduler", "classifier_scaler"); err != nil {
+		load := func(f *ckpt.File) error { return r.owner.Load(f, "optimizer", "scheduler", "classifier_scaler") }
+		if err := r.loadResumed(load, "optimizer", "scheduler", "classifier_scaler"); err != nil {
 			return err
 		}
 		cls.Steps = r.meta.Steps
