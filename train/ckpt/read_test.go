@@ -103,3 +103,54 @@ func TestReadParts(t *testing.T) {
 	require.False(t, f.Has("missing"))
 	f.Free()
 }
+
+// TestReader: one open file read in several calls. Describe allocates
+// nothing and CheckModule works on it (a model of another shape is
+// refused from the description alone); restoring from a description is
+// an error, not a panic; a part read later is the file's; a part the file
+// lacks is absent from any File, one it has but that was not read panics.
+func TestReader(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.pt")
+	m := nn.NewLinear(64, 32, true)
+	defer nn.Free(m)
+	w := ckpt.NewWriter()
+	w.Module("model", m)
+	w.Int("step", 3)
+	require.NoError(t, w.Save(path))
+
+	r, err := ckpt.Open(path)
+	require.NoError(t, err)
+	defer r.Close()
+	torch.CollectGarbage()
+	base := torch.MustMemoryStats(torch.CPU).Allocated
+	require.NoError(t, torch.ResetPeakMemory(torch.CPU))
+	desc, err := r.Describe("model")
+	require.NoError(t, err)
+	defer desc.Free()
+	require.Zero(t, torch.MustMemoryStats(torch.CPU).PeakAllocated-base, "a description allocates nothing")
+	require.Equal(t, []string{"model", "step"}, desc.Keys())
+
+	require.NoError(t, desc.CheckModule("model", m))
+	other := nn.NewLinear(64, 16, true)
+	defer nn.Free(other)
+	var ce *ckpt.Error
+	require.ErrorAs(t, desc.CheckModule("model", other), &ce)
+	require.ErrorAs(t, desc.Module("model", m), &ce, "a description cannot be loaded")
+	require.Panics(t, func() { _, _ = desc.Int("step") }, "in the file, not read")
+	_, err = desc.Int("epoch")
+	require.ErrorAs(t, err, &ce, "not in the file: the file's error")
+
+	f, err := r.Parts("model", "step")
+	require.NoError(t, err)
+	defer f.Free()
+	back := nn.NewLinear(64, 32, true)
+	defer nn.Free(back)
+	require.NoError(t, f.Module("model", back))
+	require.Equal(t, nn.Parameters(m)[0].T.Float32s(), nn.Parameters(back)[0].T.Float32s())
+	step, err := f.Int("step")
+	require.NoError(t, err)
+	require.Equal(t, 3, step)
+
+	_, err = ckpt.Open(filepath.Join(t.TempDir(), "none.pt"))
+	require.ErrorAs(t, err, &ce)
+}
