@@ -743,6 +743,19 @@ type storageLoader struct {
 	described map[*lazyTensor]*TensorInfo // each tensor described once
 }
 
+// open opens s's storage record, checked against s's size; name is the
+// record's, for errors.
+func (l *storageLoader) open(s *storageRef) (rc io.ReadCloser, name string, err error) {
+	f, name, err := l.record(s)
+	if err != nil {
+		return nil, name, err
+	}
+	if rc, err = f.Open(); err != nil {
+		return nil, name, badf("storage record %q: %v", name, err)
+	}
+	return rc, name, nil
+}
+
 // record returns s's storage record, checked against s's size.
 func (l *storageLoader) record(s *storageRef) (*zip.File, string, error) {
 	name := l.prefix + "data/" + s.key
@@ -780,13 +793,9 @@ func (l *storageLoader) describeTensor(lt *lazyTensor) (*TensorInfo, error) {
 			return nil, badf("storage %q is used with two dtypes", s.key)
 		}
 	} else {
-		f, name, err := l.record(s)
+		rc, name, err := l.open(s)
 		if err != nil {
 			return nil, err
-		}
-		rc, err := f.Open()
-		if err != nil {
-			return nil, badf("storage record %q: %v", name, err)
 		}
 		_, err = io.Copy(io.Discard, rc) // EOF verifies the CRC
 		rc.Close()
@@ -807,13 +816,9 @@ func (l *storageLoader) storage(s *storageRef) (*torch.Tensor, error) {
 		}
 		return t, nil
 	}
-	f, name, err := l.record(s)
+	rc, name, err := l.open(s)
 	if err != nil {
 		return nil, err
-	}
-	rc, err := f.Open()
-	if err != nil {
-		return nil, badf("storage record %q: %v", name, err)
 	}
 	defer rc.Close()
 	// The elements go from the file straight into the tensor's memory.

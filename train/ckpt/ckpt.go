@@ -47,6 +47,7 @@ package ckpt
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -253,14 +254,7 @@ func (r *Reader) Close() error { return r.f.Close() }
 
 // Parts reads the named parts, as ReadParts does.
 func (r *Reader) Parts(parts ...string) (*File, error) {
-	if parts == nil {
-		parts = []string{}
-	}
-	d, keys, err := ptfile.LoadPartsFrom(r.f, r.size, parts...)
-	if err != nil {
-		return newFile(r.Path, nil, nil, parts, err)
-	}
-	return newFile(r.Path, d, keys, parts, nil)
+	return r.read(ptfile.LoadPartsFrom, parts)
 }
 
 // Describe is Parts with each tensor a *ptfile.TensorInfo, its shape and
@@ -270,10 +264,14 @@ func (r *Reader) Parts(parts ...string) (*File, error) {
 // works on a described part; restoring one (Module, Optimizer, ...) is
 // an error.
 func (r *Reader) Describe(parts ...string) (*File, error) {
+	return r.read(ptfile.DescribePartsFrom, parts)
+}
+
+func (r *Reader) read(load func(io.ReaderAt, int64, ...string) (*ptfile.Dict, []any, error), parts []string) (*File, error) {
 	if parts == nil {
 		parts = []string{}
 	}
-	d, keys, err := ptfile.DescribePartsFrom(r.f, r.size, parts...)
+	d, keys, err := load(r.f, r.size, parts...)
 	if err != nil {
 		return newFile(r.Path, nil, nil, parts, err)
 	}
@@ -342,9 +340,8 @@ func (f *File) Has(key string) bool {
 	return ok
 }
 
-// Tensors returns a dict part's tensors, in file order. They are the
-// file's: File.Free releases them.
-func (f *File) Tensors(key string) (torch.StateDict, error) {
+// dict returns part key, a dict.
+func (f *File) dict(key string) (*ptfile.Dict, error) {
 	x, ok := f.get(key)
 	if !ok {
 		return nil, f.fail("no %q entry", key)
@@ -352,6 +349,16 @@ func (f *File) Tensors(key string) (torch.StateDict, error) {
 	d, ok := x.(*ptfile.Dict)
 	if !ok {
 		return nil, f.fail("%q is a %T, not a dict", key, x)
+	}
+	return d, nil
+}
+
+// Tensors returns a dict part's tensors, in file order. They are the
+// file's: File.Free releases them.
+func (f *File) Tensors(key string) (torch.StateDict, error) {
+	d, err := f.dict(key)
+	if err != nil {
+		return nil, err
 	}
 	out := make(torch.StateDict, 0, len(d.Entries))
 	for _, e := range d.Entries {
@@ -368,13 +375,9 @@ func (f *File) Tensors(key string) (torch.StateDict, error) {
 // shapes returns a dict part's tensors' shapes by name, read or described
 // (Reader.Describe).
 func (f *File) shapes(key string) (map[string][]int64, error) {
-	x, ok := f.get(key)
-	if !ok {
-		return nil, f.fail("no %q entry", key)
-	}
-	d, ok := x.(*ptfile.Dict)
-	if !ok {
-		return nil, f.fail("%q is a %T, not a dict", key, x)
+	d, err := f.dict(key)
+	if err != nil {
+		return nil, err
 	}
 	out := make(map[string][]int64, len(d.Entries))
 	for _, e := range d.Entries {
