@@ -746,19 +746,7 @@ type storageLoader struct {
 // open opens s's storage record, checked against s's size; name is the
 // record's, for errors.
 func (l *storageLoader) open(s *storageRef) (rc io.ReadCloser, name string, err error) {
-	f, name, err := l.record(s)
-	if err != nil {
-		return nil, name, err
-	}
-	if rc, err = f.Open(); err != nil {
-		return nil, name, badf("storage record %q: %v", name, err)
-	}
-	return rc, name, nil
-}
-
-// record returns s's storage record, checked against s's size.
-func (l *storageLoader) record(s *storageRef) (*zip.File, string, error) {
-	name := l.prefix + "data/" + s.key
+	name = l.prefix + "data/" + s.key
 	f, ok := l.files[name]
 	if !ok {
 		return nil, name, badf("storage record %q is missing", name)
@@ -777,7 +765,10 @@ func (l *storageLoader) record(s *storageRef) (*zip.File, string, error) {
 	if f.Method != zip.Store || f.CompressedSize64 != f.UncompressedSize64 || int64(f.CompressedSize64) > l.size {
 		return nil, name, badf("storage record %q is compressed or larger than the file", name)
 	}
-	return f, name, nil
+	if rc, err = f.Open(); err != nil {
+		return nil, name, badf("storage record %q: %v", name, err)
+	}
+	return rc, name, nil
 }
 
 // describeTensor checks lt's storage record to its end (its size and its
