@@ -105,3 +105,29 @@ func TestModelForReadsNoTensor(t *testing.T) {
 	require.Equal(t, mc, got)
 	require.Zero(t, torch.MustMemoryStats(torch.CPU).PeakAllocated-base, "bytes allocated to read the model's description")
 }
+
+// The log names the model a run trains: resuming, the checkpoint's size,
+// not the --model-size default the command line fell back to.
+func TestModelLabel(t *testing.T) {
+	tiny, small := ModelSizes["tiny"].withDefaults(), ModelSizes["small"].withDefaults()
+	odd := tiny
+	odd.DModel = 96
+	dropout := tiny
+	dropout.Dropout = 0.3
+	for _, c := range []struct {
+		name   string
+		cfg    TrainConfig
+		model  ModelConfig
+		expect string
+	}{
+		{"a new run: the command line's size", TrainConfig{ModelSize: "small"}, small, "small"},
+		{"a new run with a shape of its own", TrainConfig{}, odd, "custom"},
+		{"resuming a tiny model under the small default", TrainConfig{ModelSize: "small", Common: recipes.Common{Resume: "ck.pt"}}, tiny, "tiny"},
+		{"resuming: a size is its shape", TrainConfig{ModelSize: "small", Common: recipes.Common{Resume: "ck.pt"}}, dropout, "tiny"},
+		{"resuming a shape no size has", TrainConfig{ModelSize: "small", Common: recipes.Common{Resume: "ck.pt"}}, odd, "custom"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			require.Equal(t, c.expect, modelLabel(c.cfg, c.model))
+		})
+	}
+}

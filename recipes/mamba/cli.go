@@ -493,11 +493,8 @@ func checkResumed(c *cli.Context, run *recipes.Run, path string) error {
 
 // sizeOf names the --model_size of m's shape, or describes the shape.
 func sizeOf(m ModelConfig) string {
-	for _, name := range sortedKeys(ModelSizes) {
-		s := ModelSizes[name]
-		if s.DModel == m.DModel && s.NLayers == m.NLayers && s.DState == m.DState && s.Expand == m.Expand {
-			return name
-		}
+	if name := sizeNamed(m); name != "" {
+		return name
 	}
 	return fmt.Sprintf("no size's shape: d_model %d, %d layers, d_state %d, expand %d", m.DModel, m.NLayers, m.DState, m.Expand)
 }

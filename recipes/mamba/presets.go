@@ -1,6 +1,7 @@
 package mamba
 
 import (
+	"cmp"
 	"github.com/torchfit/torchfit/recipes"
 
 	"fmt"
@@ -118,6 +119,29 @@ func TrainingPreset(name string) (Training, error) {
 		return t, nil
 	}
 	return Training{}, fmt.Errorf("unknown --training_preset %q (want %s)", name, strings.Join(sortedKeys(TrainingPresets), ", "))
+}
+
+// sizeNamed returns the --model-size whose shape (d_model, layers,
+// d_state, expand) m has, or "" when none has it.
+func sizeNamed(m ModelConfig) string {
+	for _, name := range sortedKeys(ModelSizes) {
+		s := ModelSizes[name]
+		if s.DModel == m.DModel && s.NLayers == m.NLayers && s.DState == m.DState && s.Expand == m.Expand {
+			return name
+		}
+	}
+	return ""
+}
+
+// modelLabel names the model a run trains in its log: the --model-size
+// the command line chose, or, resuming, the size of the checkpoint's
+// model (the one trained, whatever --model-size says); "custom" for a
+// shape no size has.
+func modelLabel(cfg TrainConfig, m ModelConfig) string {
+	if cfg.Resume != "" {
+		return cmp.Or(sizeNamed(m), "custom")
+	}
+	return cmp.Or(cfg.ModelSize, "custom")
 }
 
 func sortedKeys[V any](m map[string]V) []string {

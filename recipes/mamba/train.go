@@ -273,7 +273,7 @@ func trainLM(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 		nn.To(m, cfg.Device, torch.Float32)
 	}
 	res.Params = nn.NumParams(m)
-	name := cmp.Or(cfg.ModelSize, "custom")
+	name := modelLabel(cfg, mcfg)
 	logf("model %s: d_model %d, %d layers, d_state %d, expand %d, %s parameters (%.1fM, %s of float32 weights); scan %s (chunks of %d)",
 		name, mcfg.DModel, mcfg.NLayers, mcfg.DState, mcfg.Expand, recipes.Commas(res.Params), float64(res.Params)/1e6,
 		torch.FormatBytes(nn.ParamBytes(m)), sc.Name(), max(cfg.ScanChunk, scan.DefaultChunk*boolInt(cfg.ScanChunk == 0)))
