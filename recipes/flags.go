@@ -128,7 +128,7 @@ func Flags(d Defaults) []cli.Flag {
 		&cli.Uint64Flag{Name: "seed", Value: 1},
 		&cli.IntFlag{Name: "threads", Usage: "libtorch CPU threads (0: default)"},
 		&cli.IntFlag{Name: "epochs", Aliases: []string{"num_epochs", "num-epochs"}, Value: d.Epochs},
-		&cli.IntFlag{Name: "max-steps", Usage: "stop after this many optimizer steps"},
+		&cli.IntFlag{Name: "max-steps", Usage: "stop once this many optimizer steps are done, a resumed run's included"},
 		&cli.Float64Flag{Name: "lr", Aliases: []string{"learning_rate", "learning-rate"}, Value: d.LR},
 		&cli.IntFlag{Name: "warmup", Aliases: []string{"warmup_steps", "warmup-steps"}, Value: d.Warmup, Usage: "warmup steps"},
 		&cli.IntFlag{Name: "memory-every", Value: d.MemoryEvery, Usage: "log a memory line every N steps"},

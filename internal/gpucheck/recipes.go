@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -121,37 +122,66 @@ func (r *run) maxMiB(field string) float64 {
 }
 
 func init() {
-	register(&Check{Name: "recipes", Doc: "each recipe trains a few steps on CUDA with mixed precision from its seed's flags",
-		Timeout: 5 * time.Minute, Run: recipes})
+	register(&Check{Name: "recipes", Doc: "each recipe trains a few steps on CUDA with mixed precision from its seed's flags, then resumes from its checkpoint",
+		Timeout: 7 * time.Minute, Run: recipes})
 	register(&Check{Name: "oom-adapt", Doc: "ASR under a memory cap that holds micro-batch 1 but not 16 adapts mid-run at the same effective batch",
 		Timeout: 3 * time.Minute, Run: oomAdapt})
 	register(&Check{Name: "go-test", Doc: "the Go tests of the packages with CUDA paths, with the cuda tag",
 		Timeout: 4 * time.Minute, Run: goTest})
 }
 
-// recipeRun is one recipe's commands on CUDA.
+// recipeRun is one recipe's commands on CUDA: the last resumes from a
+// checkpoint of the one before and trains on.
 type recipeRun struct {
 	name string
-	// steps are torchfit commands; DATA, WORK and CODEC are replaced.
+	// steps are torchfit commands; DATA, WORK and CODEC are replaced, and
+	// an argument LAST:dir is the newest checkpoint in WORK/dir.
 	steps [][]string
 }
 
-var recipeRuns = []recipeRun{
-	{"asr", [][]string{{"asr", "train", "--data", "DATA", "--preset", "optimized", "--device", "cuda", "--mixed_precision",
+// with returns args with the pairs flag, value set: replaced where args
+// has the flag, else appended.
+func with(args []string, pairs ...string) []string {
+	out := slices.Clone(args)
+	for k := 0; k+1 < len(pairs); k += 2 {
+		if i := slices.Index(out, pairs[k]); i >= 0 && i+1 < len(out) {
+			out[i+1] = pairs[k+1]
+		} else {
+			out = append(out, pairs[k], pairs[k+1])
+		}
+	}
+	return out
+}
+
+var (
+	asrTrain = []string{"asr", "train", "--data", "DATA", "--preset", "optimized", "--device", "cuda", "--mixed_precision",
 		"--batch_size", "4", "--gradient_accumulation_steps", "2", "--max-steps", "8", "--valid-limit", "8",
-		"--checkpoint-dir", "WORK/ck", "--metrics", "WORK/metrics.jsonl"}}},
-	{"clip", [][]string{{"clip", "train", "--data", "DATA", "--device", "cuda", "--mixed-precision", "auto", "--max-steps", "6",
+		"--checkpoint-dir", "WORK/ck", "--metrics", "WORK/metrics.jsonl"}
+	clipTrain = []string{"clip", "train", "--data", "DATA", "--device", "cuda", "--mixed-precision", "auto", "--max-steps", "6",
 		"--batch-size", "8", "--grad-accum", "4",
-		"--checkpoint-dir", "WORK/ck", "--metrics", "WORK/metrics.jsonl"}}},
-	{"ganvit", [][]string{{"ganvit", "train", "--data", "DATA", "--device", "cuda", "--preset", "cpu", "--vit", "tiny",
-		"--gan-epochs", "1", "--epochs", "1", "--max-steps", "4", "--checkpoint-dir", "WORK/ck", "--metrics", "WORK/metrics.jsonl"}}},
+		"--checkpoint-dir", "WORK/ck", "--metrics", "WORK/metrics.jsonl"}
+	ganvitTrain = []string{"ganvit", "train", "--data", "DATA", "--device", "cuda", "--preset", "cpu", "--vit", "tiny",
+		"--gan-epochs", "1", "--epochs", "1", "--max-steps", "4", "--checkpoint-dir", "WORK/ck", "--metrics", "WORK/metrics.jsonl"}
+	ttsTrain = []string{"tts", "train", "--data", "DATA", "--codec", "CODEC", "--device", "cuda", "--mixed-precision", "auto", "--max-steps", "6",
+		"--batch-size", "2", "--grad-accum", "2", "--checkpoint-dir", "WORK/gpt", "--metrics", "WORK/metrics.jsonl"}
+	mambaTrain = []string{"mamba", "train", "--data_dir", "DATA", "--device", "cuda", "--vram", "8gb", "--max-steps", "6",
+		"--eval-tokens", "4096", "--checkpoint-dir", "WORK/ck", "--metrics", "WORK/metrics.jsonl"}
+)
+
+var recipeRuns = []recipeRun{
+	{"asr", [][]string{asrTrain,
+		with(asrTrain, "--max-steps", "10", "--metrics", "WORK/resumed.jsonl", "--resume", "LAST:ck")}},
+	{"clip", [][]string{clipTrain,
+		with(clipTrain, "--max-steps", "8", "--metrics", "WORK/resumed.jsonl", "--resume", "LAST:ck")}},
+	{"ganvit", [][]string{ganvitTrain, // the classifier's checkpoint, written after the GAN's
+		with(ganvitTrain, "--epochs", "2", "--max-steps", "8", "--metrics", "WORK/resumed.jsonl", "--resume", "WORK/ck/checkpoint_epoch_1.pt")}},
 	{"tts", [][]string{
 		{"tts", "train-codec", "--data", "DATA", "--device", "cuda", "--max-steps", "6", "--batch-size", "4",
 			"--checkpoint-dir", "WORK/codec"},
-		{"tts", "train", "--data", "DATA", "--codec", "CODEC", "--device", "cuda", "--mixed-precision", "auto", "--max-steps", "6",
-			"--batch-size", "2", "--grad-accum", "2", "--checkpoint-dir", "WORK/gpt", "--metrics", "WORK/metrics.jsonl"}}},
-	{"mamba", [][]string{{"mamba", "train", "--data_dir", "DATA", "--device", "cuda", "--vram", "8gb", "--max-steps", "6",
-		"--eval-tokens", "4096", "--checkpoint-dir", "WORK/ck", "--metrics", "WORK/metrics.jsonl"}}},
+		ttsTrain,
+		with(ttsTrain, "--max-steps", "8", "--metrics", "WORK/resumed.jsonl", "--resume", "LAST:gpt")}},
+	{"mamba", [][]string{mambaTrain,
+		with(mambaTrain, "--max-steps", "8", "--metrics", "WORK/resumed.jsonl", "--resume", "LAST:ck")}},
 }
 
 func newestCheckpoint(dir string) string {
@@ -171,10 +201,17 @@ func recipes(env Env) Result {
 	if r, ok := needGPU(); !ok {
 		return r
 	}
+	return recipesOn(env, "cuda", recipeRuns)
+}
+
+// recipesOn runs runs with --device dev (TestRecipesOnCPU: cpu): each
+// command must exit 0, and the last, a resume, must say so and train on
+// past the step its checkpoint holds.
+func recipesOn(env Env, dev string, runs []recipeRun) Result {
 	ctx := context.Background()
 	r := Result{Figures: map[string]any{}, Cmd: "make gpu-check GPUCHECK=recipes"}
 	var bad, good []string
-	for _, rr := range recipeRuns {
+	for _, rr := range runs {
 		data := filepath.Join(env.Data, rr.name)
 		if _, err := os.Stat(data); err != nil {
 			bad = append(bad, rr.name+": no data set (make gpu-pack makes them)")
@@ -184,22 +221,28 @@ func recipes(env Env) Result {
 		if err != nil {
 			return failf("%v", err)
 		}
-		var last *run
+		var last, trained *run
 		total := 0.0
 		ok := true
 		for _, step := range rr.steps {
 			args := make([]string, len(step))
 			metrics := ""
 			for i, a := range step {
+				if dir, isLast := strings.CutPrefix(a, "LAST:"); isLast {
+					a = newestCheckpoint(filepath.Join(work, dir))
+				}
 				a = strings.ReplaceAll(a, "DATA", data)
 				a = strings.ReplaceAll(a, "WORK", work)
 				a = strings.ReplaceAll(a, "CODEC", newestCheckpoint(filepath.Join(work, "codec")))
+				if a == "cuda" && i > 0 && step[i-1] == "--device" {
+					a = dev
+				}
 				args[i] = a
 				if i > 0 && step[i-1] == "--metrics" {
 					metrics = a
 				}
 			}
-			last = torchfit(ctx, env, metrics, args...)
+			trained, last = last, torchfit(ctx, env, metrics, args...)
 			total += last.seconds
 			if last.code != 0 {
 				ok = false
@@ -211,6 +254,20 @@ func recipes(env Env) Result {
 		fig := fmt.Sprintf("exit %d, %.1f s", last.code, total)
 		if s := last.lastStep(); s != nil {
 			fig += fmt.Sprintf(", last step %v loss %.4g micro-batch %v, peak %.0f MiB", s["step"], num(s["loss"]), s["micro_batch"], last.peakMiB())
+		}
+		if ok {
+			// The resume: from the checkpoint of the run before, on.
+			from, to := trained.lastStep(), last.lastStep()
+			switch {
+			case !strings.Contains(last.out, "resum"):
+				ok = false
+				bad = append(bad, rr.name+": the last command did not resume")
+			case from == nil || to == nil || !(num(to["step"]) > num(from["step"])):
+				ok = false
+				bad = append(bad, fmt.Sprintf("%s: the resumed run did not train past step %v", rr.name, from["step"]))
+			default:
+				fig += fmt.Sprintf(" (resumed from step %v)", from["step"])
+			}
 		}
 		r.Figures[rr.name] = fig
 		r.Figures[rr.name+" command"] = last.cmdline(env.Torchfit)

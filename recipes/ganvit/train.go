@@ -27,7 +27,8 @@ const (
 )
 
 // TrainConfig configures Train: the harness's shared settings (the
-// classifier's MicroBatch, Accum, LR, Warmup, Epochs; MaxSteps per stage)
+// classifier's MicroBatch, Accum, LR, Warmup, Epochs; MaxSteps per stage,
+// the step each stage stops at, a resumed run's steps counted)
 // and the recipe's own. The CLI fills it from flags and presets.
 type TrainConfig struct {
 	recipes.Common
@@ -569,7 +570,7 @@ func (r *run) trainGAN(ctx context.Context, res *Result) error {
 	r.releaseResume() // the classifier stage loads nothing from a GAN-stage file
 	cfg.logf("GAN training: effective batch %d; discriminator micro-batch %d × %d, generator %d × %d; precision %s; %d epochs",
 		eff, eff/cfg.DAccum, cfg.DAccum, eff/cfg.GAccum, cfg.GAccum, r.prec, cfg.GANEpochs)
-	steps, skip := 0, r.meta.GANDone+r.meta.GANBatch*eff
+	steps, skip := gan.Steps, r.meta.GANDone+r.meta.GANBatch*eff // --max-steps counts a resumed run's steps too
 	for epoch := r.meta.GANEpochs + 1; epoch <= cfg.GANEpochs; epoch++ {
 		if err := r.ganEpoch(ctx, epoch, skip, &steps, res); err != nil {
 			return err
@@ -769,7 +770,7 @@ func (r *run) trainClassifier(ctx context.Context, res *Result) error {
 	}
 	cfg.logf("classifier training: effective batch %d = micro-batch %d × %d; precision %s; checkpointing %v; %d epochs of %d steps",
 		eff, cfg.MicroBatch, cfg.Accum, r.prec, cfg.GradCheckpointing, cfg.Epochs, perEpoch)
-	steps, skip := 0, r.meta.Done+r.meta.Batch*eff
+	steps, skip := r.cls.Steps, r.meta.Done+r.meta.Batch*eff // --max-steps counts a resumed run's steps too
 	for epoch := r.meta.Epochs + 1; epoch <= cfg.Epochs; epoch++ {
 		emitTo(cfg.Events, train.EpochEvent{Epoch: epoch, Epochs: cfg.Epochs, Batches: perEpoch})
 		if err := r.classifierEpoch(ctx, epoch, trainSet, dd, skip, &steps, res); err != nil {

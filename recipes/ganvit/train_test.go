@@ -384,9 +384,13 @@ func TestResumeMidEpoch(t *testing.T) {
 			twice := cfg
 			twice.MaxSteps, twice.Resume, twice.CheckpointDir = 3, stopped.Checkpoint, filepath.Join(t.TempDir(), "ck")
 			twice.GANAccum, twice.Accum = 4, 4
-			_, err = Train(context.Background(), twice)
+			tw, err := Train(context.Background(), twice)
 			require.NoError(t, err, strings.Join(lines, "\n"))
 			require.Contains(t, strings.Join(lines, "\n"), "the effective batch changes from the checkpoint's 8 to 16; going on after the 16 examples done")
+			// --max-steps is the stage's step to stop at, the resumed
+			// run's steps counted, as in the other recipes (train.Fit).
+			stageSteps := map[string]int{StageGAN: tw.GANSteps, StageClassifier: tw.Steps}[stage]
+			require.Equal(t, 3, stageSteps, "resumed at step 2 with --max-steps 3")
 
 			lines = nil
 			cfg.MaxSteps, cfg.Resume = 0, stopped.Checkpoint
