@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -315,7 +316,7 @@ func trainCommand() *cli.Command {
 			}
 			var parts []string
 			if cfg.Stage != StageClassifier && res.GANTrained {
-				parts = append(parts, fmt.Sprintf("trained %s (D loss %.4f, G loss %.4f)", recipes.Plural(res.GANSteps, "GAN step"), res.DLoss, res.GLoss))
+				parts = append(parts, fmt.Sprintf("trained %s (D loss %s, G loss %s)", recipes.Plural(res.GANSteps, "GAN step"), numStr(res.DLoss, 4), numStr(res.GLoss, 4)))
 			}
 			if cfg.Stage != StageGAN {
 				parts = append(parts, fmt.Sprintf("trained %s on %d real + %d synthetic spectrograms: valid accuracy %s, test accuracy %s",
@@ -331,11 +332,14 @@ func trainCommand() *cli.Command {
 	}
 }
 
-func accStr(a float64) string {
-	if math.IsNaN(a) {
+func accStr(a float64) string { return numStr(a, 3) }
+
+// numStr is v with prec decimals, or "-" for NaN: no figure (none this run).
+func numStr(v float64, prec int) string {
+	if math.IsNaN(v) {
 		return "-"
 	}
-	return fmt.Sprintf("%.3f", a)
+	return strconv.FormatFloat(v, 'f', prec, 64)
 }
 
 func runTestMemory(cfg TrainConfig, logf func(string, ...any)) error {

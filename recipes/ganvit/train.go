@@ -1,6 +1,7 @@
 package ganvit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,7 +72,8 @@ type Result struct {
 	// GANSteps and Steps count the GAN's and the classifier's optimizer
 	// steps since the run began (a resumed run's included); GANTrained
 	// says the GAN trained in this call (not when it resumed in the
-	// classifier stage), DLoss and GLoss being its last losses.
+	// classifier stage), DLoss and GLoss being its last losses (NaN when it
+	// made no step in this call).
 	GANSteps, Steps   int
 	GANTrained        bool
 	DLoss, GLoss      float64
@@ -171,7 +173,7 @@ func Train(ctx context.Context, cfg TrainConfig) (res Result, err error) {
 }
 
 func trainOnThread(ctx context.Context, cfg *TrainConfig) (Result, error) {
-	res := Result{ValidAcc: math.NaN(), TestAcc: math.NaN()}
+	res := Result{ValidAcc: math.NaN(), TestAcc: math.NaN(), DLoss: math.NaN(), GLoss: math.NaN()} // NaN: none this run
 	if err := cfg.check(); err != nil {
 		return res, &recipes.UsageError{Err: err}
 	}
@@ -197,7 +199,7 @@ func trainOnThread(ctx context.Context, cfg *TrainConfig) (Result, error) {
 	if err == nil && cfg.Stage != StageGAN {
 		err = r.trainClassifier(ctx, &res)
 	}
-	res.Checkpoint = r.last
+	res.Checkpoint = cmp.Or(r.last, cfg.Resume) // a resumed run that trained nothing wrote none
 	if errors.Is(err, train.ErrInterrupted) {
 		res.Interrupted, err = true, nil
 	}
@@ -247,6 +249,10 @@ func (r *run) loadResumed(load func(*ckpt.File) error, parts ...string) error {
 	defer f.Free()
 	return load(f)
 }
+
+// stepsDone says whether a stage that has made steps optimizer steps is
+// done by --max-steps (a run resumed there trains none).
+func (r *run) stepsDone(steps int) bool { return r.cfg.MaxSteps > 0 && steps >= r.cfg.MaxSteps }
 
 func isNil(m nn.Module) bool {
 	switch m := m.(type) {
@@ -571,14 +577,11 @@ func (r *run) trainGAN(ctx context.Context, res *Result) error {
 	cfg.logf("GAN training: effective batch %d; discriminator micro-batch %d × %d, generator %d × %d; precision %s; %d epochs",
 		eff, eff/cfg.DAccum, cfg.DAccum, eff/cfg.GAccum, cfg.GAccum, r.prec, cfg.GANEpochs)
 	steps, skip := gan.Steps, r.meta.GANDone+r.meta.GANBatch*eff // --max-steps counts a resumed run's steps too
-	for epoch := r.meta.GANEpochs + 1; epoch <= cfg.GANEpochs; epoch++ {
+	for epoch := r.meta.GANEpochs + 1; epoch <= cfg.GANEpochs && !r.stepsDone(steps); epoch++ {
 		if err := r.ganEpoch(ctx, epoch, skip, &steps, res); err != nil {
 			return err
 		}
 		skip = 0
-		if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
-			break
-		}
 	}
 	res.GANSteps, res.GANTrained = gan.Steps, true
 	return nil
@@ -630,7 +633,7 @@ func (r *run) ganEpoch(ctx context.Context, epoch, skip int, steps *int, res *Re
 			interrupted = true // a signal: this step is done, save it
 			break
 		}
-		if cfg.MaxSteps > 0 && *steps >= cfg.MaxSteps {
+		if r.stepsDone(*steps) {
 			break
 		}
 	}
@@ -771,16 +774,14 @@ func (r *run) trainClassifier(ctx context.Context, res *Result) error {
 	cfg.logf("classifier training: effective batch %d = micro-batch %d × %d; precision %s; checkpointing %v; %d epochs of %d steps",
 		eff, cfg.MicroBatch, cfg.Accum, r.prec, cfg.GradCheckpointing, cfg.Epochs, perEpoch)
 	steps, skip := r.cls.Steps, r.meta.Done+r.meta.Batch*eff // --max-steps counts a resumed run's steps too
-	for epoch := r.meta.Epochs + 1; epoch <= cfg.Epochs; epoch++ {
+	for epoch := r.meta.Epochs + 1; epoch <= cfg.Epochs && !r.stepsDone(steps); epoch++ {
 		emitTo(cfg.Events, train.EpochEvent{Epoch: epoch, Epochs: cfg.Epochs, Batches: perEpoch})
 		if err := r.classifierEpoch(ctx, epoch, trainSet, dd, skip, &steps, res); err != nil {
 			return err
 		}
 		skip = 0
-		if cfg.MaxSteps > 0 && steps >= cfg.MaxSteps {
-			break
-		}
 	}
+	res.Steps = r.cls.Steps // a resumed run's, when it had none to make
 	acc, err := Predict(ctx, r.vit, r.test, cfg.Device, r.prec.Precision, cfg.MicroBatch)
 	if err != nil {
 		return err
@@ -909,7 +910,7 @@ func (r *run) classifierEpoch(ctx context.Context, epoch int, trainSet *Specs, d
 			interrupted = true // a signal: this step is done, save it
 			break
 		}
-		if cfg.MaxSteps > 0 && *steps >= cfg.MaxSteps {
+		if r.stepsDone(*steps) {
 			break
 		}
 	}

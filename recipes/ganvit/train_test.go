@@ -370,13 +370,21 @@ func TestResumeMidEpoch(t *testing.T) {
 			// Resumed on a training set with fewer batches than it had
 			// done: one line, the user's.
 			fewer := cfg
-			fewer.Resume, fewer.TrainClips = stopped.Checkpoint, 8
+			fewer.Resume, fewer.TrainClips, fewer.MaxSteps = stopped.Checkpoint, 8, 0 // steps left to make
 			torch.CollectGarbage()
 			before := torch.MustMemoryStats(torch.CPU).Allocated
 			_, err = Train(context.Background(), fewer)
 			require.ErrorContains(t, err, "stopped after example 16 of ")
 			require.True(t, recipes.IsUserError(err), "%T %v", err, err)
 			require.Equal(t, before, torch.MustMemoryStats(torch.CPU).Allocated, "nothing left allocated")
+
+			// Resumed with the --max-steps it stopped at: nothing to do.
+			same := cfg
+			same.Resume = stopped.Checkpoint
+			sm, err := Train(context.Background(), same)
+			require.NoError(t, err)
+			require.Equal(t, 2, map[string]int{StageGAN: sm.GANSteps, StageClassifier: sm.Steps}[stage], "no step past --max-steps")
+			require.Equal(t, stopped.Checkpoint, sm.Checkpoint)
 
 			// Resumed with twice the effective batch: it trains with it,
 			// says so, and goes on after the 16 examples done.
