@@ -576,9 +576,9 @@ func (r *run) trainGAN(ctx context.Context, res *Result) error {
 	r.releaseResume() // the classifier stage loads nothing from a GAN-stage file
 	cfg.logf("GAN training: effective batch %d; discriminator micro-batch %d × %d, generator %d × %d; precision %s; %d epochs",
 		eff, eff/cfg.DAccum, cfg.DAccum, eff/cfg.GAccum, cfg.GAccum, r.prec, cfg.GANEpochs)
-	steps, skip := gan.Steps, r.meta.GANDone+r.meta.GANBatch*eff // --max-steps counts a resumed run's steps too
-	for epoch := r.meta.GANEpochs + 1; epoch <= cfg.GANEpochs && !r.stepsDone(steps); epoch++ {
-		if err := r.ganEpoch(ctx, epoch, skip, &steps, res); err != nil {
+	skip := r.meta.GANDone + r.meta.GANBatch*eff
+	for epoch := r.meta.GANEpochs + 1; epoch <= cfg.GANEpochs && !r.stepsDone(gan.Steps); epoch++ {
+		if err := r.ganEpoch(ctx, epoch, skip, res); err != nil {
 			return err
 		}
 		skip = 0
@@ -590,7 +590,7 @@ func (r *run) trainGAN(ctx context.Context, res *Result) error {
 // ganEpoch trains the GAN's epoch (counted from 1) after its first skip
 // examples and saves a checkpoint; a signal saves where the epoch stands
 // and returns train.ErrInterrupted.
-func (r *run) ganEpoch(ctx context.Context, epoch, skip int, steps *int, res *Result) error {
+func (r *run) ganEpoch(ctx context.Context, epoch, skip int, res *Result) error {
 	cfg, gan, eff := r.cfg, r.gan, r.cfg.Preset.GANBatch*r.cfg.GANAccum
 	// A loader per epoch, positioned at its start (or, resuming, after
 	// the batches done): the order depends only on (seed, epoch), so a
@@ -619,7 +619,6 @@ func (r *run) ganEpoch(ctx context.Context, epoch, skip int, steps *int, res *Re
 			return fmt.Errorf("GAN step %d: %w", gan.Steps+1, err)
 		}
 		dSum, gSum, n = dSum+st.DLoss, gSum+st.GLoss, n+1
-		*steps++
 		if math.IsNaN(st.DLoss) || math.IsNaN(st.GLoss) {
 			ld.Close()
 			return fmt.Errorf("GAN step %d: the loss is NaN (D %v, G %v); try a lower --gan-lr: %w", st.Step, st.DLoss, st.GLoss, train.ErrNonFinite)
@@ -633,7 +632,7 @@ func (r *run) ganEpoch(ctx context.Context, epoch, skip int, steps *int, res *Re
 			interrupted = true // a signal: this step is done, save it
 			break
 		}
-		if r.stepsDone(*steps) {
+		if r.stepsDone(gan.Steps) { // a resumed run's steps counted
 			break
 		}
 	}
@@ -773,10 +772,10 @@ func (r *run) trainClassifier(ctx context.Context, res *Result) error {
 	}
 	cfg.logf("classifier training: effective batch %d = micro-batch %d × %d; precision %s; checkpointing %v; %d epochs of %d steps",
 		eff, cfg.MicroBatch, cfg.Accum, r.prec, cfg.GradCheckpointing, cfg.Epochs, perEpoch)
-	steps, skip := r.cls.Steps, r.meta.Done+r.meta.Batch*eff // --max-steps counts a resumed run's steps too
-	for epoch := r.meta.Epochs + 1; epoch <= cfg.Epochs && !r.stepsDone(steps); epoch++ {
+	skip := r.meta.Done + r.meta.Batch*eff
+	for epoch := r.meta.Epochs + 1; epoch <= cfg.Epochs && !r.stepsDone(r.cls.Steps); epoch++ {
 		emitTo(cfg.Events, train.EpochEvent{Epoch: epoch, Epochs: cfg.Epochs, Batches: perEpoch})
-		if err := r.classifierEpoch(ctx, epoch, trainSet, dd, skip, &steps, res); err != nil {
+		if err := r.classifierEpoch(ctx, epoch, trainSet, dd, skip, res); err != nil {
 			return err
 		}
 		skip = 0
@@ -869,7 +868,7 @@ func (r *run) newClassifier(total int) error {
 // classifierEpoch trains the classifier's epoch (counted from 1) after
 // its first skip batches, validates it and saves a checkpoint; a signal
 // saves where the epoch stands and returns train.ErrInterrupted.
-func (r *run) classifierEpoch(ctx context.Context, epoch int, trainSet *Specs, dd *DeviceData, skip int, steps *int, res *Result) error {
+func (r *run) classifierEpoch(ctx context.Context, epoch int, trainSet *Specs, dd *DeviceData, skip int, res *Result) error {
 	cfg, cls := r.cfg, r.cls
 	if ls, ok := cfg.Unfreeze[epoch-1]; ok {
 		before := stateBytes(cls.Opt)
@@ -900,7 +899,6 @@ func (r *run) classifierEpoch(ctx context.Context, epoch int, trainSet *Specs, d
 			return fmt.Errorf("classifier step %d: %w", cls.Steps+1, err)
 		}
 		lossSum, n = lossSum+info.Loss, n+1
-		*steps++
 		emitTo(cfg.Events, train.StepEvent{StepInfo: info, Epoch: epoch})
 		if cfg.MemoryEvery > 0 && cls.Steps%cfg.MemoryEvery == 0 {
 			r.memoryLines("classifier", fmt.Sprintf("classifier step %d (loss %.4f)", info.Step, info.Loss))
@@ -910,7 +908,7 @@ func (r *run) classifierEpoch(ctx context.Context, epoch int, trainSet *Specs, d
 			interrupted = true // a signal: this step is done, save it
 			break
 		}
-		if r.stepsDone(*steps) {
+		if r.stepsDone(cls.Steps) { // a resumed run's steps counted
 			break
 		}
 	}
