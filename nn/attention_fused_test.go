@@ -276,3 +276,58 @@ func TestMultiheadAttentionPackedProjection(t *testing.T) {
 	single := held(func(x *torch.Tensor) *torch.Tensor { y, _ := m32.Forward(x, x.Ref(), x.Ref(), AttnOpts{}); return y })
 	require.Equal(t, int64(2*n*l*e*2), single-packed, "packed %d, three projections %d bytes", packed, single)
 }
+
+// Self-attention splits its packed projection into query, key and value
+// by one chunk and uses the packed weight and bias whole. PyTorch's
+// _in_projection_packed takes proj[0], proj[1], proj[2]: each of those
+// selects' backward fills a zero gradient the size of the whole
+// projection and copies its part in, and the three are then added up
+// (on CUDA 8 kernel launches where a chunk's backward is one
+// concatenation). The two give the same output and gradients to the
+// bit (each element of the sum is one part's value plus zeros), and the
+// chunk's backward needs less memory at its peak.
+func TestMultiheadAttentionChunksItsProjection(t *testing.T) {
+	torch.ManualSeed(13)
+	const n, l, e, h = 4, 32, 64, 4
+	m := NewMultiheadAttention(e, h, 0, true)
+	x := torch.Randn([]int64{n, l, e})
+	g := torch.Randn([]int64{n, l, e})
+	// selects is the projection as PyTorch writes it.
+	selects := func(x *torch.Tensor) *torch.Tensor {
+		y := torch.Linear(x, m.InProjWeight.Narrow(0, 0, 3*e), m.InProjBias.Narrow(0, 0, 3*e))
+		y = y.Reshape(n, l, 3, e).Permute(2, 0, 1, 3).Contiguous()
+		var qkv [3]*torch.Tensor
+		for i := range qkv {
+			qkv[i] = y.Select(0, int64(i)).Reshape(n, l, h, e/h).Transpose(1, 2)
+		}
+		ctx, _ := DotProductAttention(qkv[0], qkv[1], qkv[2], AttnOpts{}, 0)
+		return m.OutProj.Forward(ctx.Transpose(1, 2).Reshape(n, l, e))
+	}
+	chunk := func(x *torch.Tensor) *torch.Tensor { y, _ := m.Forward(x, x, x, AttnOpts{}); return y }
+	run := func(attend func(*torch.Tensor) *torch.Tensor) (out []*torch.Tensor, peak int64) {
+		withAttention("explicit", func() {
+			params := paramTensors(m)
+			torch.ZeroGrad(params)
+			xi := x.Detach().SetRequiresGrad(true)
+			loss := attend(xi).Mul(g).Sum()
+			base := torch.MustMemoryStats(torch.CPU).Allocated
+			require.NoError(t, torch.ResetPeakMemory(torch.CPU))
+			loss.Backward()
+			peak = torch.MustMemoryStats(torch.CPU).PeakAllocated - base
+			out = []*torch.Tensor{loss.Detach(), xi.Grad().Clone()}
+			for _, p := range params {
+				out = append(out, p.Grad().Clone())
+			}
+		})
+		return out, peak
+	}
+	torch.Tidy(func() {
+		want, selPeak := run(selects)
+		got, chunkPeak := run(chunk)
+		for i := range want {
+			require.True(t, got[i].Equal(want[i]), "tensor %d", i)
+		}
+		t.Logf("backward peak above the graph: selects %d bytes, chunk %d", selPeak, chunkPeak)
+		require.Less(t, chunkPeak, selPeak)
+	})
+}

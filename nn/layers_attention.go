@@ -206,16 +206,33 @@ func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts
 		// together, as PyTorch's _in_projection_packed does, so that under
 		// autocast their input is cast and kept for backward once rather
 		// than once per projection.
+		//
+		// Self-attention takes the whole packed weight and bias as they
+		// are (a slice of a parameter is one more node whose backward
+		// fills a zero tensor of the parameter's size and copies into
+		// it). The parts are split by one chunk, whose backward is one
+		// concatenation, where PyTorch's proj[0], proj[1], proj[2] each
+		// fill and copy a gradient of the whole projection and then add
+		// the three up: on CUDA 8 kernel launches become 1, and the
+		// gradient is the same to the bit (each element is one part's
+		// value plus zeros).
 		project := func(x *torch.Tensor, from, parts, length int64) []*torch.Tensor {
-			var b *torch.Tensor
-			if m.InProjBias != nil {
-				b = m.InProjBias.Narrow(0, from*e, parts*e)
+			w, b := m.InProjWeight, m.InProjBias
+			if from != 0 || parts*e != w.Size(0) {
+				w = w.Narrow(0, from*e, parts*e)
+				if b != nil {
+					b = b.Narrow(0, from*e, parts*e)
+				}
 			}
-			y := torch.Linear(x, m.InProjWeight.Narrow(0, from*e, parts*e), b)
+			y := torch.Linear(x, w, b)
 			y = y.Reshape(n, length, parts, e).Permute(2, 0, 1, 3).Contiguous() // (parts, N, len, E); no copy for one part
+			ys := []*torch.Tensor{y}
+			if parts > 1 {
+				ys = y.Chunk(parts, 0)
+			}
 			out := make([]*torch.Tensor, parts)
 			for i := range out {
-				out[i] = y.Select(0, int64(i)).Reshape(n, length, h, d).Transpose(1, 2)
+				out[i] = ys[i].Reshape(n, length, h, d).Transpose(1, 2)
 			}
 			return out
 		}
