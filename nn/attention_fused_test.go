@@ -278,15 +278,15 @@ func TestMultiheadAttentionPackedProjection(t *testing.T) {
 }
 
 // Self-attention splits its packed projection into query, key and value
-// by one chunk and uses the packed weight and bias whole. PyTorch's
+// by one unbind and uses the packed weight and bias whole. PyTorch's
 // _in_projection_packed takes proj[0], proj[1], proj[2]: each of those
 // selects' backward fills a zero gradient the size of the whole
 // projection and copies its part in, and the three are then added up
-// (on CUDA 8 kernel launches where a chunk's backward is one
-// concatenation). The two give the same output and gradients to the
+// (on CUDA 8 kernel launches where an unbind's backward is one
+// stack). The two give the same output and gradients to the
 // bit (each element of the sum is one part's value plus zeros), and the
-// chunk's backward needs less memory at its peak.
-func TestMultiheadAttentionChunksItsProjection(t *testing.T) {
+// unbind's backward needs less memory at its peak.
+func TestMultiheadAttentionUnbindsItsProjection(t *testing.T) {
 	torch.ManualSeed(13)
 	const n, l, e, h = 4, 32, 64, 4
 	m := NewMultiheadAttention(e, h, 0, true)
@@ -303,7 +303,7 @@ func TestMultiheadAttentionChunksItsProjection(t *testing.T) {
 		ctx, _ := DotProductAttention(qkv[0], qkv[1], qkv[2], AttnOpts{}, 0)
 		return m.OutProj.Forward(ctx.Transpose(1, 2).Reshape(n, l, e))
 	}
-	chunk := func(x *torch.Tensor) *torch.Tensor { y, _ := m.Forward(x, x, x, AttnOpts{}); return y }
+	unbind := func(x *torch.Tensor) *torch.Tensor { y, _ := m.Forward(x, x, x, AttnOpts{}); return y }
 	run := func(attend func(*torch.Tensor) *torch.Tensor) (out []*torch.Tensor, peak int64) {
 		withAttention("explicit", func() {
 			params := paramTensors(m)
@@ -323,11 +323,11 @@ func TestMultiheadAttentionChunksItsProjection(t *testing.T) {
 	}
 	torch.Tidy(func() {
 		want, selPeak := run(selects)
-		got, chunkPeak := run(chunk)
+		got, unbindPeak := run(unbind)
 		for i := range want {
 			require.True(t, got[i].Equal(want[i]), "tensor %d", i)
 		}
-		t.Logf("backward peak above the graph: selects %d bytes, chunk %d", selPeak, chunkPeak)
-		require.Less(t, chunkPeak, selPeak)
+		t.Logf("backward peak above the graph: selects %d bytes, unbind %d", selPeak, unbindPeak)
+		require.Less(t, unbindPeak, selPeak)
 	})
 }

@@ -210,12 +210,11 @@ func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts
 		// Self-attention takes the whole packed weight and bias as they
 		// are (a slice of a parameter is one more node whose backward
 		// fills a zero tensor of the parameter's size and copies into
-		// it). The parts are split by one chunk, whose backward is one
-		// concatenation, where PyTorch's proj[0], proj[1], proj[2] each
-		// fill and copy a gradient of the whole projection and then add
-		// the three up: on CUDA 8 kernel launches become 1, and the
-		// gradient is the same to the bit (each element is one part's
-		// value plus zeros).
+		// it). The parts are split by one unbind, whose backward is one
+		// stack, where PyTorch's proj[0], proj[1], proj[2] each fill and
+		// copy a gradient of the whole projection and then add the three
+		// up: on CUDA 8 kernel launches become 1, and the gradient is the
+		// same to the bit (each element is one part's value plus zeros).
 		project := func(x *torch.Tensor, from, parts, length int64) []*torch.Tensor {
 			w, b := m.InProjWeight, m.InProjBias
 			if from != 0 || parts*e != w.Size(0) {
@@ -228,7 +227,7 @@ func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts
 			y = y.Reshape(n, length, parts, e).Permute(2, 0, 1, 3).Contiguous() // (parts, N, len, E); no copy for one part
 			ys := []*torch.Tensor{y}
 			if parts > 1 {
-				ys = y.Chunk(parts, 0)
+				ys = y.Unbind(0)
 			}
 			out := make([]*torch.Tensor, parts)
 			for i := range out {

@@ -1180,6 +1180,17 @@ func (t *Tensor) Chunk(n, dim int64) []*Tensor {
 	return c.t(t).i(n).i(dim).outList(opChunk)
 }
 
+// aten::unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]
+var opUnbindInt = defOp("aten::unbind", "int")
+
+// Unbind returns the views t.select(dim, i), one for each index of dim, as
+// one op: its backward stacks their gradients (one kernel), where each
+// select's fills a zero tensor of t's shape and copies into it.
+func (t *Tensor) Unbind(dim int64) []*Tensor {
+	var c call
+	return c.t(t).i(dim).outList(opUnbindInt)
+}
+
 // aten::split_with_sizes(Tensor(a -> *) self, int[] split_sizes, int dim=0) -> Tensor(a)[]
 var opSplitWithSizes = defOp("aten::split_with_sizes", "")
 

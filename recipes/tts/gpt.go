@@ -125,7 +125,11 @@ func (b *block) forward(x *torch.Tensor, cache *kvCache) *torch.Tensor {
 	n, l, d := s[0], s[1], s[2]
 	h, dh := b.heads, d/b.heads
 	qkv := b.QKV.Forward(b.LN1.Forward(x)).View(n, l, 3, h, dh).Permute(2, 0, 3, 1, 4)
-	q, k, v := qkv.Select(0, 0), qkv.Select(0, 1), qkv.Select(0, 2)
+	// One unbind, not three selects: its backward is one stack, where each
+	// select's fills and copies a gradient the size of qkv and the three
+	// are added (nn.MultiheadAttention's projection does the same).
+	parts := qkv.Unbind(0)
+	q, k, v := parts[0], parts[1], parts[2]
 	if cache != nil {
 		if cache.k != nil {
 			k = torch.Cat([]*torch.Tensor{cache.k, k}, 2)
