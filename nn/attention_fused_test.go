@@ -277,57 +277,91 @@ func TestMultiheadAttentionPackedProjection(t *testing.T) {
 	require.Equal(t, int64(2*n*l*e*2), single-packed, "packed %d, three projections %d bytes", packed, single)
 }
 
-// Self-attention splits its packed projection into query, key and value
-// by one unbind and uses the packed weight and bias whole. PyTorch's
-// _in_projection_packed takes proj[0], proj[1], proj[2]: each of those
-// selects' backward fills a zero gradient the size of the whole
-// projection and copies its part in, and the three are then added up
-// (on CUDA 8 kernel launches where an unbind's backward is one
-// stack). The two give the same output and gradients to the
-// bit (each element of the sum is one part's value plus zeros), and the
-// unbind's backward needs less memory at its peak.
+// MultiheadAttention splits a projection of several parts (query, key
+// and value; key and value) by one unbind, uses the packed weight and
+// bias whole for self-attention and splits them by one split otherwise.
+// PyTorch takes proj[0], proj[1], proj[2] and slices of the weight: each
+// of those selects' and slices' backward fills a zero gradient the size
+// of the whole projection or parameter and copies its part in, and the
+// parts are then added up (on CUDA 8 kernel launches for the three
+// selects where an unbind's backward is one stack). The two give the
+// same output and gradients to the bit (each element of the sums is one
+// part's value plus zeros), and the new backward needs less memory at
+// its peak.
 func TestMultiheadAttentionUnbindsItsProjection(t *testing.T) {
 	torch.ManualSeed(13)
-	const n, l, e, h = 4, 32, 64, 4
+	const n, l, s, e, h = 4, 32, 24, 64, 4
 	m := NewMultiheadAttention(e, h, 0, true)
 	x := torch.Randn([]int64{n, l, e})
+	mem := torch.Randn([]int64{n, s, e})
 	g := torch.Randn([]int64{n, l, e})
-	// selects is the projection as PyTorch writes it.
-	selects := func(x *torch.Tensor) *torch.Tensor {
-		y := torch.Linear(x, m.InProjWeight.Narrow(0, 0, 3*e), m.InProjBias.Narrow(0, 0, 3*e))
-		y = y.Reshape(n, l, 3, e).Permute(2, 0, 1, 3).Contiguous()
-		var qkv [3]*torch.Tensor
-		for i := range qkv {
-			qkv[i] = y.Select(0, int64(i)).Reshape(n, l, h, e/h).Transpose(1, 2)
+	// sliced projects as torchfit did before, and PyTorch does: a slice of
+	// the weight and bias per projection, a select per part.
+	sliced := func(x *torch.Tensor, from, parts int64) []*torch.Tensor {
+		y := torch.Linear(x, m.InProjWeight.Narrow(0, from*e, parts*e), m.InProjBias.Narrow(0, from*e, parts*e))
+		length := x.Size(1)
+		y = y.Reshape(n, length, parts, e).Permute(2, 0, 1, 3).Contiguous()
+		out := make([]*torch.Tensor, parts)
+		for i := range out {
+			out[i] = y.Select(0, int64(i)).Reshape(n, length, h, e/h).Transpose(1, 2)
 		}
-		ctx, _ := DotProductAttention(qkv[0], qkv[1], qkv[2], AttnOpts{}, 0)
+		return out
+	}
+	attend := func(q, k, v *torch.Tensor) *torch.Tensor {
+		ctx, _ := DotProductAttention(q, k, v, AttnOpts{}, 0)
 		return m.OutProj.Forward(ctx.Transpose(1, 2).Reshape(n, l, e))
 	}
-	unbind := func(x *torch.Tensor) *torch.Tensor { y, _ := m.Forward(x, x, x, AttnOpts{}); return y }
-	run := func(attend func(*torch.Tensor) *torch.Tensor) (out []*torch.Tensor, peak int64) {
+	run := func(fwd func(x, mem *torch.Tensor) *torch.Tensor) (out []*torch.Tensor, peak int64) {
 		withAttention("explicit", func() {
 			params := paramTensors(m)
 			torch.ZeroGrad(params)
-			xi := x.Detach().SetRequiresGrad(true)
-			loss := attend(xi).Mul(g).Sum()
+			xi, mi := x.Detach().SetRequiresGrad(true), mem.Detach().SetRequiresGrad(true)
+			loss := fwd(xi, mi).Mul(g).Sum()
 			base := torch.MustMemoryStats(torch.CPU).Allocated
 			require.NoError(t, torch.ResetPeakMemory(torch.CPU))
 			loss.Backward()
 			peak = torch.MustMemoryStats(torch.CPU).PeakAllocated - base
 			out = []*torch.Tensor{loss.Detach(), xi.Grad().Clone()}
+			if mi.Grad() != nil {
+				out = append(out, mi.Grad().Clone())
+			}
 			for _, p := range params {
 				out = append(out, p.Grad().Clone())
 			}
 		})
 		return out, peak
 	}
-	torch.Tidy(func() {
-		want, selPeak := run(selects)
-		got, unbindPeak := run(unbind)
-		for i := range want {
-			require.True(t, got[i].Equal(want[i]), "tensor %d", i)
-		}
-		t.Logf("backward peak above the graph: selects %d bytes, unbind %d", selPeak, unbindPeak)
-		require.Less(t, unbindPeak, selPeak)
-	})
+	for _, tc := range []struct {
+		name         string
+		before, then func(x, mem *torch.Tensor) *torch.Tensor
+	}{
+		{"self-attention",
+			func(x, _ *torch.Tensor) *torch.Tensor { p := sliced(x, 0, 3); return attend(p[0], p[1], p[2]) },
+			func(x, _ *torch.Tensor) *torch.Tensor { y, _ := m.Forward(x, x, x, AttnOpts{}); return y }},
+		{"shared key and value",
+			func(x, mem *torch.Tensor) *torch.Tensor {
+				kv := sliced(mem, 1, 2)
+				return attend(sliced(x, 0, 1)[0], kv[0], kv[1])
+			},
+			func(x, mem *torch.Tensor) *torch.Tensor { y, _ := m.Forward(x, mem, mem, AttnOpts{}); return y }},
+		{"three inputs",
+			func(x, mem *torch.Tensor) *torch.Tensor {
+				return attend(sliced(x, 0, 1)[0], sliced(mem, 1, 1)[0], sliced(mem.MulScalar(2), 2, 1)[0])
+			},
+			func(x, mem *torch.Tensor) *torch.Tensor {
+				y, _ := m.Forward(x, mem, mem.MulScalar(2), AttnOpts{})
+				return y
+			}},
+	} {
+		torch.Tidy(func() {
+			want, before := run(tc.before)
+			got, then := run(tc.then)
+			require.Len(t, got, len(want))
+			for i := range want {
+				require.True(t, got[i].Equal(want[i]), "%s: tensor %d", tc.name, i)
+			}
+			t.Logf("%s: backward peak above the graph %d bytes, sliced and selected %d", tc.name, then, before)
+			require.Less(t, then, before, tc.name)
+		})
+	}
 }

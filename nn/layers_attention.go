@@ -199,30 +199,25 @@ func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts
 		}
 		h := m.NumHeads
 		d := e / h
-		// project runs parts consecutive projections (from: the first, 0 q,
-		// 1 k, 2 v) of x as one linear over their slice of the packed
-		// weight, giving each as (N, H, length, d). Self-attention (query,
-		// key and value the same tensor) and a shared key/value project
-		// together, as PyTorch's _in_projection_packed does, so that under
-		// autocast their input is cast and kept for backward once rather
-		// than once per projection.
+		// project runs parts consecutive projections of x (weight w and
+		// bias b: those parts' rows of the packed ones) as one linear,
+		// giving each as (N, H, length, d). Self-attention (query, key and
+		// value the same tensor) and a shared key/value project together,
+		// as PyTorch's _in_projection_packed does, so that under autocast
+		// their input is cast and kept for backward once rather than once
+		// per projection.
 		//
-		// Self-attention takes the whole packed weight and bias as they
-		// are (a slice of a parameter is one more node whose backward
-		// fills a zero tensor of the parameter's size and copies into
-		// it). The parts are split by one unbind, whose backward is one
-		// stack, where PyTorch's proj[0], proj[1], proj[2] each fill and
-		// copy a gradient of the whole projection and then add the three
-		// up: on CUDA 8 kernel launches become 1, and the gradient is the
-		// same to the bit (each element is one part's value plus zeros).
-		project := func(x *torch.Tensor, from, parts, length int64) []*torch.Tensor {
-			w, b := m.InProjWeight, m.InProjBias
-			if from != 0 || parts*e != w.Size(0) {
-				w = w.Narrow(0, from*e, parts*e)
-				if b != nil {
-					b = b.Narrow(0, from*e, parts*e)
-				}
-			}
+		// The parts of a projection are split by one unbind, whose
+		// backward is one stack, where PyTorch's proj[0], proj[1], proj[2]
+		// each fill and copy a gradient of the whole projection and then
+		// add the three up (on CUDA 8 kernel launches become 1).
+		// Self-attention takes the packed weight and bias whole, and the
+		// other forms split them by one split each, whose backward is one
+		// concatenation, where a slice per part each fills a zero tensor
+		// of the parameter's size and copies into it. The gradients are
+		// the same to the bit (each element is one part's value plus
+		// zeros).
+		project := func(x, w, b *torch.Tensor, parts, length int64) []*torch.Tensor {
 			y := torch.Linear(x, w, b)
 			y = y.Reshape(n, length, parts, e).Permute(2, 0, 1, 3).Contiguous() // (parts, N, len, E); no copy for one part
 			ys := []*torch.Tensor{y}
@@ -235,16 +230,30 @@ func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts
 			}
 			return out
 		}
+		// split cuts a packed parameter into runs of the given numbers of
+		// E rows (nil for a missing bias).
+		split := func(t *torch.Tensor, parts ...int64) []*torch.Tensor {
+			if t == nil {
+				return make([]*torch.Tensor, len(parts))
+			}
+			sizes := make([]int64, len(parts))
+			for i, p := range parts {
+				sizes[i] = p * e
+			}
+			return t.Split(sizes, 0)
+		}
 		var qh, kh, vh *torch.Tensor
 		switch {
 		case query == key && key == value:
-			qkv := project(q, 0, 3, l)
+			qkv := project(q, m.InProjWeight, m.InProjBias, 3, l)
 			qh, kh, vh = qkv[0], qkv[1], qkv[2]
 		case key == value:
-			kv := project(k, 1, 2, s)
-			qh, kh, vh = project(q, 0, 1, l)[0], kv[0], kv[1]
+			w, b := split(m.InProjWeight, 1, 2), split(m.InProjBias, 1, 2)
+			kv := project(k, w[1], b[1], 2, s)
+			qh, kh, vh = project(q, w[0], b[0], 1, l)[0], kv[0], kv[1]
 		default:
-			qh, kh, vh = project(q, 0, 1, l)[0], project(k, 1, 1, s)[0], project(v, 2, 1, s)[0]
+			w, b := split(m.InProjWeight, 1, 1, 1), split(m.InProjBias, 1, 1, 1)
+			qh, kh, vh = project(q, w[0], b[0], 1, l)[0], project(k, w[1], b[1], 1, s)[0], project(v, w[2], b[2], 1, s)[0]
 		}
 		p := 0.0
 		if m.Training() {
