@@ -14,11 +14,11 @@ import (
 )
 
 // withAttention runs fn with the attention path forced: "fused" (the CPU
-// kernel, SDPA off even on 2.x) or "explicit".
+// kernel, SDPA off even on 2.x), "sdpa" (2.x only) or "explicit".
 func withAttention(path string, fn func()) {
 	fused, sdpa := FusedAttention, SDPA
 	defer func() { FusedAttention, SDPA = fused, sdpa }()
-	FusedAttention, SDPA = path == "fused", false
+	FusedAttention, SDPA = path == "fused", path == "sdpa"
 	fn()
 }
 
@@ -94,6 +94,50 @@ func TestMultiheadAttentionFusedMatchesExplicit(t *testing.T) {
 		defer func() { FusedAttentionBF16 = false }()
 		require.Equal(t, "fused", AttentionPath(xb, xb, xb, AttnOpts{}))
 	})
+}
+
+// On libtorch 2.x a causal mask alone goes to SDPA as its is_causal, as
+// PyTorch's is_causal hint does: no mask is made. With another mask, or a
+// shifted causal mask, the masks are made and added as before. Every
+// form equals the explicit path in float64.
+func TestSDPACausalHint(t *testing.T) {
+	if !torch.HasSDPA() {
+		maj, min, _ := torch.LibtorchVersion()
+		t.Skipf("libtorch %d.%d has no scaled_dot_product_attention", maj, min)
+	}
+	torch.ManualSeed(14)
+	const n, l, e, h = 2, 23, 32, 4
+	m := NewMultiheadAttention(e, h, 0, true)
+	To(m, torch.CPU, torch.Float64)
+	x := torch.Randn([]int64{n, l, e}, torch.Float64)
+	g := torch.Randn([]int64{n, l, e}, torch.Float64)
+	pad := torch.Zeros([]int64{n, l}, torch.Bool)
+	torch.NoGrad(func() { pad.Narrow(1, l-5, 5).Select(0, 1).FillIn(1) })
+	for _, tc := range []struct {
+		name string
+		o    AttnOpts
+		mask bool // a mask is made
+	}{
+		{"causal", AttnOpts{Causal: true}, false},
+		{"causal+pad", AttnOpts{Causal: true, KeyPaddingMask: pad}, true},
+		{"causal+mask", AttnOpts{Causal: true, AttnMask: torch.Randn([]int64{l, l}, torch.Float64)}, true},
+		{"offset", AttnOpts{Causal: true, CausalOffset: 4}, true},
+	} {
+		var sdpa, explicit []*torch.Tensor
+		withAttention("sdpa", func() {
+			require.Equal(t, "sdpa", AttentionPath(x, x, x, tc.o), tc.name)
+			calls := map[string]int64{}
+			for _, c := range torch.CountCalls(func() { sdpa = mhaStep(m, x, g, tc.o) }) {
+				calls[c.Name] = c.Calls
+			}
+			require.Equal(t, int64(1), calls["aten::scaled_dot_product_attention"], tc.name)
+			require.Equal(t, tc.mask, calls["aten::triu"] > 0, "%s: %v", tc.name, calls)
+		})
+		withAttention("explicit", func() { explicit = mhaStep(m, x, g, tc.o) })
+		for i := range sdpa {
+			require.True(t, sdpa[i].AllClose(explicit[i], 1e-10, 1e-12), "%s: tensor %d", tc.name, i)
+		}
+	}
 }
 
 // attentionPeak returns the peak CPU memory of one forward and backward of

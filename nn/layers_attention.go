@@ -136,8 +136,15 @@ func DotProductAttention(q, k, v *torch.Tensor, o AttnOpts, p float64) (out, wei
 			return []*torch.Tensor{y, nil}
 		case "sdpa":
 			// PyTorch 2.x's F.multi_head_attention_forward without weights:
-			// the masks as one additive mask in the query's dtype, then
-			// scaled_dot_product_attention (same ops, same numbers).
+			// a causal mask alone goes to scaled_dot_product_attention as
+			// its is_causal (PyTorch's is_causal hint): no mask is made
+			// (on CUDA four kernels a call) and flash attention may run.
+			// Otherwise the masks as one additive mask in the query's
+			// dtype, then scaled_dot_product_attention (same ops, same
+			// numbers).
+			if o.Causal && o.CausalOffset == 0 && am == nil && o.KeyPaddingMask == nil {
+				return []*torch.Tensor{torch.ScaledDotProductAttention(q, k, v, nil, p, true), nil}
+			}
 			var mask *torch.Tensor
 			add := func(x *torch.Tensor) {
 				if mask == nil {
