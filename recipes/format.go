@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/torchfit/torchfit/torch"
 )
 
 // Commas writes n with thousands separators (1,234,567), as the seeds'
@@ -24,8 +22,9 @@ func Commas(n int64) string {
 
 // CountLayers returns n when the state-dict keys under prefix (e.g.
 // "encoder.layers.") are those of layers 0…n−1, and −1 when the numbering
-// has a gap: how a recipe reads a checkpoint's depth.
-func CountLayers(w map[string]*torch.Tensor, prefix string) int {
+// has a gap: how a recipe reads a checkpoint's depth. The values are
+// tensors or their shapes (ckpt.File.Shapes).
+func CountLayers[V any](w map[string]V, prefix string) int {
 	seen := map[int]bool{}
 	for k := range w {
 		rest, ok := strings.CutPrefix(k, prefix)

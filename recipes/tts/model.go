@@ -159,14 +159,22 @@ func buildError(err error) error {
 	return recipes.Usage(err)
 }
 
-// readMeta returns the model description of path, a checkpoint of kind.
+// readMeta returns the model description of path, a checkpoint of kind,
+// checked against its weights' shapes. The weights are described, not
+// read (ckpt.Reader.Describe): their records are read through to their
+// checksums, and nothing is allocated.
 func readMeta(path, kind string) (modelMeta, error) {
-	meta, _, free, err := readCheckpoint(path, kind)
+	var meta modelMeta
+	r, err := ckpt.Open(path)
 	if err != nil {
-		return meta, err
+		return meta, fileError(path, err)
 	}
-	free()
-	return meta, nil
+	defer r.Close()
+	f, err := r.Describe("meta", "model")
+	if err != nil {
+		return meta, fileError(path, err)
+	}
+	return checkedMeta(f, kind)
 }
 
 // readCheckpoint reads a TTS checkpoint of the given kind once, checks its
@@ -176,18 +184,39 @@ func readMeta(path, kind string) (modelMeta, error) {
 func readCheckpoint(path, kind string) (meta modelMeta, weights torch.StateDict, free func(), err error) {
 	f, err := ckpt.ReadParts(path, "meta", "model") // not the optimizer's state
 	if err != nil {
-		var ce *ckpt.Error
 		if errors.Is(err, torch.ErrOutOfMemory) {
 			return meta, nil, nil, loadOOM(kind, path, err)
 		}
-		if !errors.As(err, &ce) {
-			return meta, nil, nil, fmt.Errorf("tts: checkpoint %s: %w", path, err)
-		}
-		return meta, nil, nil, checkpointError(path, ce.Err)
+		return meta, nil, nil, fileError(path, err)
 	}
-	bad := func(format string, args ...any) (modelMeta, torch.StateDict, func(), error) {
+	if meta, err = checkedMeta(f, kind); err != nil {
 		f.Free()
-		return meta, nil, nil, checkpointError(path, fmt.Errorf(format, args...))
+		return meta, nil, nil, err
+	}
+	if weights, err = f.Tensors("model"); err != nil {
+		f.Free()
+		return meta, nil, nil, checkpointError(path, fmt.Errorf("model weights: %v", err))
+	}
+	return meta, weights, f.Free, nil
+}
+
+// fileError is an error opening or reading a checkpoint: the file's (a
+// *ckpt.Error) or the system's.
+func fileError(path string, err error) error {
+	var ce *ckpt.Error
+	if !errors.As(err, &ce) {
+		return fmt.Errorf("tts: checkpoint %s: %w", path, err)
+	}
+	return checkpointError(path, ce.Err)
+}
+
+// checkedMeta is the model description of f (its meta and model parts,
+// read or described), a checkpoint of kind, checked against the model's
+// shapes.
+func checkedMeta(f *ckpt.File, kind string) (modelMeta, error) {
+	var meta modelMeta
+	bad := func(format string, args ...any) (modelMeta, error) {
+		return meta, checkpointError(f.Path, fmt.Errorf(format, args...))
 	}
 	md := f.Meta()
 	var str string
@@ -207,17 +236,14 @@ func readCheckpoint(path, kind string) (meta modelMeta, weights torch.StateDict,
 		want := map[string]string{"codec": "a codec checkpoint (from `tts train-codec`)", "gpt": "a GPT checkpoint (from `tts train`)"}[kind]
 		return bad("is a %s checkpoint, not %s", meta.Kind, want)
 	}
-	if weights, err = f.Tensors("model"); err != nil {
-		if errors.Is(err, torch.ErrOutOfMemory) {
-			f.Free()
-			return meta, nil, nil, loadOOM(kind, path, err)
-		}
+	shapes, err := f.Shapes("model")
+	if err != nil {
 		return bad("model weights: %v", err)
 	}
-	if err := checkMeta(meta, weights.Map()); err != nil {
+	if err := checkMeta(meta, shapes); err != nil {
 		return bad("%v", err)
 	}
-	return meta, weights, f.Free, nil
+	return meta, nil
 }
 
 // loadOOM is running out of memory while reading a checkpoint: the file
@@ -241,8 +267,8 @@ func loadOOM(kind, path string, err error) error {
 }
 
 // checkMeta checks a description's bounds and its sizes against the
-// weights' shapes before anything is built from it.
-func checkMeta(m modelMeta, w map[string]*torch.Tensor) error {
+// weights' shapes (by name) before anything is built from it.
+func checkMeta(m modelMeta, w map[string][]int64) error {
 	if err := m.Codec.Validate(); err != nil {
 		return fmt.Errorf("model description: %w", err)
 	}
@@ -286,11 +312,11 @@ func checkMeta(m modelMeta, w map[string]*torch.Tensor) error {
 		}
 	}
 	for _, x := range ws {
-		t, ok := w[x.key]
+		got, ok := w[x.key]
 		if !ok {
 			return fmt.Errorf("the weights have no %s", x.key)
 		}
-		if got := t.Shape(); !slices.Equal(got, x.shape) {
+		if !slices.Equal(got, x.shape) {
 			return fmt.Errorf("model description disagrees with the weights: %s is %v, not %v", x.key, got, x.shape)
 		}
 	}

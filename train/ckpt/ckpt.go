@@ -372,9 +372,9 @@ func (f *File) Tensors(key string) (torch.StateDict, error) {
 	return out, nil
 }
 
-// shapes returns a dict part's tensors' shapes by name, read or described
+// Shapes returns a dict part's tensors' shapes by name, read or described
 // (Reader.Describe).
-func (f *File) shapes(key string) (map[string][]int64, error) {
+func (f *File) Shapes(key string) (map[string][]int64, error) {
 	d, err := f.dict(key)
 	if err != nil {
 		return nil, err
@@ -398,7 +398,7 @@ func (f *File) shapes(key string) (map[string][]int64, error) {
 // and shape for shape, without changing m. The part may be described
 // (Reader.Describe) rather than read.
 func (f *File) CheckModule(key string, m nn.Module) error {
-	sd, err := f.shapes(key)
+	sd, err := f.Shapes(key)
 	if err != nil {
 		return err
 	}
