@@ -138,6 +138,16 @@ func TestSDPACausalHint(t *testing.T) {
 			require.True(t, sdpa[i].AllClose(explicit[i], 1e-10, 1e-12), "%s: tensor %d", tc.name, i)
 		}
 	}
+	// Fewer queries than keys, and more: SDPA's is_causal aligns its mask
+	// at the top left, as the mask made here (query i sees keys 0…i).
+	for _, ls := range [][2]int64{{5, 9}, {9, 5}} {
+		q := torch.Randn([]int64{n, h, ls[0], 8}, torch.Float64)
+		kv := torch.Randn([]int64{n, h, ls[1], 8}, torch.Float64)
+		var a, b *torch.Tensor
+		withAttention("sdpa", func() { a, _ = DotProductAttention(q, kv, kv, AttnOpts{Causal: true}, 0) })
+		withAttention("explicit", func() { b, _ = DotProductAttention(q, kv, kv, AttnOpts{Causal: true}, 0) })
+		require.True(t, a.AllClose(b, 1e-10, 1e-12), "%d queries, %d keys", ls[0], ls[1])
+	}
 }
 
 // attentionPeak returns the peak CPU memory of one forward and backward of
