@@ -35,5 +35,11 @@
 // with FusedAttentionBF16; package nn/internal/attn), whose memory grows as
 // O(L) rather than O(L²) (make bench-attention measures both against
 // sequence length). Weights asked for, other devices and dtypes run the
-// explicit scores-softmax-product path, PyTorch 1.13's.
+// explicit scores-softmax-product path, PyTorch 1.13's. A causal mask with
+// no other mask goes to SDPA as its is_causal (PyTorch's is_causal hint),
+// made by no op. MultiheadAttention splits its packed projection into
+// query, key and value by one unbind and its packed weight by one split
+// where PyTorch selects and slices each part: the same numbers, with one
+// backward kernel where each select or slice fills and copies a whole-size
+// gradient.
 package nn
