@@ -45,18 +45,27 @@ func paramTensors(m Module) []*torch.Tensor {
 	return ts
 }
 
+// mhaFloat64 is a batch-first float64 self-attention in eval mode (no
+// dropout: paths draw different numbers), an input (n, l, e), an output
+// gradient, and a key padding mask hiding the second sequence's last 5
+// positions.
+func mhaFloat64(seed uint64, n, l, e, h int64) (m *MultiheadAttention, x, g, pad *torch.Tensor) {
+	torch.ManualSeed(seed)
+	m = NewMultiheadAttention(e, h, 0.1, true)
+	To(m, torch.CPU, torch.Float64)
+	SetTraining(m, false)
+	x = torch.Randn([]int64{n, l, e}, torch.Float64)
+	g = torch.Randn([]int64{n, l, e}, torch.Float64)
+	pad = torch.Zeros([]int64{n, l}, torch.Bool)
+	torch.NoGrad(func() { pad.Narrow(1, l-5, 5).Select(0, 1).FillIn(1) })
+	return m, x, g, pad
+}
+
 // nn.MultiheadAttention through the fused kernel equals the explicit path
 // in float64, output and every gradient, for its mask forms.
 func TestMultiheadAttentionFusedMatchesExplicit(t *testing.T) {
-	torch.ManualSeed(11)
 	const n, l, e, h = 2, 37, 32, 4
-	m := NewMultiheadAttention(e, h, 0.1, true)
-	To(m, torch.CPU, torch.Float64)
-	SetTraining(m, false) // no dropout: the two paths draw different numbers
-	x := torch.Randn([]int64{n, l, e}, torch.Float64)
-	g := torch.Randn([]int64{n, l, e}, torch.Float64)
-	pad := torch.Zeros([]int64{n, l}, torch.Bool)
-	torch.NoGrad(func() { pad.Narrow(1, l-5, 5).Select(0, 1).FillIn(1) })
+	m, x, g, pad := mhaFloat64(11, n, l, e, h)
 	for _, tc := range []struct {
 		name string
 		o    AttnOpts
@@ -105,14 +114,8 @@ func TestSDPACausalHint(t *testing.T) {
 		maj, min, _ := torch.LibtorchVersion()
 		t.Skipf("libtorch %d.%d has no scaled_dot_product_attention", maj, min)
 	}
-	torch.ManualSeed(14)
 	const n, l, e, h = 2, 23, 32, 4
-	m := NewMultiheadAttention(e, h, 0, true)
-	To(m, torch.CPU, torch.Float64)
-	x := torch.Randn([]int64{n, l, e}, torch.Float64)
-	g := torch.Randn([]int64{n, l, e}, torch.Float64)
-	pad := torch.Zeros([]int64{n, l}, torch.Bool)
-	torch.NoGrad(func() { pad.Narrow(1, l-5, 5).Select(0, 1).FillIn(1) })
+	m, x, g, pad := mhaFloat64(14, n, l, e, h)
 	for _, tc := range []struct {
 		name string
 		o    AttnOpts
