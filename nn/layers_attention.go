@@ -221,9 +221,10 @@ func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts
 		// Self-attention takes the packed weight and bias whole, and the
 		// other forms split them by one split each, whose backward is one
 		// concatenation, where a slice per part each fills a zero tensor
-		// of the parameter's size and copies into it. The gradients are
-		// the same to the bit (each element is one part's value plus
-		// zeros).
+		// of the parameter's size and copies into it
+		// (scripts/projection_kernels.py counts both forms). The
+		// gradients are the same to the bit (each element is one part's
+		// value plus zeros).
 		project := func(x, w, b *torch.Tensor, parts, length int64) []*torch.Tensor {
 			y := torch.Linear(x, w, b)
 			y = y.Reshape(n, length, parts, e).Permute(2, 0, 1, 3).Contiguous() // (parts, N, len, E); no copy for one part
