@@ -253,7 +253,16 @@ func (m *MultiheadAttention) Forward(query, key, value *torch.Tensor, o AttnOpts
 		var qh, kh, vh *torch.Tensor
 		switch {
 		case query == key && key == value:
-			qkv := project(q, m.InProjWeight, m.InProjBias, 3, l)
+			// An alias, not the parameter itself: under autocast a
+			// parameter's cast is kept until the region ends (a cache
+			// for leaves), which in a checkpointed forward holds every
+			// layer's; a view's is made at use and freed with its graph
+			// (the slices did the same). Its backward is no kernel.
+			b := m.InProjBias
+			if b != nil {
+				b = b.Alias()
+			}
+			qkv := project(q, m.InProjWeight.Alias(), b, 3, l)
 			qh, kh, vh = qkv[0], qkv[1], qkv[2]
 		case key == value:
 			w, b := split(m.InProjWeight, 1, 2), split(m.InProjBias, 1, 2)

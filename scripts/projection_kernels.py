@@ -8,7 +8,8 @@ torchfit also sliced the packed weight and bias per projection): each
 select's and slice's backward fills a zero tensor of the whole projection
 or parameter and copies its part in, and the parts are then added.
 torchfit now takes the parts by one unbind and the weight whole (self-
-attention) or by one split (cross-attention with a shared key/value).
+attention, through an alias: autocast keeps no cast of a view) or by one
+split (cross-attention with a shared key/value).
 
 Run: .venv/bin/python scripts/projection_kernels.py (any torch 2.x; on
 the CPU: the autograd graph is the same on CUDA, where each counted op is
@@ -45,8 +46,8 @@ def main():
         y = packed(x, w.narrow(0, 0, 3 * e), b.narrow(0, 0, 3 * e), 3, l)
         return [heads(y[i], l) for i in range(3)]
 
-    def self_unbind():
-        return [heads(t, l) for t in packed(x, w, b, 3, l).unbind(0)]
+    def self_unbind():  # the weight and bias through aten::alias, as torchfit passes them
+        return [heads(t, l) for t in packed(x, torch.ops.aten.alias(w), torch.ops.aten.alias(b), 3, l).unbind(0)]
 
     def cross_selects():
         q = packed(x, w.narrow(0, 0, e), b.narrow(0, 0, e), 1, l)

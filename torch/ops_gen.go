@@ -1409,6 +1409,18 @@ func (t *Tensor) Clone() *Tensor {
 	return c.t(t).out1(opClone)
 }
 
+// aten::alias(Tensor(a) self) -> Tensor(a)
+var opAlias = defOp("aten::alias", "")
+
+// Alias returns a view of all of t in the autograd graph: its backward
+// passes the gradient on (no kernel). A view of a weight is not a leaf, so
+// autocast casts it at each use rather than keeping the cast until the
+// autocast region ends.
+func (t *Tensor) Alias() *Tensor {
+	var c call
+	return c.t(t).out1(opAlias)
+}
+
 // aten::detach(Tensor(a) self) -> Tensor(a)
 var opDetach = defOp("aten::detach", "")
 

@@ -215,6 +215,7 @@ func opCases() []opCase {
 		{name: "Stack", py: "torch.stack([a, b], 1)", fn: func(x env) any { return Stack(ts(x["a"], x["b"]), 1) }},
 		{name: "Chunk", py: "a.chunk(2, 1)", fn: func(x env) any { return x["a"].Chunk(2, 1) }},
 		{name: "Unbind", py: "a.unbind(1)", fn: func(x env) any { return x["a"].Unbind(1) }},
+		{name: "Alias", py: "torch.ops.aten.alias(a)", fn: func(x env) any { return x["a"].Alias() }},
 		{name: "Split", py: "a.split([1, 3], 1)", fn: func(x env) any { return x["a"].Split([]int64{1, 3}, 1) }},
 		{name: "SplitEvery", py: "a.split(3, 1)", fn: func(x env) any { return x["a"].SplitEvery(3, 1) }},
 		{name: "Narrow", py: "a.narrow(1, 1, 2)", fn: func(x env) any { return x["a"].Narrow(1, 1, 2) }},
