@@ -39,7 +39,8 @@
 // no other mask goes to SDPA as its is_causal (PyTorch's is_causal hint),
 // made by no op. MultiheadAttention splits its packed projection into
 // query, key and value by one unbind and its packed weight by one split
-// where PyTorch selects and slices each part: the same numbers, with one
-// backward kernel where each select or slice fills and copies a whole-size
-// gradient.
+// (self-attention: the whole weight, through an alias, so that autocast
+// keeps no cast of it) where PyTorch selects and slices each part: the
+// same numbers, with one backward kernel where each select or slice fills
+// and copies a whole-size gradient.
 package nn
