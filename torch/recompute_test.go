@@ -131,3 +131,95 @@ func TestCheckpointBackwardLeavesNoAutocastCache(t *testing.T) {
 	step()
 	require.Equal(t, before, torch.MustMemoryStats(torch.CPU).Allocated, "no cast weights left in autocast's cache")
 }
+
+// Autocast keeps a parameter's low-precision copy until its region ends.
+// A checkpointed region's first run keeps none: it keeps nothing else for
+// backward either, so each copy is freed after its op instead of every
+// region's staying until the whole forward is done. After the region the
+// cache is on again, and the gradients are those of the plain forward.
+func TestCheckpointForwardCachesNoCast(t *testing.T) {
+	threads := torch.NumThreads()
+	torch.SetNumThreads(1) // bitwise equal gradients below
+	defer torch.SetNumThreads(threads)
+	torch.CollectGarbage()
+	torch.ManualSeed(3)
+	w := torch.Randn([]int64{128, 256}).SetRequiresGrad(true).Keep()
+	defer w.Free()
+	x := torch.Randn([]int64{4, 128}).SetRequiresGrad(true).Keep() // else the region adds a dummy input
+	defer x.Free()
+	castBytes := (w.Numel() + x.Numel()) * 2 // both are leaves that require grad
+	// A region keeps its inputs (x, already counted) and the forward's
+	// RNG state, for the recomputation.
+	a := torch.MustMemoryStats(torch.CPU).Allocated
+	rng := torch.TakeRNG()
+	rngBytes := torch.MustMemoryStats(torch.CPU).Allocated - a
+	rng.Free()
+	grad := func(checkpoint bool) []float32 {
+		var g []float32
+		torch.Tidy(func() {
+			f := func(in []*torch.Tensor) []*torch.Tensor {
+				return []*torch.Tensor{in[0].Matmul(w).Tanh()}
+			}
+			var y *torch.Tensor
+			torch.Autocast(torch.CPU, torch.BFloat16, func() {
+				base := torch.MustMemoryStats(torch.CPU).Allocated
+				if !checkpoint {
+					y = f([]*torch.Tensor{x})[0]
+					return
+				}
+				y = torch.Recompute(f, x)[0]
+				held := base + y.NBytes() + rngBytes
+				require.Equal(t, held, torch.MustMemoryStats(torch.CPU).Allocated,
+					"a checkpointed region's first run leaves no cast weight cached")
+				var cached *torch.Tensor // outside the region the cache is on again
+				torch.NoGrad(func() { cached = x.Matmul(w) })
+				require.Equal(t, held+cached.NBytes()+castBytes, torch.MustMemoryStats(torch.CPU).Allocated,
+					"autocast caches the leaves' casts after the region")
+			})
+			y.ToDType(torch.Float32).Square().Sum().Backward()
+			g = w.Grad().Float32s()
+		})
+		w.SetGrad(nil)
+		x.SetGrad(nil)
+		return g
+	}
+	require.Equal(t, grad(false), grad(true), "the same gradient to the bit")
+}
+
+// A backward run inside the autocast region (allowed, if not what PyTorch
+// recommends) recomputes with the forward's casts still cached. Were the
+// first run's casts cached, made under no_grad, the recomputation would
+// take them from the cache and the weight would get no gradient (libtorch
+// 1.13's autocast caches a cast made under no_grad as it is; PyTorch
+// issue 158232).
+func TestCheckpointBackwardInsideAutocast(t *testing.T) {
+	threads := torch.NumThreads()
+	torch.SetNumThreads(1)
+	defer torch.SetNumThreads(threads)
+	torch.ManualSeed(5)
+	w := torch.Randn([]int64{64, 32}).SetRequiresGrad(true).Keep()
+	defer w.Free()
+	x := torch.Randn([]int64{8, 64}).Keep()
+	defer x.Free()
+	f := func(in []*torch.Tensor) []*torch.Tensor { return []*torch.Tensor{in[0].Matmul(w).Tanh()} }
+	grad := func(checkpoint bool) []float32 {
+		var g []float32
+		torch.Tidy(func() {
+			torch.Autocast(torch.CPU, torch.BFloat16, func() {
+				var y *torch.Tensor
+				if checkpoint {
+					y = torch.Recompute(f, x)[0]
+				} else {
+					y = f([]*torch.Tensor{x})[0]
+				}
+				y.ToDType(torch.Float32).Square().Sum().Backward()
+			})
+			gw := w.Grad()
+			require.NotNil(t, gw, "the weight gets a gradient")
+			g = gw.Float32s()
+		})
+		w.SetGrad(nil)
+		return g
+	}
+	require.Equal(t, grad(false), grad(true), "the same gradient to the bit")
+}

@@ -167,6 +167,16 @@ struct Checkpoint : public torch::autograd::Function<Checkpoint> {
     st->autocast = AutocastSnapshot::take();
     variable_list outs;
     {
+      // No autocast caching in this run: autocast keeps a parameter's
+      // low-precision copy until its region ends, so a checkpointed forward
+      // would hold every region's cast weights (nothing else of it) until
+      // the whole forward is done. Uncached, each is freed after its op;
+      // the recomputation casts again, with the cache, as it would anyway.
+      struct NoCache {
+        bool was = at::autocast::is_autocast_cache_enabled();
+        NoCache() { at::autocast::set_autocast_cache_enabled(false); }
+        ~NoCache() { at::autocast::set_autocast_cache_enabled(was); }
+      } no_cache;
       c10::AutoGradMode no_grad(false);
       outs = run_go(st->fn, variable_list(inputs.begin(), inputs.begin() + st->n_real));
     }
