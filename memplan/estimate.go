@@ -69,11 +69,15 @@ type EstimateOptions struct {
 	Batch int
 	// Step runs forward and backward on a synthetic batch of the given
 	// size (creating its inputs too). It runs inside a tensor scope: what
-	// it creates is released when it returns. It must not step an
-	// optimizer. One of Step and Forward is required.
+	// it creates is released when it returns, and under autocast when
+	// Precision asks for it, the backward too (a backward inside the
+	// region keeps the forward's cached weight casts through it, which the
+	// training loop's does not). It must not step an optimizer. One of
+	// Step and Forward is required.
 	Step func(batch int) error
 	// Forward returns the scalar loss of a synthetic batch of the given
-	// size; EstimateMemory calls Backward on it.
+	// size; EstimateMemory calls Backward on it after the autocast region
+	// ends, as the training loop does.
 	Forward func(batch int) *torch.Tensor
 	// Device is where the model lives (the zero value is the CPU).
 	Device torch.Device
@@ -284,12 +288,25 @@ func estimateMemory(m nn.Module, o EstimateOptions) (Estimate, error) {
 		if err := torch.ResetPeakMemory(dev); err != nil {
 			return 0, err
 		}
-		body := func() {
+		region := func(fn func()) {
+			if autocast {
+				amp.Autocast(dev, prec.DType(), fn)
+			} else {
+				fn()
+			}
+		}
+		if perr := torch.Try(func() {
 			err = torch.TidyErr(func() error {
 				if o.Step != nil {
-					return o.Step(batch)
+					var err error
+					region(func() { err = o.Step(batch) })
+					return err
 				}
-				loss := o.Forward(batch)
+				// As the training loop: the loss under autocast, its
+				// backward after the region (which frees the casts
+				// autocast cached).
+				var loss *torch.Tensor
+				region(func() { loss = o.Forward(batch) })
 				if loss == nil {
 					return fmt.Errorf("memplan: EstimateMemory: Forward returned nil")
 				}
@@ -298,13 +315,6 @@ func estimateMemory(m nn.Module, o EstimateOptions) (Estimate, error) {
 			})
 			if autocast {
 				torch.ClearAutocastCache()
-			}
-		}
-		if perr := torch.Try(func() {
-			if autocast {
-				amp.Autocast(dev, prec.DType(), body)
-			} else {
-				body()
 			}
 		}); perr != nil && err == nil {
 			err = perr

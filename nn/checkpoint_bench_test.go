@@ -74,11 +74,14 @@ func (m *ckptStack) Forward(x *torch.Tensor, checkpoint bool) *torch.Tensor {
 }
 
 func BenchmarkCheckpointStack(b *testing.B) {
-	b.Run("plain", func(b *testing.B) { benchCkptStack(b, false) })
-	b.Run("checkpoint", func(b *testing.B) { benchCkptStack(b, true) })
+	b.Run("plain", func(b *testing.B) { benchCkptStack(b, false, false) })
+	b.Run("checkpoint", func(b *testing.B) { benchCkptStack(b, true, false) })
+	// The forward under bf16 autocast (the loss and backward after it).
+	b.Run("plain_bf16", func(b *testing.B) { benchCkptStack(b, false, true) })
+	b.Run("checkpoint_bf16", func(b *testing.B) { benchCkptStack(b, true, true) })
 }
 
-func benchCkptStack(b *testing.B, checkpoint bool) {
+func benchCkptStack(b *testing.B, checkpoint, bf16 bool) {
 	m := newCkptStack(ckptDepth, ckptDim)
 	defer Free(m)
 	opt := NewAdam(Parameters(m), AdamDefaults(1e-3))
@@ -93,7 +96,15 @@ func benchCkptStack(b *testing.B, checkpoint bool) {
 		torch.Tidy(func() {
 			// Release each Go reference once its op has run (as the Python
 			// side's temporaries are): autograd keeps what backward needs.
-			out := m.Forward(x, checkpoint)
+			var out *torch.Tensor
+			if bf16 {
+				torch.Autocast(torch.CPU, torch.BFloat16, func() { out = m.Forward(x, checkpoint) })
+				f := out.ToDType(torch.Float32)
+				out.Free()
+				out = f
+			} else {
+				out = m.Forward(x, checkpoint)
+			}
 			sq := out.Square()
 			out.Free()
 			loss := sq.Mean()

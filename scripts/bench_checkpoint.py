@@ -8,7 +8,7 @@ PyTorch 1.13 -- an input Linear(d, d), then 12 residual blocks
 x + fc2(gelu(fc1(x))) with fc1: d->4d, fc2: 4d->d, on a (2048, 128) input,
 loss mean(y^2), Adam -- and trains it with and without
 torch.utils.checkpoint.checkpoint(block, h, use_reentrant=True) around each
-block. It prints a markdown table of the peak memory of one training step
+block, in float32 and with the forward under bf16 autocast. It prints a markdown table of the peak memory of one training step
 and the time per step, Go next to Python.
 
 How the peak is measured. The Go side reads torchfit's counting CPU
@@ -93,14 +93,21 @@ def peak_bytes(step):
     return peak
 
 
-def bench(ckpt, args):
+def bench(ckpt, bf16, args):
     torch.manual_seed(0)
     model = Stack(args.depth, args.dim)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
     x = torch.randn(args.tokens, args.dim)
 
     def step():
-        model(x, ckpt).square().mean().backward()
+        if bf16:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(x, ckpt)
+            loss = out.float().square().mean()
+            del out  # autograd keeps what backward needs, as on the Go side
+        else:
+            loss = model(x, ckpt).square().mean()
+        loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -142,17 +149,20 @@ def main():
           f" (Go side: {threads if threads else 'unknown'}); {args.depth} blocks, d={args.dim},"
           f" {args.tokens} tokens, Adam")
     print()
-    py = {name: bench(name == "checkpoint", args) for name in ("plain", "checkpoint")}
+    names = ("plain", "checkpoint", "plain_bf16", "checkpoint_bf16")
+    py = {name: bench(name.startswith("checkpoint"), name.endswith("_bf16"), args) for name in names}
     print("| configuration | Go peak | Python peak | Go time/step | Python time/step | Go / Python time |")
     print("|---|---:|---:|---:|---:|---:|")
-    for name in ("plain", "checkpoint"):
+    for name in names:
         g_ns, g_peak = go.get(name, (None, None))
         p_ns, p_peak, _ = py[name]
-        print(f"| {name} | {mib(g_peak)} | {mib(p_peak)} | {ms(g_ns)} | {ms(p_ns)} | {ratio(g_ns, p_ns)} |")
-    gp, gc = go.get("plain", (None, None)), go.get("checkpoint", (None, None))
-    pp, pc = py["plain"], py["checkpoint"]
-    print(f"| checkpoint / plain | {ratio(gc[1], gp[1])} | {ratio(pc[1], pp[1])} | {ratio(gc[0], gp[0])} |"
-          f" {ratio(pc[0], pp[0])} | |")
+        label = name.replace("_bf16", ", bf16 autocast")
+        print(f"| {label} | {mib(g_peak)} | {mib(p_peak)} | {ms(g_ns)} | {ms(p_ns)} | {ratio(g_ns, p_ns)} |")
+    for suffix, label in (("", "checkpoint / plain"), ("_bf16", "checkpoint / plain, bf16")):
+        gp, gc = go.get("plain" + suffix, (None, None)), go.get("checkpoint" + suffix, (None, None))
+        pp, pc = py["plain" + suffix], py["checkpoint" + suffix]
+        print(f"| {label} | {ratio(gc[1], gp[1])} | {ratio(pc[1], pp[1])} | {ratio(gc[0], gp[0])} |"
+              f" {ratio(pc[0], pp[0])} | |")
 
 
 if __name__ == "__main__":

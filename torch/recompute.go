@@ -14,6 +14,12 @@ import (
 // fn uses receive their gradients like any others. This trades compute for
 // memory: one extra forward of fn per backward.
 //
+// Under autocast the first run caches no low-precision weight copy
+// (torch.autocast keeps a parameter's cast until its region ends, which
+// here would hold every region's casts through the rest of the forward,
+// and under libtorch 1.13 hand a backward run inside the region casts
+// made without gradient history); the recomputation casts again.
+//
 // fn must be a pure function of its inputs and the tensors it captures
 // (parameters); it runs twice. Intermediates it creates are released as soon
 // as each run ends. Under NoGrad fn simply runs once.

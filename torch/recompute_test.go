@@ -189,9 +189,11 @@ func TestCheckpointForwardCachesNoCast(t *testing.T) {
 // A backward run inside the autocast region (allowed, if not what PyTorch
 // recommends) recomputes with the forward's casts still cached. Were the
 // first run's casts cached, made under no_grad, the recomputation would
-// take them from the cache and the weight would get no gradient (libtorch
-// 1.13's autocast caches a cast made under no_grad as it is; PyTorch
-// issue 158232).
+// take them from the cache and the weight would get no gradient under
+// libtorch 1.13, whose autocast caches a cast made under no_grad as it is
+// (torch.utils.checkpoint's reentrant form does the same there; PyTorch
+// issue 158232, fixed by 2.11, which makes cached casts with their
+// gradient history).
 func TestCheckpointBackwardInsideAutocast(t *testing.T) {
 	threads := torch.NumThreads()
 	torch.SetNumThreads(1)

@@ -185,15 +185,16 @@ func measure(dev torch.Device, mc ModelConfig, p EstimatePreset, prec amp.Precis
 	defer y.Free()
 	params := nn.Tensors(nn.Parameters(m))
 	micro := func() error {
-		run := func() {
-			loss := m.Loss(x, y, 0)
-			loss.Backward()
-		}
+		// As the trainer: the loss under autocast, its backward after the
+		// region (which frees the weight casts autocast cached).
+		var loss *torch.Tensor
+		run := func() { loss = m.Loss(x, y, 0) }
 		if prec == amp.FP32 {
 			run()
 		} else {
 			amp.Autocast(dev, prec.DType(), run)
 		}
+		loss.Backward()
 		return nil
 	}
 	update := func() error {
@@ -260,15 +261,19 @@ func mb(b int64) string { return fmt.Sprintf("%.0f MB", float64(b)/1e6) }
 // Params is the number of parameters (the tied head counted once).
 func (c ModelConfig) Params() int64 {
 	c = c.withDefaults()
+	return c.PaddedVocab()*c.DModel + int64(c.NLayers)*c.layerParams() + c.DModel
+}
+
+// layerParams is the number of parameters of one block.
+func (c ModelConfig) layerParams() int64 {
 	d, e, r, n, k := c.DModel, c.DInner(), c.DtRank, c.DState, c.DConv
-	layer := d*2*e + // in_proj
+	return d*2*e + // in_proj
 		e*k + e + // conv1d
 		e*(r+2*n) + // x_proj
 		r*e + e + // dt_proj
 		e*n + e + // A_log, D
 		e*d + // out_proj
 		d // norm
-	return c.PaddedVocab()*d + int64(c.NLayers)*layer + d
 }
 
 // Formula is the memory of a training step from the model's shapes: what
@@ -330,18 +335,28 @@ func Formula(c ModelConfig, batch, seq int, p amp.Precision, checkpointing bool,
 	// shows: 3.2 × v·d·4 bytes of the step's peak at widths 128 and 256,
 	// TestFormulaMatchesMeasured.)
 	head := T*d*f32*3 + T*f32 + T*d*f32 + headChunkElems*f32 + 3*v*d*f32
-	if p != amp.FP32 {
-		// The autocast cache: low-precision copies of every weight used by
-		// a matmul (the whole model, the tied embedding through the head).
-		head += P * lp
-	}
 	var saved int64
 	if checkpointing {
 		// Each block keeps only its inputs (the mixer's output and the
 		// residual stream); backward recomputes one block at a time, after
 		// the head's tensors are gone: the peak is the larger of the two.
-		saved = L*2*T*d*f32 + max(head, block)
+		recomputed := block
+		if p != amp.FP32 {
+			// The autocast cache: a checkpointed block's first run caches
+			// nothing (torch.Recompute), so the forward holds the head's
+			// (the tied embedding's) low-precision copy only; a
+			// recomputed block, its own weights'.
+			head += v * d * lp
+			recomputed += c.layerParams() * lp
+		}
+		saved = L*2*T*d*f32 + max(head, recomputed)
 	} else {
+		if p != amp.FP32 {
+			// The autocast cache: low-precision copies of every weight
+			// used by a matmul (the whole model, the tied embedding through
+			// the head).
+			head += P * lp
+		}
 		saved = L*block + head
 	}
 	bd.Activations = saved
