@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -122,13 +123,19 @@ type Metrics struct {
 // existing file that holds something else than JSONL metrics.
 var ErrNotMetrics = errors.New("holds something else than JSONL metrics (one JSON object a line)")
 
-// OpenMetrics opens (appending) or creates a metrics file. An existing
-// file must be one: its first line a JSON object (a checkpoint or a config
-// file given by mistake is refused with ErrNotMetrics, untouched). A last
+// OpenMetrics opens (appending) or creates a metrics file (and its
+// directory). An existing file must be one: its first line a JSON object
+// (a checkpoint or a config file given by mistake is refused with
+// ErrNotMetrics, untouched). A last
 // line without its newline is a record torn by a killed run; it is cut
 // off, so that the next record starts a line of its own and the file
 // stays readable (torchfit plot).
 func OpenMetrics(path string) (*Metrics, error) {
+	// Its directory is made, as the TensorBoard writer's and a checkpoint
+	// directory are.
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("report: metrics: %w", err)
+	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("report: metrics: %w", err)

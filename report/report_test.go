@@ -70,8 +70,12 @@ func TestLoggerLines(t *testing.T) {
 }
 
 func TestMetricsFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "metrics.jsonl")
+	path := filepath.Join(t.TempDir(), "runs", "first", "metrics.jsonl") // directories made
 	m, err := OpenMetrics(path)
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+	require.NoError(t, os.Remove(path))
+	m, err = OpenMetrics(path)
 	require.NoError(t, err)
 	info := train.StepInfo{Step: 1, Loss: 2.5, LR: 1e-3, GradNorm: math.NaN(), Samples: 8, MicroBatch: 4, Micro: 2,
 		Duration: 2 * time.Second, Memory: torch.MemStats{Allocated: 100, PeakAllocated: 300, Reserved: 400}}
