@@ -672,8 +672,8 @@ func Collate(cfg GPTConfig) func([]data.Sample) (*data.Batch, error) {
 				b.Free()
 			}
 		}()
-		melLens := b.Lengths["mel"].Int64s()
-		textLens := b.Lengths["text"].Int64s()
+		melLens := b.HostLengths("mel")
+		textLens := b.HostLengths("text")
 		var spans []int64 // (from, to) per sample: codes not to score
 		if f, ok := b.Fields["cond_span"]; ok {
 			spans = f.Int64s()
@@ -738,7 +738,7 @@ func Collate(cfg GPTConfig) func([]data.Sample) (*data.Batch, error) {
 		shape := []int64{int64(n), l}
 		for name, v := range map[string][]int64{"ids": ids, "kind": kind, "pos": pos, "code_idx": cidx, "tk": tk} {
 			b.Fields[name] = torch.FromSlice(v, shape)
-			b.Lengths[name] = torch.FromSlice(seqLens, nil)
+			b.SetLengths(name, seqLens) // kept on the host too (Batch.HostLengths)
 			b.PadDims[name] = 1
 			b.Multiples[name] = seqPad
 		}

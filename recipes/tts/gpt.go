@@ -183,32 +183,27 @@ func newCondEncoder(c GPTConfig) *CondEncoder {
 const condFrames = 375
 
 // Forward returns latents (B, CondLatents, D) of mels (B, T, NMels) with
-// lengths lens (nil: all T).
-func (e *CondEncoder) Forward(mel *torch.Tensor, lens []int64) *torch.Tensor {
+// lengths lens (int64 [B]; nil: all T).
+func (e *CondEncoder) Forward(mel, lens *torch.Tensor) *torch.Tensor {
 	// In a scope of its own, so what backward does not keep is released
 	// before the GPT runs.
 	return torch.TidyTensor(func() *torch.Tensor { return e.forward(mel, lens) })
 }
 
-func (e *CondEncoder) forward(mel *torch.Tensor, lens []int64) *torch.Tensor {
+func (e *CondEncoder) forward(mel, lens *torch.Tensor) *torch.Tensor {
 	n, t := mel.Size(0), mel.Size(1)
 	tt := (t + 1) / 2 // conv2: kernel 3, stride 2, padding 1
-	// The mask is copied in before the first kernel: on a GPU a copy from
-	// the host waits for every kernel queued before it.
+	// Frame j after conv2 is padding when 2j reaches the clip's length
+	// (at most T): j ≥ ⌈l/2⌉, the Python twin's arange(T') ≥ (l+1)//2.
+	// The mask is made on the device from the lengths: nothing is read on
+	// the host or copied from it, which on a GPU would wait for the
+	// kernels queued before, and could not be captured in a CUDA graph.
 	var mask *torch.Tensor
 	if lens != nil {
-		m := make([]bool, n*tt)
-		pad := false
-		for b, l := range lens {
-			valid := min((min(l, t)+1)/2, tt)
-			for j := valid; j < tt; j++ {
-				m[int64(b)*tt+j] = true
-				pad = true
-			}
+		if lens.Device() != mel.Device() {
+			lens = lens.ToDevice(mel.Device())
 		}
-		if pad {
-			mask = torch.FromSlice(m, []int64{n, tt}).ToDevice(mel.Device())
-		}
+		mask = torch.Arange(0, float64(2*tt), 2, mel.Device()).Unsqueeze(0).Ge(lens.ClampMax(float64(t)).Unsqueeze(1))
 	}
 	x := e.Conv1.Forward(mel.Transpose(1, 2)).Gelu()
 	// Transposed before the GELU: libtorch 1.13's GELU backward computes

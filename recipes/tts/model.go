@@ -72,14 +72,11 @@ type Losses struct {
 // text term weighs as 0.01 × the mean text CE.
 func (m *Model) Losses(b *data.Batch) Losses {
 	cfg := m.GPT.Cfg
-	// Read before the first kernel: on a GPU a read waits for every
-	// kernel queued before it.
-	condLens := b.Length("cond").Int64s()
 	var codes *torch.Tensor
 	torch.NoGrad(func() { codes = m.Codec.Encode(b.Field("mel")) })
 	ids, cidx := b.Field("ids"), b.Field("code_idx")
 	filled := torch.Where(cidx.GeScalar(0), codes.Gather(1, cidx.ClampMin(0)), ids)
-	lat := m.GPT.Cond.Forward(b.Field("cond"), condLens)
+	lat := m.GPT.Cond.Forward(b.Field("cond"), b.Length("cond"))
 	h := m.GPT.Forward(lat, m.GPT.Embed(filled, b.Field("kind"), b.Field("pos")), nil)
 	n, l := cfg.CondLatents, ids.Size(1)
 	hp := h.Narrow(1, n, l-1)

@@ -3,6 +3,7 @@ package data
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/torchfit/torchfit/torch"
@@ -28,6 +29,55 @@ type Batch struct {
 	// Multiples holds, for fields padded to a multiple (Pad.Multiple > 1),
 	// that multiple; Slice keeps it when it trims.
 	Multiples map[string]int
+
+	// host holds the lengths Collate and SetLengths made, and Slice
+	// sliced, on the host, for the tensor in Lengths they describe: a
+	// batch moved to a device in place (the loader) still answers
+	// HostLengths and slices without waiting for the device.
+	host map[string]hostLengths
+}
+
+// hostLengths are a lengths tensor's values, kept on the host.
+type hostLengths struct {
+	of   *torch.Tensor
+	vals []int64
+}
+
+// SetLengths sets the lengths of the padded field name to lens (an int64
+// [B] tensor on the CPU, freeing the one it replaces), and keeps them on
+// the host for HostLengths and Slice.
+func (b *Batch) SetLengths(name string, lens []int64) {
+	t := torch.FromSlice(lens, []int64{int64(len(lens))})
+	if b.Lengths == nil {
+		b.Lengths = map[string]*torch.Tensor{}
+	}
+	if old, ok := b.Lengths[name]; ok && old != nil {
+		old.Free()
+	}
+	b.Lengths[name] = t
+	b.keepHost(name, t, slices.Clone(lens))
+}
+
+func (b *Batch) keepHost(name string, t *torch.Tensor, vals []int64) {
+	if b.host == nil {
+		b.host = map[string]hostLengths{}
+	}
+	b.host[name] = hostLengths{of: t, vals: vals}
+}
+
+// HostLengths returns the lengths of the padded field name on the host.
+// Batches from Collate and PadCollate, SetLengths and Slice keep them
+// there, so a batch on a device answers without waiting for it (a read
+// of a device tensor waits for every kernel queued before it, and cannot
+// be captured in a CUDA graph); for another batch, or a Lengths tensor
+// replaced since, the tensor is read. A field that has no lengths panics
+// as Length does. The slice is the caller's.
+func (b *Batch) HostLengths(name string) []int64 {
+	t := b.Length(name)
+	if h, ok := b.host[name]; ok && h.of == t {
+		return slices.Clone(h.vals)
+	}
+	return t.Int64s()
 }
 
 // Size returns the number of samples (dimension 0 of the fields).
@@ -112,8 +162,18 @@ func (b *Batch) Slice(i, j int, device torch.Device) *Batch {
 	for name, t := range b.Fields {
 		x := t.Narrow(0, int64(i), n)
 		if l, ok := b.Lengths[name]; ok {
+			var vals []int64 // the slice's lengths on the host
+			if h, ok := b.host[name]; ok && h.of == l {
+				vals = slices.Clone(h.vals[i:j])
+			}
 			lens := l.Narrow(0, int64(i), n)
-			longest := lens.Max().ItemInt()
+			if vals == nil {
+				vals = lens.Int64s()
+			}
+			var longest int64
+			for _, v := range vals {
+				longest = max(longest, v)
+			}
 			if out.Lengths == nil {
 				out.Lengths, out.PadDims = map[string]*torch.Tensor{}, map[string]int{}
 			}
@@ -131,6 +191,7 @@ func (b *Batch) Slice(i, j int, device torch.Device) *Batch {
 				x = trimmed
 			}
 			out.Lengths[name] = moveTo(lens, device)
+			out.keepHost(name, out.Lengths[name], vals)
 			out.PadDims[name] = d
 		}
 		out.Fields[name] = moveTo(x, device)
@@ -207,10 +268,16 @@ func PadSequences(ts []*torch.Tensor, dim int, value float64) (padded, lengths *
 // few lengths, so the CPU backend compiles and caches kernels for a few
 // shapes instead of one per length.
 func PadSequencesTo(ts []*torch.Tensor, dim int, value float64, multiple int) (padded, lengths *torch.Tensor, err error) {
+	padded, lengths, _, err = padSequences(ts, dim, value, multiple)
+	return padded, lengths, err
+}
+
+// padSequences is PadSequencesTo, also returning the lengths on the host.
+func padSequences(ts []*torch.Tensor, dim int, value float64, multiple int) (padded, lengths *torch.Tensor, lens []int64, err error) {
 	if len(ts) == 0 {
-		return nil, nil, fmt.Errorf("data: pad: no tensors")
+		return nil, nil, nil, fmt.Errorf("data: pad: no tensors")
 	}
-	lens := make([]int64, len(ts))
+	lens = make([]int64, len(ts))
 	err = torch.Try(func() {
 		shape0 := ts[0].Shape()
 		nd := len(shape0)
@@ -261,9 +328,9 @@ func PadSequencesTo(ts []*torch.Tensor, dim int, value float64, multiple int) (p
 	})
 	if err != nil {
 		padded.Free()
-		return nil, nil, fmt.Errorf("data: %w", err)
+		return nil, nil, nil, fmt.Errorf("data: %w", err)
 	}
-	return padded, lengths, nil
+	return padded, lengths, lens, nil
 }
 
 func equalShape(a, b []int64) bool {
@@ -330,7 +397,7 @@ func collate(samples []Sample, pad map[string]Pad) (_ *Batch, err error) {
 			if p.Multiple < 0 {
 				return nil, fmt.Errorf("data: collate: field %q: negative Pad.Multiple %d", name, p.Multiple)
 			}
-			x, l, err := PadSequencesTo(col, p.Dim, p.Value, p.Multiple)
+			x, l, vals, err := padSequences(col, p.Dim, p.Value, p.Multiple)
 			if err != nil {
 				return nil, fmt.Errorf("field %q: %w", name, err)
 			}
@@ -345,6 +412,7 @@ func collate(samples []Sample, pad map[string]Pad) (_ *Batch, err error) {
 				b.Lengths = map[string]*torch.Tensor{}
 			}
 			b.Lengths[name] = l
+			b.keepHost(name, l, vals)
 			if b.PadDims == nil {
 				b.PadDims = map[string]int{}
 			}

@@ -172,3 +172,57 @@ func TestPadCollateToMultiple(t *testing.T) {
 	_, err := PadCollate(map[string]Pad{"x": {Dim: 0, Multiple: -1}})([]Sample{{"x": seq(1, 2, 0)}})
 	require.Error(t, err)
 }
+
+// A padded batch keeps its lengths on the host: HostLengths and Slice
+// read no tensor (on a device each read would wait for every kernel queued
+// before it, and could not be captured in a CUDA graph), also after the
+// lengths tensor moved in place, as the loader moves a batch to the
+// device. A lengths tensor replaced since is read; SetLengths keeps its
+// own.
+func TestBatchKeepsHostLengths(t *testing.T) {
+	samples := []Sample{{"x": seq(3, 2, 0)}, {"x": seq(9, 2, 0)}, {"x": seq(5, 2, 0)}, {"x": seq(2, 2, 0)}}
+	defer func() {
+		for _, s := range samples {
+			s["x"].Free()
+		}
+	}()
+	b, err := PadCollate(map[string]Pad{"x": {Dim: 0}})(samples)
+	require.NoError(t, err)
+	defer b.Free()
+	// The loader's move: the same *Tensor, new contents.
+	l := b.Lengths["x"]
+	l.Assign(l.Clone())
+
+	var got []int64
+	var s *Batch
+	calls := torch.CountCalls(func() {
+		got = b.HostLengths("x")
+		s = b.Slice(2, 4, torch.CPU)
+	})
+	defer s.Free()
+	require.Empty(t, torch.HostTransfers(calls), "no tensor read")
+	require.Equal(t, []int64{3, 9, 5, 2}, got)
+	require.Equal(t, int64(5), s.Fields["x"].Size(1), "trimmed to the slice's longest")
+	require.Equal(t, []int64{5, 2}, torch.ToSlice[int64](s.Lengths["x"]))
+	calls = torch.CountCalls(func() { got = s.HostLengths("x") })
+	require.Empty(t, torch.HostTransfers(calls), "a slice keeps its part")
+	require.Equal(t, []int64{5, 2}, got)
+
+	// Replaced: read, and Slice trims by what it read.
+	b.Lengths["x"] = torch.FromSlice([]int64{3, 4, 5, 1}, nil)
+	l.Free()
+	calls = torch.CountCalls(func() { got = b.HostLengths("x") })
+	require.NotEmpty(t, torch.HostTransfers(calls))
+	require.Equal(t, []int64{3, 4, 5, 1}, got)
+	s2 := b.Slice(0, 2, torch.CPU)
+	defer s2.Free()
+	require.Equal(t, int64(4), s2.Fields["x"].Size(1))
+	require.Equal(t, []int64{3, 4}, s2.HostLengths("x"))
+
+	b.SetLengths("x", []int64{1, 2, 3, 4})
+	calls = torch.CountCalls(func() { got = b.HostLengths("x") })
+	require.Empty(t, torch.HostTransfers(calls))
+	require.Equal(t, []int64{1, 2, 3, 4}, got)
+	require.Equal(t, got, torch.ToSlice[int64](b.Lengths["x"]))
+	require.Panics(t, func() { b.HostLengths("y") }, "a field without lengths")
+}
