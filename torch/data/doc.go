@@ -16,7 +16,10 @@
 //   - PadCollate pads the fields you name to the longest sample along a chosen
 //     dimension before stacking, and records each sample's original length in
 //     Batch.Lengths as an int64 tensor: what ASR (audio frames, token ids) and
-//     TTS (phonemes, mel frames) need.
+//     TTS (phonemes, mel frames) need. The batch keeps them on the host too
+//     (Batch.HostLengths; SetLengths for lengths of your own): on a GPU a
+//     read of the lengths tensor would wait for the device, and Slice, which
+//     trims a micro-batch to its longest sequence, reads none.
 //
 // StackTensors and PadSequences are the building blocks, for collates of your
 // own batch types.
