@@ -98,6 +98,15 @@ func (t *Tensor) FloorDiv(o *Tensor) *Tensor {
 	return c.t(t).t(o).str("floor").out1(opDivTensorMode)
 }
 
+// aten::div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor
+var opDivScalarMode = defOp("aten::div", "Scalar_mode")
+
+// FloorDivScalar returns floor(t / s) (integer for an integer t and s).
+func (t *Tensor) FloorDivScalar(s float64) *Tensor {
+	var c call
+	return c.t(t).scalar(s).str("floor").out1(opDivScalarMode)
+}
+
 // aten::remainder.Scalar(Tensor self, Scalar other) -> Tensor
 var opRemainderScalar = defOp("aten::remainder", "Scalar")
 

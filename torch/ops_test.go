@@ -278,6 +278,8 @@ func opCases() []opCase {
 		{name: "DivScalarInt", py: "ia / 2", fn: func(x env) any { return x["ia"].DivScalar(2) }},
 		{name: "FloorDiv", py: "torch.div(a, p, rounding_mode='floor')", fn: func(x env) any { return x["a"].FloorDiv(x["p"]) }},
 		{name: "FloorDivInt", py: "torch.div(ia, ib, rounding_mode='floor')", fn: func(x env) any { return x["ia"].FloorDiv(x["ib"]) }},
+		{name: "FloorDivScalar", py: "torch.div(a, 0.75, rounding_mode='floor')", fn: func(x env) any { return x["a"].FloorDivScalar(0.75) }},
+		{name: "FloorDivScalarInt", py: "torch.div(ia - 3, 2, rounding_mode='floor')", fn: func(x env) any { return x["ia"].SubScalar(3).FloorDivScalar(2) }},
 		{name: "Remainder", py: "torch.remainder(a, 1.5)", fn: func(x env) any { return x["a"].Remainder(1.5) }},
 		{name: "RemainderInt", py: "torch.remainder(ia, 3)", fn: func(x env) any { return x["ia"].Remainder(3) }},
 		{name: "Neg", py: "-a", fn: func(x env) any { return x["a"].Neg() }},
