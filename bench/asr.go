@@ -77,10 +77,7 @@ func (a ASRTwin) Build(cfg Config) (Instance, error) {
 			"tokens", b.Fields["tokens"].Ref(), "token_lens", b.Lengths["tokens"].Ref())
 		s = &SingleModel{
 			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: 1e-3, Decay: 0.01, ClipNorm: 5, Device: cfg.Dev(),
-			Loss: func(b *data.Batch) *torch.Tensor {
-				total := m.Loss(b.Fields["feats"], b.Lengths["feats"], b.Fields["tokens"], b.Lengths["tokens"])
-				return total
-			},
+			Loss: m.BatchLoss,
 			Spec: map[string]any{
 				"d_model": mc.DModel, "heads": mc.Heads, "encoder_layers": mc.EncoderLayers,
 				"decoder_layers": mc.DecoderLayers, "ff_dim": mc.FFDim, "decoder_ff_dim": decFF(mc),

@@ -35,7 +35,7 @@ func scoreCorpus(m *Conformer, c *Corpus, dev torch.Device, batch int, withLoss 
 			mb := b.Slice(0, b.Size(), dev)
 			torch.NoGrad(func() {
 				if withLoss {
-					total := m.Loss(mb.Field("feats"), mb.Length("feats"), mb.Field("tokens"), mb.Length("tokens"))
+					total := m.BatchLoss(mb)
 					chunkLoss = total.Item() * float64(end-start)
 				}
 				hyps = m.Transcribe(mb.Field("feats"), mb.Length("feats"))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
 )
 
 // ModelConfig sizes a Conformer encoder–decoder (see Preset).
@@ -357,6 +358,13 @@ func PaddingMask(lens []int64, t int64, dev torch.Device) *torch.Tensor {
 // all T). It returns the encoder output (B, T', d) and each sequence's
 // T'-length, SubsampledLength(lens[b]).
 func (e *ConformerEncoder) Forward(feats *torch.Tensor, lens []int64) (*torch.Tensor, []int64) {
+	return e.forward(feats, lens, nil)
+}
+
+// forward is Forward; with outLens (int64 (B): SubsampledLength of lens,
+// on feats' device) the padding mask is made from it on the device, where
+// Forward copies one made on the host in.
+func (e *ConformerEncoder) forward(feats *torch.Tensor, lens []int64, outLensT *torch.Tensor) (*torch.Tensor, []int64) {
 	shape := feats.Shape()
 	if len(shape) != 3 || shape[2] != e.cfg.NumMels {
 		panic(&torch.Error{Op: "ConformerEncoder", Msg: fmt.Sprintf("features %v, want (B, T, %d)", shape, e.cfg.NumMels)})
@@ -388,7 +396,11 @@ func (e *ConformerEncoder) Forward(feats *torch.Tensor, lens []int64) (*torch.Te
 		var mask *torch.Tensor
 		for k := range outLens {
 			if outLens[k] < tt {
-				mask = PaddingMask(outLens, tt, feats.Device())
+				if outLensT != nil {
+					mask = torch.Arange(0, float64(tt), 1, torch.Int64, feats.Device()).Unsqueeze(0).Ge(outLensT.Unsqueeze(1))
+				} else {
+					mask = PaddingMask(outLens, tt, feats.Device())
+				}
 				break
 			}
 		}
@@ -460,31 +472,21 @@ func lengths(t *torch.Tensor) []int64 {
 
 // decoderIO builds the decoder's input <sos>+tokens and target
 // tokens+<eos> (both (B, S+1), padded with <pad>) and the input's padding
-// mask, from tokens (B, S) and their lengths.
-func decoderIO(tokens []int64, b, s int64, lens []int64, dev torch.Device) (in, target, pad *torch.Tensor) {
-	n := s + 1
-	ins := make([]int64, b*n)
-	outs := make([]int64, b*n)
-	inLens := make([]int64, b)
-	for i := int64(0); i < b; i++ {
-		l := lens[i]
-		if l < 0 || l > s {
-			panic(&torch.Error{Op: "Conformer.Loss", Msg: fmt.Sprintf("token length %d of sequence %d outside [0, %d]", l, i, s)})
-		}
-		row := ins[i*n : (i+1)*n]
-		orow := outs[i*n : (i+1)*n]
-		for j := range row {
-			row[j], orow[j] = PadID, PadID
-		}
-		row[0] = SOSID
-		copy(row[1:], tokens[i*s:i*s+l])
-		copy(orow, tokens[i*s:i*s+l])
-		orow[l] = EOSID
-		inLens[i] = l + 1
-	}
-	in = torch.FromSlice(ins, []int64{b, n}, dev)
-	target = torch.FromSlice(outs, []int64{b, n}, dev)
-	pad = PaddingMask(inLens, n, dev)
+// mask, from tokens (B, S) and their lengths (B), on the tokens' device:
+// position j of a sequence of length l holds <sos> then the tokens up to l
+// in the input, the tokens then <eos> at l in the target, and is padding
+// from l+1 on.
+func decoderIO(tokens, lens *torch.Tensor) (in, target, pad *torch.Tensor) {
+	b, s, dev := tokens.Size(0), tokens.Size(1), tokens.Device()
+	pos := torch.Arange(0, float64(s+1), 1, torch.Int64, dev).Unsqueeze(0)
+	l := lens.Unsqueeze(1)
+	padding := torch.Full([]int64{b, s + 1}, float64(PadID), torch.Int64, dev)
+	shifted := torch.Cat([]*torch.Tensor{torch.Full([]int64{b, 1}, float64(SOSID), torch.Int64, dev), tokens}, 1)
+	in = torch.Where(pos.Le(l), shifted, padding)
+	padded := torch.Cat([]*torch.Tensor{tokens, torch.Full([]int64{b, 1}, float64(PadID), torch.Int64, dev)}, 1)
+	eos := torch.Where(pos.Eq(l), torch.Full([]int64{b, s + 1}, float64(EOSID), torch.Int64, dev), padding)
+	target = torch.Where(pos.Lt(l), padded, eos)
+	pad = pos.Gt(l)
 	return in, target, pad
 }
 
@@ -516,46 +518,71 @@ func (m *Conformer) Loss(feats, featLens, tokens, tokenLens *torch.Tensor) *torc
 // decoder) attn is nil and the decoder does not run; with CTCWeight 0
 // ctc is nil.
 func (m *Conformer) LossParts(feats, featLens, tokens, tokenLens *torch.Tensor) (total, ctc, attn *torch.Tensor) {
+	// The lengths are checked on the host, read before any of the step's
+	// kernels are queued: on a GPU a read waits for every kernel before
+	// it. BatchLossParts reads nothing: the batch keeps them on the host.
+	return m.lossParts(feats, featLens, lengths(featLens), tokens, tokenLens, tokenLens.Int64s())
+}
+
+// BatchLoss is BatchLossParts' total.
+func (m *Conformer) BatchLoss(b *data.Batch) *torch.Tensor {
+	total, ctc, attn := m.BatchLossParts(b)
+	ctc.Free()
+	attn.Free()
+	return total
+}
+
+// BatchLossParts is LossParts of a batch's "feats" and "tokens" (padded
+// fields with lengths, as Collate makes them). It checks the lengths on the
+// batch's host copy (data.Batch.HostLengths), so nothing is read from the
+// device, and computes what depends on them on the device, as the Python
+// twin does.
+func (m *Conformer) BatchLossParts(b *data.Batch) (total, ctc, attn *torch.Tensor) {
+	var featLens *torch.Tensor
+	var featL []int64
+	if _, ok := b.Lengths["feats"]; ok {
+		featLens, featL = b.Length("feats"), b.HostLengths("feats")
+	}
+	return m.lossParts(b.Field("feats"), featLens, featL, b.Field("tokens"), b.Length("tokens"), b.HostLengths("tokens"))
+}
+
+// lossParts is LossParts with the lengths also on the host (featL nil: all
+// T), where they are checked. What depends on them is computed on the
+// device from featLens and tokenLens: the encoder's lengths, its padding
+// mask and the decoder's input, target and masks. A copy from the host
+// waits for the kernels before it, as a read does.
+func (m *Conformer) lossParts(feats, featLens *torch.Tensor, featL []int64, tokens, tokenLens *torch.Tensor, tl []int64) (total, ctc, attn *torch.Tensor) {
 	w := m.Cfg.CTCWeight
 	out := torch.TidyTensors(func() []*torch.Tensor {
 		dev := feats.Device()
-		// The host reads its lengths (and the decoder's tokens) before
-		// any of the step's kernels are queued: on a GPU a read waits for
-		// every kernel before it, so one after the encoder would hold the
-		// host until the encoder had run.
-		featL, tl := lengths(featLens), tokenLens.Int64s()
-		decode := w < 1 && m.Decoder != nil
-		var toks []int64
-		if decode {
-			toks = tokens.Int64s()
+		bs, t, s := feats.Size(0), feats.Size(1), tokens.Size(1)
+		if int64(len(tl)) != tokens.Size(0) {
+			panic(&torch.Error{Op: "Conformer.Loss", Msg: fmt.Sprintf("%d token lengths for %d sequences", len(tl), tokens.Size(0))})
 		}
-		// So is what the host copies in: a copy from the host waits for
-		// the kernels before it too.
-		t, encL := feats.Size(1), make([]int64, feats.Size(0))
-		for k := range encL {
-			encL[k] = t
-			if featL != nil && k < len(featL) {
-				encL[k] = featL[k]
+		for i, l := range tl {
+			if l < 0 || l > s {
+				panic(&torch.Error{Op: "Conformer.Loss", Msg: fmt.Sprintf("token length %d of sequence %d outside [0, %d]", l, i, s)})
 			}
-			encL[k] = SubsampledLength(encL[k]) // Encode checks the lengths
 		}
-		var inL, in, target, pad, memPad *torch.Tensor
-		if w > 0 {
-			inL = torch.FromSlice(encL, []int64{int64(len(encL))}, dev)
+		// The encoder's lengths on the device: SubsampledLength, as
+		// ⌊(⌊(n−1)/2⌋−1)/2⌋ (Encode checks each n ≥ 7 on the host).
+		var encL *torch.Tensor
+		if featLens != nil {
+			encL = featLens.ToDevice(dev).SubScalar(1).FloorDivScalar(2).SubScalar(1).FloorDivScalar(2)
+		} else {
+			encL = torch.Full([]int64{bs}, float64(SubsampledLength(t)), torch.Int64, dev)
 		}
-		if decode {
-			in, target, pad = decoderIO(toks, tokens.Size(0), tokens.Size(1), tl, dev)
-			memPad = PaddingMask(encL, SubsampledLength(t), dev)
-		}
-		enc, _ := m.Encode(feats, featL)
+		enc, _ := m.Encoder.forward(feats, featL, encL)
 		var loss *torch.Tensor
 		if w > 0 {
 			lp := m.CTCHead.Forward(enc).LogSoftmax(-1).Transpose(0, 1)
-			c := torch.CTCLoss(lp, tokens, inL, tokenLens, BlankID, torch.ReduceMean, true)
+			c := torch.CTCLoss(lp, tokens, encL, tokenLens, BlankID, torch.ReduceMean, true)
 			ctc = c.Detach()
 			loss = c.MulScalar(w)
 		}
-		if decode {
+		if w < 1 && m.Decoder != nil {
+			in, target, pad := decoderIO(tokens, tokenLens.ToDevice(dev))
+			memPad := torch.Arange(0, float64(enc.Size(1)), 1, torch.Int64, dev).Unsqueeze(0).Ge(encL.Unsqueeze(1))
 			logits := m.Decoder.Forward(in, enc, pad, memPad)
 			a := torch.CrossEntropy(logits.Reshape(-1, m.Cfg.Vocab), target.Reshape(-1), nil, torch.ReduceMean, PadID, m.Cfg.LabelSmoothing)
 			attn = a.Detach()

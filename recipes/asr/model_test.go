@@ -10,6 +10,7 @@ import (
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes/speech"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/data"
 )
 
 const testVocab = 60 // about the size of the Konkani character vocabulary
@@ -222,6 +223,42 @@ func synthBatch(seed uint64, b int, maxTok int, framesPerTok int, vocab int64, m
 	}
 }
 
+// BatchLossParts checks the lengths on the batch's host copy: a step
+// reads nothing from the device and copies nothing in, and computes what
+// LossParts does, to the bit.
+func TestConformerBatchLossReadsNothing(t *testing.T) {
+	m := newTestModel(t, "tiny", nil)
+	bt := synthBatch(2, 3, 12, 8, m.Cfg.Vocab, 0)
+	defer bt.free()
+	b := &data.Batch{Fields: map[string]*torch.Tensor{"feats": bt.feats.Ref(), "tokens": bt.tokens.Ref()}}
+	b.SetLengths("feats", bt.featLens.Int64s())
+	b.SetLengths("tokens", bt.tokenLens.Int64s())
+	defer b.Free()
+	torch.Tidy(func() {
+		var got []*torch.Tensor
+		torch.ManualSeed(3) // dropout draws the same masks in both
+		stats := torch.CountCalls(func() {
+			total, ctc, attn := m.BatchLossParts(b)
+			got = []*torch.Tensor{total, ctc, attn}
+		})
+		require.Empty(t, torch.HostTransfers(stats), "nothing read or copied in")
+		torch.ManualSeed(3)
+		total, ctc, attn := m.LossParts(bt.feats, bt.featLens, bt.tokens, bt.tokenLens)
+		for k, want := range []*torch.Tensor{total, ctc, attn} {
+			require.Equal(t, want.Item(), got[k].Item(), "part %d", k)
+		}
+	})
+	// The lengths are still checked.
+	bad := &data.Batch{Fields: map[string]*torch.Tensor{"feats": bt.feats.Ref(), "tokens": bt.tokens.Ref()}}
+	defer bad.Free()
+	bad.SetLengths("feats", bt.featLens.Int64s())
+	bad.SetLengths("tokens", []int64{1, 13, 2})
+	err := torch.Try(func() { m.BatchLoss(bad) })
+	var te *torch.Error
+	require.ErrorAs(t, err, &te)
+	require.Contains(t, te.Msg, "token length 13 of sequence 1 outside [0, 12]")
+}
+
 func TestConformerLossBackward(t *testing.T) {
 	m := newTestModel(t, "tiny", nil)
 	bt := synthBatch(1, 3, 12, 8, m.Cfg.Vocab, 0)
@@ -229,10 +266,10 @@ func TestConformerLossBackward(t *testing.T) {
 	torch.Tidy(func() {
 		var total *torch.Tensor
 		var ctc, attn float64
-		// Nothing is read on the host once the encoder is queued: the
-		// lengths and tokens are read first (3 copies out), the parts
-		// stay on the device; only the lengths and the decoder's input
-		// are copied in.
+		// The lengths are read first (2 copies out, to check them), the
+		// parts stay on the device, and nothing is copied in: the
+		// encoder's lengths and mask and the decoder's input and target
+		// are made on the device.
 		stats := torch.CountCalls(func() {
 			var c, a *torch.Tensor
 			total, c, a = m.LossParts(bt.feats, bt.featLens, bt.tokens, bt.tokenLens)
@@ -241,11 +278,10 @@ func TestConformerLossBackward(t *testing.T) {
 		})
 		var reads int64
 		for _, s := range torch.HostTransfers(stats) {
-			if s.Name != "(from data)" {
-				reads += s.Calls
-			}
+			require.NotEqual(t, "(from data)", s.Name, "nothing copied in")
+			reads += s.Calls
 		}
-		require.Equal(t, int64(3+2), reads, "three reads before the encoder, the test's two of the parts: %v", torch.HostTransfers(stats))
+		require.Equal(t, int64(2+2), reads, "two reads before the encoder, the test's two of the parts: %v", torch.HostTransfers(stats))
 		v := total.Item()
 		t.Logf("tiny: loss %.4f = 0.3·ctc %.4f + 0.7·attn %.4f", v, ctc, attn)
 		require.False(t, math.IsNaN(v) || math.IsInf(v, 0))

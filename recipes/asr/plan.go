@@ -98,7 +98,7 @@ func planMemory(c PlanConfig) (memplan.Result, error) {
 			mb := worst.Micro(cand.MicroBatch, c.Device)
 			var loss *torch.Tensor
 			run := func() {
-				loss = m.Loss(mb.Field("feats"), mb.Length("feats"), mb.Field("tokens"), mb.Length("tokens"))
+				loss = m.BatchLoss(mb)
 			}
 			if cand.Precision != amp.FP32 {
 				amp.Autocast(c.Device, cand.Precision.DType(), run)

@@ -74,10 +74,7 @@ type Result struct {
 
 // lossFn is the trainer's loss on a micro-batch.
 func lossFn(m *Conformer) func(b *data.Batch) *torch.Tensor {
-	return func(b *data.Batch) *torch.Tensor {
-		total := m.Loss(b.Field("feats"), b.Length("feats"), b.Field("tokens"), b.Length("tokens"))
-		return total
-	}
+	return m.BatchLoss
 }
 
 // modelMeta is stored in checkpoints so eval/transcribe rebuild the model.
