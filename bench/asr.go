@@ -78,6 +78,9 @@ func (a ASRTwin) Build(cfg Config) (Instance, error) {
 		s = &SingleModel{
 			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: 1e-3, Decay: 0.01, ClipNorm: 5, Device: cfg.Dev(),
 			Loss: m.BatchLoss,
+			// ATen's _ctc_loss.Tensor copies the lengths to the host, and
+			// its CUDA kernel copies them back from pageable memory.
+			NoCUDAGraph: "CTC on CUDA copies its lengths between the host and the device itself (ATen's _ctc_loss), which no capture allows",
 			Spec: map[string]any{
 				"d_model": mc.DModel, "heads": mc.Heads, "encoder_layers": mc.EncoderLayers,
 				"decoder_layers": mc.DecoderLayers, "ff_dim": mc.FFDim, "decoder_ff_dim": decFF(mc),

@@ -93,6 +93,8 @@ func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 		return nil, fmt.Errorf("%w: the grad-cache step restores the generators' state between its passes and reads the window's loss on the host", ErrNotCapturable)
 	case s.Precision == amp.FP16:
 		return nil, fmt.Errorf("%w: fp16 trains with a GradScaler, whose skip decision reads the device", ErrNotCapturable)
+	case s.NoCUDAGraph != "" && s.Device.IsCUDA():
+		return nil, fmt.Errorf("%w: %s", ErrNotCapturable, s.NoCUDAGraph)
 	}
 	if _, err := torch.OpSchema("aten::_fused_adamw_", ""); err != nil {
 		maj, min, _ := torch.LibtorchVersion()

@@ -33,7 +33,7 @@ func TestGraphStepOnCPU(t *testing.T) {
 		{"clip/cpu-naive", amp.FP32, ""},
 		{"clip/cpu", amp.FP32, "the grad-cache step restores the generators' state"},
 		{"ganvit/gan-cpu", amp.FP32, "its step is not one model's trainer step"},
-		{"asr/tiny", amp.FP32, "its step moves values between Go and tensors ("},
+		{"asr/tiny", amp.FP32, ""}, // on CUDA not captured: CTC copies its lengths itself
 		{"tts/cpu", amp.FP32, ""},
 	}
 	for _, c := range cases {

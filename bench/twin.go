@@ -145,6 +145,11 @@ type SingleModel struct {
 	Contrastive *train.Contrastive
 	// OnStep runs after each optimizer step (CLIP clamps its temperature).
 	OnStep func()
+	// NoCUDAGraph says why the step cannot be captured as a CUDA graph on
+	// CUDA although nothing in it crosses to Go ("": it can): an op
+	// that copies between the host and the device itself. On the CPU
+	// the capturable step still runs (bench.MeasureGraph).
+	NoCUDAGraph string
 	// Device is where the model and the batch train (Config.Dev): Init
 	// moves them there.
 	Device torch.Device
