@@ -163,7 +163,7 @@ func (b *Batch) Slice(i, j int, device torch.Device) *Batch {
 		x := t.Narrow(0, int64(i), n)
 		if l, ok := b.Lengths[name]; ok {
 			var vals []int64 // the slice's lengths on the host
-			if h, ok := b.host[name]; ok && h.of == l {
+			if h, ok := b.host[name]; ok && h.of == l && 0 <= i && i <= j && j <= len(h.vals) {
 				vals = slices.Clone(h.vals[i:j])
 			}
 			lens := l.Narrow(0, int64(i), n)
