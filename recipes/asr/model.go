@@ -348,10 +348,13 @@ func NewConformer(cfg ModelConfig) (*Conformer, error) {
 // PaddingMask returns (B, T) bool, true at positions t ≥ lens[b].
 func PaddingMask(lens []int64, t int64, dev torch.Device) *torch.Tensor {
 	return torch.TidyTensor(func() *torch.Tensor {
-		pos := torch.Arange(0, float64(t), 1, torch.Int64, dev).Unsqueeze(0)
-		l := torch.FromSlice(lens, []int64{int64(len(lens)), 1}, dev)
-		return pos.Ge(l)
+		return lengthMask(torch.FromSlice(lens, []int64{int64(len(lens))}, dev), t)
 	})
+}
+
+// lengthMask is PaddingMask of lengths lens (int64 (B)) on their device.
+func lengthMask(lens *torch.Tensor, t int64) *torch.Tensor {
+	return torch.Arange(0, float64(t), 1, torch.Int64, lens.Device()).Unsqueeze(0).Ge(lens.Unsqueeze(1))
 }
 
 // Forward encodes feats (B, T, mels) with valid frame counts lens (nil:
@@ -397,7 +400,7 @@ func (e *ConformerEncoder) forward(feats *torch.Tensor, lens []int64, outLensT *
 		for k := range outLens {
 			if outLens[k] < tt {
 				if outLensT != nil {
-					mask = torch.Arange(0, float64(tt), 1, torch.Int64, feats.Device()).Unsqueeze(0).Ge(outLensT.Unsqueeze(1))
+					mask = lengthMask(outLensT, tt)
 				} else {
 					mask = PaddingMask(outLens, tt, feats.Device())
 				}
@@ -582,7 +585,7 @@ func (m *Conformer) lossParts(feats, featLens *torch.Tensor, featL []int64, toke
 		}
 		if w < 1 && m.Decoder != nil {
 			in, target, pad := decoderIO(tokens, tokenLens.ToDevice(dev))
-			memPad := torch.Arange(0, float64(enc.Size(1)), 1, torch.Int64, dev).Unsqueeze(0).Ge(encL.Unsqueeze(1))
+			memPad := lengthMask(encL, enc.Size(1))
 			logits := m.Decoder.Forward(in, enc, pad, memPad)
 			a := torch.CrossEntropy(logits.Reshape(-1, m.Cfg.Vocab), target.Reshape(-1), nil, torch.ReduceMean, PadID, m.Cfg.LabelSmoothing)
 			attn = a.Detach()
