@@ -74,10 +74,19 @@ func (b *Batch) keepHost(name string, t *torch.Tensor, vals []int64) {
 // as Length does. The slice is the caller's.
 func (b *Batch) HostLengths(name string) []int64 {
 	t := b.Length(name)
-	if h, ok := b.host[name]; ok && h.of == t {
-		return slices.Clone(h.vals)
+	if vals := b.kept(name, t); vals != nil {
+		return slices.Clone(vals)
 	}
 	return t.Int64s()
+}
+
+// kept returns the host copy of name's lengths while t, its lengths
+// tensor, is the one it describes; else nil.
+func (b *Batch) kept(name string, t *torch.Tensor) []int64 {
+	if h, ok := b.host[name]; ok && h.of == t {
+		return h.vals
+	}
+	return nil
 }
 
 // Size returns the number of samples (dimension 0 of the fields).
@@ -163,8 +172,8 @@ func (b *Batch) Slice(i, j int, device torch.Device) *Batch {
 		x := t.Narrow(0, int64(i), n)
 		if l, ok := b.Lengths[name]; ok {
 			var vals []int64 // the slice's lengths on the host
-			if h, ok := b.host[name]; ok && h.of == l && 0 <= i && i <= j && j <= len(h.vals) {
-				vals = slices.Clone(h.vals[i:j])
+			if kept := b.kept(name, l); kept != nil && 0 <= i && i <= j && j <= len(kept) {
+				vals = slices.Clone(kept[i:j])
 			}
 			lens := l.Narrow(0, int64(i), n)
 			if vals == nil {
