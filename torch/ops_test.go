@@ -171,6 +171,7 @@ func makePool() map[string]poolTensor {
 	lit("ctc_t", "int64", []float64{1, 2, 2, 3, 4, 1, 3, 0}, 2, 4)
 	lit("ctc_il", "int64", []float64{12, 10}, 2)
 	lit("ctc_tl", "int64", []float64{4, 3}, 2)
+	lit("ctc_il2", "int64", []float64{12, 2}, 2) // the second target cannot fit
 	return p
 }
 
@@ -531,6 +532,16 @@ func opCases() []opCase {
 		{name: "CTCLossSum", py: "F.ctc_loss(ctc_x.log_softmax(2), ctc_t, ctc_il, ctc_tl, blank=0, reduction='sum', zero_infinity=True)",
 			fn: func(x env) any {
 				return CTCLoss(x["ctc_x"].LogSoftmax(2), x["ctc_t"], x["ctc_il"], x["ctc_tl"], 0, ReduceSum, true)
+			},
+			grads: []string{"ctc_x"}, tol: 1e-3},
+		{name: "CTCLossOnDevice", py: "F.ctc_loss(ctc_x.log_softmax(2), ctc_t, ctc_il, ctc_tl, zero_infinity=True)",
+			fn: func(x env) any {
+				return CTCLossOnDevice(x["ctc_x"].LogSoftmax(2), x["ctc_t"], x["ctc_il"], x["ctc_tl"])
+			},
+			grads: []string{"ctc_x"}, tol: 1e-3},
+		{name: "CTCLossOnDeviceInfinite", py: "F.ctc_loss(ctc_x.log_softmax(2), ctc_t, ctc_il2, ctc_tl, zero_infinity=True)",
+			fn: func(x env) any {
+				return CTCLossOnDevice(x["ctc_x"].LogSoftmax(2), x["ctc_t"], x["ctc_il2"], x["ctc_tl"])
 			},
 			grads: []string{"ctc_x"}, tol: 1e-3},
 		{name: "BCEWithLogits", py: "F.binary_cross_entropy_with_logits(a, tgt01)",

@@ -2,6 +2,7 @@ package cudagraph
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -149,4 +150,78 @@ func TestCaptureTrainingStep(t *testing.T) {
 	n, err := graphed.opt.StepCount()
 	require.NoError(t, err)
 	require.Equal(t, float64(DefaultWarmup+5), n)
+}
+
+// The CTC that takes its lengths on the device (torch.CTCLossOnDevice,
+// cuDNN's) captures, and each replay gives, for new log-probabilities,
+// targets and lengths copied into the static inputs, the loss and the
+// gradient of libtorch's own CTC run eagerly. That one (torch.CTCLoss)
+// copies its lengths to the host and cannot be captured.
+func TestCaptureCTCLoss(t *testing.T) {
+	dev := needCUDA(t)
+	const n, tt, c, s = 3, 30, 6, 5
+	x := torch.Zeros([]int64{tt, n, c}, torch.Float32, dev).SetRequiresGrad(true).Keep()
+	tg := torch.Zeros([]int64{n, s}, torch.Int64, dev).Keep()
+	il := torch.Zeros([]int64{n}, torch.Int64, dev).Keep()
+	tl := torch.Zeros([]int64{n}, torch.Int64, dev).Keep()
+	defer func() {
+		for _, v := range []*torch.Tensor{x, tg, il, tl} {
+			v.Free()
+		}
+	}()
+	rng := rand.New(rand.NewPCG(1, 2))
+	feed := func() {
+		ids, in, lab := make([]int64, n*s), make([]int64, n), make([]int64, n)
+		for b := range n {
+			in[b], lab[b] = 20+rng.Int64N(tt-19), 1+rng.Int64N(s)
+			for j := range s {
+				ids[b*s+j] = 1 + rng.Int64N(c-1)
+			}
+		}
+		torch.Tidy(func() {
+			torch.NoGrad(func() { x.CopyFrom(torch.Randn([]int64{tt, n, c}, dev)) })
+			tg.CopyFrom(torch.FromSlice(ids, []int64{n, s}))
+			il.CopyFrom(torch.FromSlice(in, nil))
+			tl.CopyFrom(torch.FromSlice(lab, nil))
+		})
+	}
+	free := func(ts ...*torch.Tensor) {
+		for _, v := range ts {
+			v.Free()
+		}
+	}
+	type out struct{ loss, grad *torch.Tensor }
+	step := func(o *out, ctc func(lp *torch.Tensor) *torch.Tensor) func() error {
+		return func() error {
+			free(o.loss, o.grad)
+			return torch.Try(func() {
+				torch.Tidy(func() {
+					l := ctc(x.LogSoftmax(2))
+					g := torch.Gradients([]*torch.Tensor{l}, []*torch.Tensor{x}, nil, false, false)[0]
+					o.loss, o.grad = l.Detach().Keep(), g.Keep()
+				})
+			})
+		}
+	}
+	var want, got out
+	onDevice := step(&got, func(lp *torch.Tensor) *torch.Tensor { return torch.CTCLossOnDevice(lp, tg, il, tl) })
+	native := step(&want, func(lp *torch.Tensor) *torch.Tensor { return torch.CTCLoss(lp, tg, il, tl, 0, torch.ReduceMean, true) })
+	defer func() { free(want.loss, want.grad, got.loss, got.grad) }()
+
+	feed()
+	_, err := Capture(dev, native, Options{Warmup: 1})
+	require.Error(t, err, "libtorch's own CTC copies its lengths to the host")
+	g, err := Capture(dev, onDevice, Options{})
+	require.NoError(t, err)
+	defer g.Free()
+	for i := range 4 {
+		feed()
+		require.NoError(t, native())
+		require.NoError(t, g.Replay())
+		require.InEpsilon(t, want.loss.Item(), got.loss.Item(), 1e-4, "replay %d", i)
+		torch.Tidy(func() {
+			diff := got.grad.Sub(want.grad).Abs().Max().Item()
+			require.LessOrEqual(t, diff, 1e-4*want.grad.Abs().Max().Item(), "replay %d: gradient", i)
+		})
+	}
 }
