@@ -73,14 +73,20 @@ func (a ASRTwin) Build(cfg Config) (Instance, error) {
 		if err != nil {
 			return err
 		}
+		noGraph := ""
+		if err := asr.CapturableCTC(b); err != nil {
+			noGraph = "the captured step's CTC is cuDNN's, which does not take this batch: " + err.Error()
+		}
 		py := ptfile.NewDict("feats", b.Fields["feats"].Ref(), "feat_lens", b.Lengths["feats"].Ref(),
 			"tokens", b.Fields["tokens"].Ref(), "token_lens", b.Lengths["tokens"].Ref())
 		s = &SingleModel{
 			Model: m, Batch: b, PyBatch: py, Precision: cfg.Precision, LR: 1e-3, Decay: 0.01, ClipNorm: 5, Device: cfg.Dev(),
 			Loss: m.BatchLoss,
-			// ATen's _ctc_loss.Tensor copies the lengths to the host, and
-			// its CUDA kernel copies them back from pageable memory.
-			NoCUDAGraph: "CTC on CUDA copies its lengths between the host and the device itself (ATen's _ctc_loss), which no capture allows",
+			// ATen's CTC copies the lengths to the host, and its CUDA
+			// kernel copies them back; the captured step takes cuDNN's,
+			// which reads them on the device, where the batch fits it.
+			GraphLoss:   m.CapturableBatchLoss,
+			NoCUDAGraph: noGraph,
 			Spec: map[string]any{
 				"d_model": mc.DModel, "heads": mc.Heads, "encoder_layers": mc.EncoderLayers,
 				"decoder_layers": mc.DecoderLayers, "ff_dim": mc.FFDim, "decoder_ff_dim": decFF(mc),

@@ -81,8 +81,8 @@ func (s *SingleModel) StepLoss() (float64, error) {
 // step reads the loss on the host and clips with the norm read there;
 // this one keeps both on the device and otherwise computes what the
 // trainer's does: the trainer's engine runs the batch's micro-batches
-// (train.Pass.DeviceLoss), then clipping at ClipNorm, AdamW with the same
-// groups and hyperparameters, OnStep.
+// (train.Pass.DeviceLoss) with GraphLoss where it is set, then clipping
+// at ClipNorm, AdamW with the same groups and hyperparameters, OnStep.
 // CLIP's exact step (Contrastive) is not capturable: its grad cache
 // restores the generators' state between its passes and reads the
 // window's loss on the host. fp16 is not either: the GradScaler's skip
@@ -110,10 +110,14 @@ func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 		return nil, err
 	}
 	params := s.opt.Parameters() // what the trainer clips
+	lossFn := s.Loss
+	if s.GraphLoss != nil {
+		lossFn = s.GraphLoss
+	}
 	run := func() (*torch.Tensor, error) {
 		opt.ZeroGrad()
 		nn.SetTraining(s.Model, true)
-		w, err := s.tr.Engine().Backward(s.Batch, train.Pass{Loss: s.Loss, DeviceLoss: true})
+		w, err := s.tr.Engine().Backward(s.Batch, train.Pass{Loss: lossFn, DeviceLoss: true})
 		if err != nil {
 			return nil, err
 		}

@@ -33,7 +33,7 @@ func TestGraphStepOnCPU(t *testing.T) {
 		{"clip/cpu-naive", amp.FP32, ""},
 		{"clip/cpu", amp.FP32, "the grad-cache step restores the generators' state"},
 		{"ganvit/gan-cpu", amp.FP32, "its step is not one model's trainer step"},
-		{"asr/tiny", amp.FP32, ""}, // on CUDA not captured: CTC copies its lengths itself
+		{"asr/tiny", amp.FP32, ""}, // its CTC: libtorch's here, cuDNN's on CUDA
 		{"tts/cpu", amp.FP32, ""},
 	}
 	for _, c := range cases {
@@ -65,5 +65,30 @@ func TestGraphStepOnCPU(t *testing.T) {
 			require.LessOrEqual(t, res.Worst, res.Tol)
 			require.NotEqual(t, res.EagerLoss[0], res.EagerLoss[graphSteps-1], "the steps train")
 		})
+	}
+}
+
+// The ASR twin's captured step takes cuDNN's CTC (asr.CapturableBatchLoss)
+// where the batch's lengths fit it, and says why not where they do not.
+func TestASRGraphNeedsCuDNNLengths(t *testing.T) {
+	tw, err := Lookup("asr/tiny")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		frames int
+		na     string
+	}{
+		{DefaultFrames, ""},
+		{2000, "cuDNN's, which does not take this batch"},
+	} {
+		inst, err := tw.Build(Config{Threads: 1, Precision: amp.FP32, Batch: 2, Seed: 1, Length: tc.frames})
+		require.NoError(t, err)
+		s := inst.(*SingleModel)
+		require.NotNil(t, s.GraphLoss)
+		if tc.na == "" {
+			require.Empty(t, s.NoCUDAGraph)
+		} else {
+			require.Contains(t, s.NoCUDAGraph, tc.na)
+		}
+		inst.Free()
 	}
 }

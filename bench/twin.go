@@ -145,6 +145,10 @@ type SingleModel struct {
 	Contrastive *train.Contrastive
 	// OnStep runs after each optimizer step (CLIP clamps its temperature).
 	OnStep func()
+	// GraphLoss is Loss in the form the capturable step computes (nil:
+	// Loss): the same loss with ops that neither read from the device nor
+	// copy to it inside them (ASR's CTC, asr.Conformer.CapturableBatchLoss).
+	GraphLoss func(*data.Batch) *torch.Tensor
 	// NoCUDAGraph says why the step cannot be captured as a CUDA graph on
 	// CUDA although nothing in it crosses to Go ("": it can): an op
 	// that copies between the host and the device itself. On the CPU

@@ -524,7 +524,7 @@ func (m *Conformer) LossParts(feats, featLens, tokens, tokenLens *torch.Tensor) 
 	// The lengths are checked on the host, read before any of the step's
 	// kernels are queued: on a GPU a read waits for every kernel before
 	// it. BatchLossParts reads nothing: the batch keeps them on the host.
-	return m.lossParts(feats, featLens, lengths(featLens), tokens, tokenLens, tokenLens.Int64s())
+	return m.lossParts(feats, featLens, lengths(featLens), tokens, tokenLens, tokenLens.Int64s(), false)
 }
 
 // BatchLoss is BatchLossParts' total.
@@ -541,20 +541,62 @@ func (m *Conformer) BatchLoss(b *data.Batch) *torch.Tensor {
 // device, and computes what depends on them on the device, as the Python
 // twin does.
 func (m *Conformer) BatchLossParts(b *data.Batch) (total, ctc, attn *torch.Tensor) {
+	return m.batchLossParts(b, false)
+}
+
+// batchLossParts is BatchLossParts; capturable: see lossParts.
+func (m *Conformer) batchLossParts(b *data.Batch, capturable bool) (total, ctc, attn *torch.Tensor) {
 	var featLens *torch.Tensor
 	var featL []int64
 	if _, ok := b.Lengths["feats"]; ok {
 		featLens, featL = b.Length("feats"), b.HostLengths("feats")
 	}
-	return m.lossParts(b.Field("feats"), featLens, featL, b.Field("tokens"), b.Length("tokens"), b.HostLengths("tokens"))
+	return m.lossParts(b.Field("feats"), featLens, featL, b.Field("tokens"), b.Length("tokens"), b.HostLengths("tokens"), capturable)
+}
+
+// CapturableBatchLoss is BatchLoss in the form a CUDA graph can capture:
+// its CTC is torch.CTCLossOnDevice, which on CUDA is cuDNN's CTC taking
+// the lengths on the device, where BatchLoss's (ATen's) copies them to
+// the host and back inside the op. On the CPU both are libtorch's CTC and
+// give the same loss to the bit. CapturableCTC says whether a batch's
+// lengths fit cuDNN's CTC.
+func (m *Conformer) CapturableBatchLoss(b *data.Batch) *torch.Tensor {
+	total, ctc, attn := m.batchLossParts(b, true)
+	ctc.Free()
+	attn.Free()
+	return total
+}
+
+// CapturableCTC says whether CapturableBatchLoss takes b on CUDA: the
+// encoder's lengths and the token lengths, from the batch's host copy,
+// within cuDNN's CTC's limits (torch.CTCOnDeviceFits). nil when they fit.
+func CapturableCTC(b *data.Batch) error {
+	tl := b.HostLengths("tokens")
+	enc := make([]int64, len(tl))
+	var featL []int64
+	if _, ok := b.Lengths["feats"]; ok {
+		featL = b.HostLengths("feats")
+	}
+	for i := range enc {
+		if featL != nil {
+			enc[i] = SubsampledLength(featL[i])
+		} else {
+			enc[i] = SubsampledLength(b.Field("feats").Size(1))
+		}
+	}
+	if err := torch.CTCOnDeviceFits(enc, tl); err != nil {
+		return fmt.Errorf("asr: %w", err)
+	}
+	return nil
 }
 
 // lossParts is LossParts with the lengths also on the host (featL nil: all
 // T), where they are checked. What depends on them is computed on the
 // device from featLens and tokenLens: the encoder's lengths, its padding
 // mask and the decoder's input, target and masks. A copy from the host
-// waits for the kernels before it, as a read does.
-func (m *Conformer) lossParts(feats, featLens *torch.Tensor, featL []int64, tokens, tokenLens *torch.Tensor, tl []int64) (total, ctc, attn *torch.Tensor) {
+// waits for the kernels before it, as a read does. capturable: the CTC is
+// torch.CTCLossOnDevice (CapturableBatchLoss).
+func (m *Conformer) lossParts(feats, featLens *torch.Tensor, featL []int64, tokens, tokenLens *torch.Tensor, tl []int64, capturable bool) (total, ctc, attn *torch.Tensor) {
 	w := m.Cfg.CTCWeight
 	out := torch.TidyTensors(func() []*torch.Tensor {
 		dev := feats.Device()
@@ -579,7 +621,12 @@ func (m *Conformer) lossParts(feats, featLens *torch.Tensor, featL []int64, toke
 		var loss *torch.Tensor
 		if w > 0 {
 			lp := m.CTCHead.Forward(enc).LogSoftmax(-1).Transpose(0, 1)
-			c := torch.CTCLoss(lp, tokens, encL, tokenLens, BlankID, torch.ReduceMean, true)
+			var c *torch.Tensor
+			if capturable {
+				c = torch.CTCLossOnDevice(lp, tokens, encL, tokenLens.ToDevice(dev))
+			} else {
+				c = torch.CTCLoss(lp, tokens, encL, tokenLens, BlankID, torch.ReduceMean, true)
+			}
 			ctc = c.Detach()
 			loss = c.MulScalar(w)
 		}

@@ -223,6 +223,67 @@ func synthBatch(seed uint64, b int, maxTok int, framesPerTok int, vocab int64, m
 	}
 }
 
+// CapturableBatchLoss (torch.CTCLossOnDevice for the CTC) gives BatchLoss's
+// loss and gradients to the bit on the CPU and reads nothing;
+// CapturableCTC takes the lengths cuDNN's CTC takes.
+func TestCapturableBatchLoss(t *testing.T) {
+	m := newTestModel(t, "tiny", nil)
+	bt := synthBatch(2, 3, 12, 8, m.Cfg.Vocab, 0)
+	defer bt.free()
+	b := &data.Batch{Fields: map[string]*torch.Tensor{"feats": bt.feats.Ref(), "tokens": bt.tokens.Ref()}}
+	b.SetLengths("feats", bt.featLens.Int64s())
+	b.SetLengths("tokens", bt.tokenLens.Int64s())
+	defer b.Free()
+	require.NoError(t, CapturableCTC(b))
+	params := nn.Tensors(nn.Parameters(m))
+	run := func(loss func(*data.Batch) *torch.Tensor) (float64, [][]float32, []torch.CallStat) {
+		torch.ZeroGrad(params)
+		var l float64
+		stats := torch.CountCalls(func() {
+			torch.Tidy(func() {
+				torch.ManualSeed(3) // dropout draws the same masks in both
+				x := loss(b)
+				x.Backward()
+				l = x.Item()
+			})
+		})
+		grads := make([][]float32, len(params))
+		for i, p := range params {
+			torch.Tidy(func() { grads[i] = torch.ToSlice[float32](p.Grad()) })
+		}
+		return l, grads, stats
+	}
+	wantL, wantG, _ := run(m.BatchLoss)
+	gotL, gotG, stats := run(m.CapturableBatchLoss)
+	require.Equal(t, wantL, gotL)
+	require.Equal(t, wantG, gotG)
+	reads := torch.HostTransfers(stats)
+	require.Len(t, reads, 1, "%v", reads)
+	require.EqualValues(t, 1, reads[0].Calls, "the test's read of the loss only: %v", reads)
+
+	for _, tc := range []struct {
+		name         string
+		feats, token []int64
+		ok           bool
+	}{
+		{"1024 frames: 255 after subsampling", []int64{1024, 40}, []int64{200, 5}, true},
+		{"1028 frames: 256", []int64{1028, 40}, []int64{200, 5}, false},
+		{"more tokens than encoder frames (40 frames: 9)", []int64{400, 40}, []int64{10, 10}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			long := &data.Batch{Fields: map[string]*torch.Tensor{"feats": bt.feats.Ref(), "tokens": bt.tokens.Ref()}}
+			defer long.Free()
+			long.SetLengths("feats", tc.feats)
+			long.SetLengths("tokens", tc.token)
+			if tc.ok {
+				require.NoError(t, CapturableCTC(long))
+			} else {
+				require.Error(t, CapturableCTC(long))
+			}
+		})
+	}
+}
+
 // BatchLossParts checks the lengths on the batch's host copy: a step
 // reads nothing from the device and copies nothing in, and computes what
 // LossParts does, to the bit.
