@@ -158,6 +158,15 @@ func TestConformerForwardShapes(t *testing.T) {
 // batch is a synthetic batch: features, lengths, tokens, token lengths.
 type batch struct{ feats, featLens, tokens, tokenLens *torch.Tensor }
 
+// dataBatch is b's features and tokens as a data.Batch whose lengths (on
+// the host, as Collate keeps them) are featLens and tokenLens.
+func (b batch) dataBatch(featLens, tokenLens []int64) *data.Batch {
+	d := &data.Batch{Fields: map[string]*torch.Tensor{"feats": b.feats.Ref(), "tokens": b.tokens.Ref()}}
+	d.SetLengths("feats", featLens)
+	d.SetLengths("tokens", tokenLens)
+	return d
+}
+
 func (b batch) free() {
 	for _, t := range []*torch.Tensor{b.feats, b.featLens, b.tokens, b.tokenLens} {
 		t.Free()
@@ -230,9 +239,7 @@ func TestCapturableBatchLoss(t *testing.T) {
 	m := newTestModel(t, "tiny", nil)
 	bt := synthBatch(2, 3, 12, 8, m.Cfg.Vocab, 0)
 	defer bt.free()
-	b := &data.Batch{Fields: map[string]*torch.Tensor{"feats": bt.feats.Ref(), "tokens": bt.tokens.Ref()}}
-	b.SetLengths("feats", bt.featLens.Int64s())
-	b.SetLengths("tokens", bt.tokenLens.Int64s())
+	b := bt.dataBatch(bt.featLens.Int64s(), bt.tokenLens.Int64s())
 	defer b.Free()
 	require.NoError(t, CapturableCTC(b))
 	params := nn.Tensors(nn.Parameters(m))
@@ -271,10 +278,8 @@ func TestCapturableBatchLoss(t *testing.T) {
 		{"more tokens than encoder frames (40 frames: 9)", []int64{400, 40}, []int64{10, 10}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			long := &data.Batch{Fields: map[string]*torch.Tensor{"feats": bt.feats.Ref(), "tokens": bt.tokens.Ref()}}
+			long := bt.dataBatch(tc.feats, tc.token)
 			defer long.Free()
-			long.SetLengths("feats", tc.feats)
-			long.SetLengths("tokens", tc.token)
 			if tc.ok {
 				require.NoError(t, CapturableCTC(long))
 			} else {
@@ -291,9 +296,7 @@ func TestConformerBatchLossReadsNothing(t *testing.T) {
 	m := newTestModel(t, "tiny", nil)
 	bt := synthBatch(2, 3, 12, 8, m.Cfg.Vocab, 0)
 	defer bt.free()
-	b := &data.Batch{Fields: map[string]*torch.Tensor{"feats": bt.feats.Ref(), "tokens": bt.tokens.Ref()}}
-	b.SetLengths("feats", bt.featLens.Int64s())
-	b.SetLengths("tokens", bt.tokenLens.Int64s())
+	b := bt.dataBatch(bt.featLens.Int64s(), bt.tokenLens.Int64s())
 	defer b.Free()
 	torch.Tidy(func() {
 		var got []*torch.Tensor
@@ -310,10 +313,8 @@ func TestConformerBatchLossReadsNothing(t *testing.T) {
 		}
 	})
 	// The lengths are still checked.
-	bad := &data.Batch{Fields: map[string]*torch.Tensor{"feats": bt.feats.Ref(), "tokens": bt.tokens.Ref()}}
+	bad := bt.dataBatch(bt.featLens.Int64s(), []int64{1, 13, 2})
 	defer bad.Free()
-	bad.SetLengths("feats", bt.featLens.Int64s())
-	bad.SetLengths("tokens", []int64{1, 13, 2})
 	err := torch.Try(func() { m.BatchLoss(bad) })
 	var te *torch.Error
 	require.ErrorAs(t, err, &te)
