@@ -152,14 +152,25 @@ else
 test: test-one test-torch2
 endif
 
+# RACE=0 and FUZZ=0 leave out the race detector's run and the fuzzing
+# (each builds the packages, the C++ shim included, once more).
+RACE ?= 1
+FUZZ ?= 1
 test-one: deps vet
 	$(GO) test $(GOFLAGS_TAGS) -count=1 -timeout 20m ./...
+ifneq ($(RACE),0)
 	$(GO) test $(GOFLAGS_TAGS) -race -count=1 -timeout 10m ./torch/data ./train
+endif
+ifneq ($(FUZZ),0)
 	@$(MAKE) --no-print-directory fuzz
+endif
 
+# The second leg runs the suite only: the race detector's run and the
+# fuzzing test Go code, which is the same on every libtorch, and ran on the
+# first leg (the fuzz targets' seed corpora run in the suite on both).
 test-torch2: venv
 	@echo "== PyTorch 2.11 (pip, $(VENV)): the suite with the cuda tag, on the CPU"
-	$(MAKE) --no-print-directory test-one LIBTORCH_USE_PYTORCH=1 PY=$(CURDIR)/$(VENV)/bin/python
+	$(MAKE) --no-print-directory test-one LIBTORCH_USE_PYTORCH=1 PY=$(CURDIR)/$(VENV)/bin/python RACE=0 FUZZ=0
 	@echo "== PyTorch 2.11 without the cuda tag: vet and link"
 	$(MAKE) --no-print-directory cuda-link LIBTORCH_USE_PYTORCH=1 PY=$(CURDIR)/$(VENV)/bin/python NOCUDA=1
 
