@@ -9,7 +9,8 @@
 // `make bench-recipes` runs every registered twin (go run ./bench/cmd/bench-recipes).
 // Its flags also time Go variants in the same rotation, each torchfit with
 // one lever turned off (-variants: blas-prescott, blas-haswell,
-// malloc-128k, unfused-adamw, aten-dropout, unfused-attention; see Lever),
+// malloc-128k, unfused-adamw, aten-dropout, unfused-attention; see Lever)
+// or, ctc-on-device, one not yet on by default turned on,
 // add environment variables to the Python side (-python-env, e.g. the same
 // malloc settings), profile
 // one Go step call by call (-count: operators, the backward pass,

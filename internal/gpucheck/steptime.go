@@ -14,7 +14,7 @@ import (
 
 func init() {
 	register(&Check{Name: "step-time", Doc: "each recipe's small preset trained eagerly on CUDA in bf16 (fp32 where the recipe has no bf16), Go beside its Python twin " +
-		"(package bench, the same weights and batch, one step's loss and gradients checked): ms/step and Go/Python; " +
+		"(package bench, the same weights and batch, one step's loss and gradients checked): ms/step and Go/Python, ASR's also with its CTC on the device (asr.CTCOnDevice); " +
 		"then Python's steps under torch.profiler: the GPU's busy time per step, the floor it puts under Go/Python, kernels and host syncs; " +
 		"then each step that can be captured as a CUDA graph (bench.MeasureGraph): replay against the trainer's losses, ms per replay and graph/Python",
 		Timeout: 3 * time.Minute, Run: stepTime})
@@ -44,6 +44,10 @@ func stepTime(env Env) Result {
 	}
 	return stepTimeOn(env, gpu, stepTwins, stepOptions)
 }
+
+// ctcVariant is the bench variant step-time times beside the ASR twins'
+// default Go step: asr.CTCOnDevice on.
+const ctcVariant = "ctc-on-device"
 
 // eagerStep is a twin's eager measurement that its graph is set beside.
 type eagerStep struct {
@@ -80,7 +84,7 @@ func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) R
 	r.Figures["python torch"] = info.Torch
 	r.Figures["timing"] = fmt.Sprintf("batch 8, %d interleaved repetitions × %d steps per side after %d warm-up steps; each step ends with the device synchronised",
 		opts.Reps, opts.Steps, opts.Warmup)
-	rows := []string{fmt.Sprintf("%-16s %-5s %10s %10s %8s %8s  %s", "twin", "prec", "Go ms", "Python ms", "Go/Py", "Go waits", "check: loss Δ, worst grad Δ")}
+	rows := []string{fmt.Sprintf("%-22s %-5s %10s %10s %8s %8s  %s", "twin", "prec", "Go ms", "Python ms", "Go/Py", "Go waits", "check: loss Δ, worst grad Δ")}
 	// Where the time goes, from the profile of Python's steps. The GPU's
 	// busy ms per step is the same kernels' time on Go's side (the check
 	// holds both to one computation): busy / Python ms is the lowest
@@ -99,15 +103,24 @@ func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) R
 		tw, err := bench.Lookup(name)
 		if err != nil {
 			failed = append(failed, name)
-			rows = append(rows, fmt.Sprintf("%-16s %v", name, err))
+			rows = append(rows, fmt.Sprintf("%-22s %v", name, err))
 			continue
 		}
 		p := stepPrecision(tw)
 		cfg := bench.Config{Threads: 4, Precision: p, Batch: 8, Seed: 1, Device: dev}
-		res, err := bench.Measure(py, tw, cfg, opts, dir)
+		o := opts
+		if strings.HasPrefix(name, "asr/") {
+			// ASR's CTC on the device, timed beside the recipe's default.
+			v, err := bench.Lever(ctcVariant)
+			if err != nil {
+				return failf("%v", err)
+			}
+			o.Variants = append(append([]bench.Variant(nil), o.Variants...), v)
+		}
+		res, err := bench.Measure(py, tw, cfg, o, dir)
 		if err != nil {
 			failed = append(failed, name)
-			rows = append(rows, fmt.Sprintf("%-16s %-5s failed: %s", name, p, firstLine(err.Error())))
+			rows = append(rows, fmt.Sprintf("%-22s %-5s failed: %s", name, p, firstLine(err.Error())))
 			continue
 		}
 		goMS, pyMS := 1000*res.GoMedian(), 1000*res.PyMedian()
@@ -115,10 +128,17 @@ func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) R
 		if ratio <= 0.7 {
 			met++
 		}
-		rows = append(rows, fmt.Sprintf("%-16s %-5s %10.2f %10.2f %8.2f %8d  %.0e, %.0e (%s)", name, p, goMS, pyMS, ratio,
+		rows = append(rows, fmt.Sprintf("%-22s %-5s %10.2f %10.2f %8.2f %8d  %.0e, %.0e (%s)", name, p, goMS, pyMS, ratio,
 			res.GoTransfers, res.Check.LossRel(), res.Check.MaxRel, res.Check.Worst))
 		ratios = append(ratios, fmt.Sprintf("%s %.2f", name, ratio))
 		r.Figures[name+" Go/Python"] = round3(ratio)
+		if vs := res.Variants[ctcVariant]; len(vs) > 0 {
+			vMS := goMS * res.VariantRatio(ctcVariant)
+			vr := vMS / pyMS
+			rows = append(rows, fmt.Sprintf("%-22s %-5s %10.2f %10.2f %8.2f %8s  (Go with asr.CTCOnDevice: on CUDA cuDNN's CTC, lengths on the device)",
+				name+" "+ctcVariant, p, vMS, pyMS, vr, ""))
+			r.Figures[name+" "+ctcVariant+" Go/Python"] = round3(vr)
+		}
 		if pp := res.PyProfile; pp != nil {
 			busy := 1000 * pp.PerStep(pp.DeviceBusy)
 			devFloor, host := pp.DeviceFloor(res.PyMedian()), pp.HostFloor()

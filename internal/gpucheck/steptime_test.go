@@ -12,10 +12,11 @@ import (
 )
 
 // TestStepTimeOnCPU runs step-time's measurement and report on the CPU
-// (on a GPU only `make gpu-check` runs it): the timing row, and the
-// profile's row, whose GPU time is 0 without a GPU.
+// (on a GPU only `make gpu-check` runs it): the timing row (ASR's twice:
+// with its CTC on the device too), and the profile's row, whose GPU time
+// is 0 without a GPU.
 func TestStepTimeOnCPU(t *testing.T) {
-	twins := []string{"ganvit/gan-cpu", "ganvit/vit-cpu"}
+	twins := []string{"ganvit/gan-cpu", "ganvit/vit-cpu", "asr/tiny"}
 	r := stepTimeOn(Env{Work: t.TempDir()}, torch.CPU, twins,
 		bench.Options{Reps: 1, Steps: 1, Warmup: 1, NoPeak: true, Profile: 1, ProfileCap: 60}) // a loaded machine's steps are profiled too
 	require.Equal(t, Pass, r.Status, "%s", r.Summary)
@@ -31,7 +32,9 @@ func TestStepTimeOnCPU(t *testing.T) {
 		return nil
 	}
 	eager := table("eager step")
-	require.Len(t, eager, 1+len(twins))
+	require.Len(t, eager, 1+len(twins)+1, "a row per twin, and ASR's with its CTC on the device")
+	require.True(t, strings.HasPrefix(eager[4], "asr/tiny ctc-on-device "), eager[4])
+	require.Contains(t, r.Figures, "asr/tiny ctc-on-device Go/Python")
 	prof := table("where the time goes")
 	require.Len(t, prof, 1+len(twins))
 	graphs := table("the step as a CUDA graph")
@@ -59,6 +62,7 @@ func TestStepTimeOnCPU(t *testing.T) {
 	// the loss and the gradients' norm; the GAN's four (two windows).
 	require.Equal(t, "4", strings.Fields(eager[1])[5], "GAN: Go waits")
 	require.Equal(t, "2", strings.Fields(eager[2])[5], "ViT: Go waits")
+	require.Equal(t, "2", strings.Fields(eager[3])[5], "ASR: Go waits")
 }
 
 // TestOpOverheadOnCPU runs op-overhead's measurement and report on the CPU

@@ -524,8 +524,17 @@ func (m *Conformer) LossParts(feats, featLens, tokens, tokenLens *torch.Tensor) 
 	// The lengths are checked on the host, read before any of the step's
 	// kernels are queued: on a GPU a read waits for every kernel before
 	// it. BatchLossParts reads nothing: the batch keeps them on the host.
-	return m.lossParts(feats, featLens, lengths(featLens), tokens, tokenLens, tokenLens.Int64s(), false)
+	return m.lossParts(feats, featLens, lengths(featLens), tokens, tokenLens, tokenLens.Int64s(), CTCOnDevice)
 }
+
+// CTCOnDevice makes LossParts, BatchLoss and BatchLossParts take
+// CapturableBatchLoss's CTC (torch.CTCLossOnDevice): on CUDA cuDNN's CTC,
+// which reads its lengths on the device, where ATen's copies them to the
+// host inside the op, a wait for every kernel queued before it. Off by
+// default: that path has not yet run on a GPU. On the CPU it changes
+// nothing (the same loss to the bit). bench's ctc-on-device variant times
+// it beside the default.
+var CTCOnDevice = false
 
 // BatchLoss is BatchLossParts' total.
 func (m *Conformer) BatchLoss(b *data.Batch) *torch.Tensor {
@@ -541,25 +550,25 @@ func (m *Conformer) BatchLoss(b *data.Batch) *torch.Tensor {
 // device, and computes what depends on them on the device, as the Python
 // twin does.
 func (m *Conformer) BatchLossParts(b *data.Batch) (total, ctc, attn *torch.Tensor) {
-	return m.batchLossParts(b, false)
+	return m.batchLossParts(b, CTCOnDevice)
 }
 
-// batchLossParts is BatchLossParts; capturable: see lossParts.
-func (m *Conformer) batchLossParts(b *data.Batch, capturable bool) (total, ctc, attn *torch.Tensor) {
+// batchLossParts is BatchLossParts; onDevice: see lossParts.
+func (m *Conformer) batchLossParts(b *data.Batch, onDevice bool) (total, ctc, attn *torch.Tensor) {
 	var featLens *torch.Tensor
 	var featL []int64
 	if _, ok := b.Lengths["feats"]; ok {
 		featLens, featL = b.Length("feats"), b.HostLengths("feats")
 	}
-	return m.lossParts(b.Field("feats"), featLens, featL, b.Field("tokens"), b.Length("tokens"), b.HostLengths("tokens"), capturable)
+	return m.lossParts(b.Field("feats"), featLens, featL, b.Field("tokens"), b.Length("tokens"), b.HostLengths("tokens"), onDevice)
 }
 
 // CapturableBatchLoss is BatchLoss in the form a CUDA graph can capture:
 // its CTC is torch.CTCLossOnDevice, which on CUDA is cuDNN's CTC taking
-// the lengths on the device, where BatchLoss's (ATen's) copies them to
-// the host and back inside the op. On the CPU both are libtorch's CTC and
-// give the same loss to the bit. CapturableCTC says whether a batch's
-// lengths fit cuDNN's CTC.
+// the lengths on the device, where ATen's CTC copies them to the host and
+// back inside the op. On the CPU both are libtorch's CTC and give the same
+// loss to the bit. On CUDA a batch whose lengths do not fit cuDNN's CTC
+// (CapturableCTC says which) gets ATen's, which a capture refuses.
 func (m *Conformer) CapturableBatchLoss(b *data.Batch) *torch.Tensor {
 	total, ctc, attn := m.batchLossParts(b, true)
 	ctc.Free()
@@ -571,32 +580,45 @@ func (m *Conformer) CapturableBatchLoss(b *data.Batch) *torch.Tensor {
 // encoder's lengths and the token lengths, from the batch's host copy,
 // within cuDNN's CTC's limits (torch.CTCOnDeviceFits). nil when they fit.
 func CapturableCTC(b *data.Batch) error {
-	tl := b.HostLengths("tokens")
-	enc := make([]int64, len(tl))
 	var featL []int64
 	if _, ok := b.Lengths["feats"]; ok {
 		featL = b.HostLengths("feats")
 	}
+	tl := b.HostLengths("tokens")
+	if err := torch.CTCOnDeviceFits(encLengths(featL, int64(len(tl)), b.Field("feats").Size(1)), tl); err != nil {
+		return fmt.Errorf("asr: %w", err)
+	}
+	return nil
+}
+
+// useCTCOnDevice says whether lossParts takes torch.CTCLossOnDevice: when
+// asked (onDevice), except on CUDA for lengths outside cuDNN's CTC's.
+func useCTCOnDevice(onDevice bool, dev torch.Device, enc, tl []int64) bool {
+	return onDevice && (!dev.IsCUDA() || torch.CTCOnDeviceFits(enc, tl) == nil)
+}
+
+// encLengths are the encoder's lengths of n sequences of featL frames
+// (nil: all t).
+func encLengths(featL []int64, n, t int64) []int64 {
+	enc := make([]int64, n)
 	for i := range enc {
 		if featL != nil {
 			enc[i] = SubsampledLength(featL[i])
 		} else {
-			enc[i] = SubsampledLength(b.Field("feats").Size(1))
+			enc[i] = SubsampledLength(t)
 		}
 	}
-	if err := torch.CTCOnDeviceFits(enc, tl); err != nil {
-		return fmt.Errorf("asr: %w", err)
-	}
-	return nil
+	return enc
 }
 
 // lossParts is LossParts with the lengths also on the host (featL nil: all
 // T), where they are checked. What depends on them is computed on the
 // device from featLens and tokenLens: the encoder's lengths, its padding
 // mask and the decoder's input, target and masks. A copy from the host
-// waits for the kernels before it, as a read does. capturable: the CTC is
-// torch.CTCLossOnDevice (CapturableBatchLoss).
-func (m *Conformer) lossParts(feats, featLens *torch.Tensor, featL []int64, tokens, tokenLens *torch.Tensor, tl []int64, capturable bool) (total, ctc, attn *torch.Tensor) {
+// waits for the kernels before it, as a read does. onDevice: the CTC is
+// torch.CTCLossOnDevice, on CUDA where the lengths fit cuDNN's CTC
+// (torch.CTCOnDeviceFits, checked here on the host), ATen's otherwise.
+func (m *Conformer) lossParts(feats, featLens *torch.Tensor, featL []int64, tokens, tokenLens *torch.Tensor, tl []int64, onDevice bool) (total, ctc, attn *torch.Tensor) {
 	w := m.Cfg.CTCWeight
 	out := torch.TidyTensors(func() []*torch.Tensor {
 		dev := feats.Device()
@@ -622,7 +644,7 @@ func (m *Conformer) lossParts(feats, featLens *torch.Tensor, featL []int64, toke
 		if w > 0 {
 			lp := m.CTCHead.Forward(enc).LogSoftmax(-1).Transpose(0, 1)
 			var c *torch.Tensor
-			if capturable {
+			if useCTCOnDevice(onDevice, dev, encLengths(featL, bs, t), tl) {
 				c = torch.CTCLossOnDevice(lp, tokens, encL, tokenLens.ToDevice(dev))
 			} else {
 				c = torch.CTCLoss(lp, tokens, encL, tokenLens, BlankID, torch.ReduceMean, true)

@@ -268,6 +268,15 @@ func TestCapturableBatchLoss(t *testing.T) {
 	require.Len(t, reads, 1, "%v", reads)
 	require.EqualValues(t, 1, reads[0].Calls, "the test's read of the loss only: %v", reads)
 
+	// The switch makes the recipe's loss the same.
+	prev := CTCOnDevice
+	t.Cleanup(func() { CTCOnDevice = prev })
+	CTCOnDevice = true
+	switchedL, switchedG, _ := run(m.BatchLoss)
+	CTCOnDevice = prev
+	require.Equal(t, wantL, switchedL)
+	require.Equal(t, wantG, switchedG)
+
 	for _, tc := range []struct {
 		name         string
 		feats, token []int64
@@ -285,6 +294,30 @@ func TestCapturableBatchLoss(t *testing.T) {
 			} else {
 				require.Error(t, CapturableCTC(long))
 			}
+		})
+	}
+}
+
+// The CTC on the device is taken when asked, on CUDA only where cuDNN's
+// CTC takes the lengths.
+func TestUseCTCOnDevice(t *testing.T) {
+	fit, long := []int64{255, 30}, []int64{256, 30}
+	tl := []int64{40, 30}
+	for _, tc := range []struct {
+		name     string
+		asked    bool
+		dev      torch.Device
+		enc      []int64
+		onDevice bool
+	}{
+		{"not asked", false, torch.CUDA(0), fit, false},
+		{"CUDA, fits", true, torch.CUDA(0), fit, true},
+		{"CUDA, 256 frames", true, torch.CUDA(0), long, false},
+		{"CPU, 256 frames", true, torch.CPU, long, true},
+		{"CPU, not asked", false, torch.CPU, fit, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.onDevice, useCTCOnDevice(tc.asked, tc.dev, tc.enc, tl))
 		})
 	}
 }
