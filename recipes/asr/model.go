@@ -591,10 +591,11 @@ func CapturableCTC(b *data.Batch) error {
 	return nil
 }
 
-// useCTCOnDevice says whether lossParts takes torch.CTCLossOnDevice: when
-// asked (onDevice), except on CUDA for lengths outside cuDNN's CTC's.
-func useCTCOnDevice(onDevice bool, dev torch.Device, enc, tl []int64) bool {
-	return onDevice && (!dev.IsCUDA() || torch.CTCOnDeviceFits(enc, tl) == nil)
+// ctcFitsDevice says whether torch.CTCLossOnDevice takes encoder lengths
+// enc and token lengths tl on dev: anywhere but on CUDA, and there within
+// cuDNN's CTC's limits.
+func ctcFitsDevice(dev torch.Device, enc, tl []int64) bool {
+	return !dev.IsCUDA() || torch.CTCOnDeviceFits(enc, tl) == nil
 }
 
 // encLengths are the encoder's lengths of n sequences of featL frames
@@ -644,7 +645,7 @@ func (m *Conformer) lossParts(feats, featLens *torch.Tensor, featL []int64, toke
 		if w > 0 {
 			lp := m.CTCHead.Forward(enc).LogSoftmax(-1).Transpose(0, 1)
 			var c *torch.Tensor
-			if useCTCOnDevice(onDevice, dev, encLengths(featL, bs, t), tl) {
+			if onDevice && ctcFitsDevice(dev, encLengths(featL, bs, t), tl) {
 				c = torch.CTCLossOnDevice(lp, tokens, encL, tokenLens.ToDevice(dev))
 			} else {
 				c = torch.CTCLoss(lp, tokens, encL, tokenLens, BlankID, torch.ReduceMean, true)

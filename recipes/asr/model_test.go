@@ -298,26 +298,23 @@ func TestCapturableBatchLoss(t *testing.T) {
 	}
 }
 
-// The CTC on the device is taken when asked, on CUDA only where cuDNN's
-// CTC takes the lengths.
-func TestUseCTCOnDevice(t *testing.T) {
+// The CTC on the device takes any lengths off CUDA, and on CUDA only those
+// cuDNN's CTC takes.
+func TestCTCFitsDevice(t *testing.T) {
 	fit, long := []int64{255, 30}, []int64{256, 30}
 	tl := []int64{40, 30}
 	for _, tc := range []struct {
-		name     string
-		asked    bool
-		dev      torch.Device
-		enc      []int64
-		onDevice bool
+		name string
+		dev  torch.Device
+		enc  []int64
+		fits bool
 	}{
-		{"not asked", false, torch.CUDA(0), fit, false},
-		{"CUDA, fits", true, torch.CUDA(0), fit, true},
-		{"CUDA, 256 frames", true, torch.CUDA(0), long, false},
-		{"CPU, 256 frames", true, torch.CPU, long, true},
-		{"CPU, not asked", false, torch.CPU, fit, false},
+		{"CUDA, within the limits", torch.CUDA(0), fit, true},
+		{"CUDA, 256 frames", torch.CUDA(0), long, false},
+		{"CPU, 256 frames", torch.CPU, long, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.onDevice, useCTCOnDevice(tc.asked, tc.dev, tc.enc, tl))
+			require.Equal(t, tc.fits, ctcFitsDevice(tc.dev, tc.enc, tl))
 		})
 	}
 }
