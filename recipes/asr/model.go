@@ -585,7 +585,15 @@ func CapturableCTC(b *data.Batch) error {
 		featL = b.HostLengths("feats")
 	}
 	tl := b.HostLengths("tokens")
-	if err := torch.CTCOnDeviceFits(encLengths(featL, int64(len(tl)), b.Field("feats").Size(1)), tl); err != nil {
+	enc := make([]int64, len(tl))
+	for i := range enc {
+		if featL != nil {
+			enc[i] = SubsampledLength(featL[i])
+		} else {
+			enc[i] = SubsampledLength(b.Field("feats").Size(1))
+		}
+	}
+	if err := torch.CTCOnDeviceFits(enc, tl); err != nil {
 		return fmt.Errorf("asr: %w", err)
 	}
 	return nil
@@ -596,20 +604,6 @@ func CapturableCTC(b *data.Batch) error {
 // cuDNN's CTC's limits.
 func ctcFitsDevice(dev torch.Device, enc, tl []int64) bool {
 	return !dev.IsCUDA() || torch.CTCOnDeviceFits(enc, tl) == nil
-}
-
-// encLengths are the encoder's lengths of n sequences of featL frames
-// (nil: all t).
-func encLengths(featL []int64, n, t int64) []int64 {
-	enc := make([]int64, n)
-	for i := range enc {
-		if featL != nil {
-			enc[i] = SubsampledLength(featL[i])
-		} else {
-			enc[i] = SubsampledLength(t)
-		}
-	}
-	return enc
 }
 
 // lossParts is LossParts with the lengths also on the host (featL nil: all
@@ -640,12 +634,12 @@ func (m *Conformer) lossParts(feats, featLens *torch.Tensor, featL []int64, toke
 		} else {
 			encL = torch.Full([]int64{bs}, float64(SubsampledLength(t)), torch.Int64, dev)
 		}
-		enc, _ := m.Encoder.forward(feats, featL, encL)
+		enc, encHost := m.Encoder.forward(feats, featL, encL)
 		var loss *torch.Tensor
 		if w > 0 {
 			lp := m.CTCHead.Forward(enc).LogSoftmax(-1).Transpose(0, 1)
 			var c *torch.Tensor
-			if onDevice && ctcFitsDevice(dev, encLengths(featL, bs, t), tl) {
+			if onDevice && ctcFitsDevice(dev, encHost, tl) {
 				c = torch.CTCLossOnDevice(lp, tokens, encL, tokenLens.ToDevice(dev))
 			} else {
 				c = torch.CTCLoss(lp, tokens, encL, tokenLens, BlankID, torch.ReduceMean, true)
