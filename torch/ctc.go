@@ -38,22 +38,29 @@ func CTCLossOnDevice(logProbs, targets, inputLengths, targetLengths *Tensor) *Te
 		dev := logProbs.Device()
 		tl := targetLengths.ToDevice(dev)
 		il := inputLengths.ToDevice(dev)
-		var c call
 		var costs *Tensor
 		if dev.IsCUDA() {
-			lp := logProbs.ToDType(Float32).Contiguous()
-			packed := packTargets(targets.ToDevice(dev), tl)
-			costs = c.t(lp).t(packed).t(il.ToDType(Int32)).t(tl.ToDType(Int32)).i(0).b(true).b(true).outN(opCudnnCtcLoss, 2)[0]
+			costs = cudnnCTC(logProbs.ToDType(Float32).Contiguous(), packTargets(targets.ToDevice(dev), tl), il.ToDType(Int32), tl.ToDType(Int32))
 		} else {
 			lp := logProbs
 			if dt := lp.DType(); dt != Float32 && dt != Float64 {
 				lp = lp.ToDType(Float32)
 			}
+			var c call
 			costs = c.t(lp).t(targets.ToDevice(dev)).t(il).t(tl).i(0).b(true).outN(opCtcLossRaw, 2)[0]
 		}
 		costs = Where(costs.EqScalar(math.Inf(1)), ZerosLike(costs, costs.DType()), costs)
 		return costs.Div(tl.ClampMin(1)).Mean()
 	})
+}
+
+// cudnnCTC is cuDNN's CTC with its lengths on the device: each sequence's
+// cost (N) from log-probabilities lp (T, N, C, float32, contiguous),
+// concatenated int32 targets and int32 lengths, blank 0, the
+// deterministic algorithm, impossible targets zeroed in the backward.
+func cudnnCTC(lp, packed, inputLengths, targetLengths *Tensor) *Tensor {
+	var c call
+	return c.t(lp).t(packed).t(inputLengths).t(targetLengths).i(0).b(true).b(true).outN(opCudnnCtcLoss, 2)[0]
 }
 
 // CTCOnDeviceFits says whether CTCLossOnDevice takes sequences of these

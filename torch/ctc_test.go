@@ -120,3 +120,19 @@ func TestPackTargets(t *testing.T) {
 		})
 	}
 }
+
+// cuDNN's CTC is called with the arguments its schema takes: on the CPU
+// it gets as far as the dispatcher, which has no CPU kernel for it. (On
+// CUDA, cudagraph's TestCaptureCTCLoss runs it.)
+func TestCudnnCTCCallReachesTheDispatcher(t *testing.T) {
+	Tidy(func() {
+		lp := Randn([]int64{6, 2, 4}).LogSoftmax(2)
+		packed := FromSlice([]int32{1, 2, 3, 0}, nil)
+		lens := FromSlice([]int32{6, 6}, nil)
+		tl := FromSlice([]int32{2, 1}, nil)
+		err := Try(func() { cudnnCTC(lp, packed, lens, tl) })
+		var e *Error
+		require.ErrorAs(t, err, &e)
+		require.Contains(t, e.Msg, "from the 'CPU' backend", "the dispatcher's refusal of the CPU backend, not an argument error: %v", err)
+	})
+}
