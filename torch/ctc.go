@@ -36,20 +36,21 @@ func CTCLossOnDevice(logProbs, targets, inputLengths, targetLengths *Tensor) *Te
 			throwf("CTCLossOnDevice", "log-probabilities %v and targets %v: want (T, N, C) and (N, S)", logProbs.Shape(), targets.Shape())
 		}
 		dev := logProbs.Device()
+		tg := targets.ToDevice(dev)
 		tl := targetLengths.ToDevice(dev)
 		il := inputLengths.ToDevice(dev)
 		var costs *Tensor
 		if dev.IsCUDA() {
-			costs = cudnnCTC(logProbs.ToDType(Float32).Contiguous(), packTargets(targets.ToDevice(dev), tl), il.ToDType(Int32), tl.ToDType(Int32))
+			costs = cudnnCTC(logProbs.ToDType(Float32).Contiguous(), packTargets(tg, tl), il.ToDType(Int32), tl.ToDType(Int32))
 		} else {
 			lp := logProbs
 			if dt := lp.DType(); dt != Float32 && dt != Float64 {
 				lp = lp.ToDType(Float32)
 			}
 			var c call
-			costs = c.t(lp).t(targets.ToDevice(dev)).t(il).t(tl).i(0).b(true).outN(opCtcLossRaw, 2)[0]
+			costs = c.t(lp).t(tg).t(il).t(tl).i(0).b(true).outN(opCtcLossRaw, 2)[0]
 		}
-		costs = Where(costs.EqScalar(math.Inf(1)), ZerosLike(costs, costs.DType()), costs)
+		costs = costs.MaskedFill(costs.EqScalar(math.Inf(1)), 0)
 		return costs.Div(tl.ClampMin(1)).Mean()
 	})
 }

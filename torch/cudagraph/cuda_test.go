@@ -164,11 +164,12 @@ func TestCaptureCTCLoss(t *testing.T) {
 	tg := torch.Zeros([]int64{n, s}, torch.Int64, dev).Keep()
 	il := torch.Zeros([]int64{n}, torch.Int64, dev).Keep()
 	tl := torch.Zeros([]int64{n}, torch.Int64, dev).Keep()
-	defer func() {
-		for _, v := range []*torch.Tensor{x, tg, il, tl} {
+	free := func(ts ...*torch.Tensor) {
+		for _, v := range ts {
 			v.Free()
 		}
-	}()
+	}
+	defer free(x, tg, il, tl)
 	rng := rand.New(rand.NewPCG(1, 2))
 	feed := func() {
 		ids, in, lab := make([]int64, n*s), make([]int64, n), make([]int64, n)
@@ -184,11 +185,6 @@ func TestCaptureCTCLoss(t *testing.T) {
 			il.CopyFrom(torch.FromSlice(in, nil))
 			tl.CopyFrom(torch.FromSlice(lab, nil))
 		})
-	}
-	free := func(ts ...*torch.Tensor) {
-		for _, v := range ts {
-			v.Free()
-		}
 	}
 	type out struct{ loss, grad *torch.Tensor }
 	step := func(o *out, ctc func(lp *torch.Tensor) *torch.Tensor) func() error {
