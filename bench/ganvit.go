@@ -2,16 +2,17 @@ package bench
 
 import (
 	"encoding/json"
-
+	"fmt"
 	"math/rand/v2"
 
 	"github.com/torchfit/torchfit/amp"
-
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/recipes/ganvit"
 	"github.com/torchfit/torchfit/torch"
+	"github.com/torchfit/torchfit/torch/cudagraph"
 	"github.com/torchfit/torchfit/torch/data"
 	"github.com/torchfit/torchfit/torch/ptfile"
+	"github.com/torchfit/torchfit/train"
 )
 
 // ViTTwin is recipes/ganvit's genre classifier (torchvision's
@@ -142,6 +143,7 @@ func (g GANTwin) Build(cfg Config) (Instance, error) {
 		}}
 		in.z = torch.Randn([]int64{n, gc.Latent}).Keep()
 		in.prec = cfg.Precision
+		in.check = cfg.Check
 		in.dev = cfg.Dev()
 		if in.dev.IsCUDA() {
 			if err := torch.Try(func() {
@@ -186,6 +188,9 @@ type ganInstance struct {
 	prec amp.Precision
 	dev  torch.Device
 	spec map[string]any
+	// check: the build for the equality check, whose capturable step
+	// takes z as StepLoss does.
+	check bool
 }
 
 func bceTo(logits *torch.Tensor, target float64) *torch.Tensor {
@@ -250,6 +255,139 @@ func (in *ganInstance) Step() error {
 		_, err := in.gan.Step(in.b)
 		return err
 	})
+}
+
+// StepLoss runs GAN.Step with the batch's fixed z (GAN.Step takes a
+// batch's own noise) and returns the sum of the two networks' losses: the
+// eager side of MeasureGraph, whose capturable step cannot draw noise on
+// the host.
+func (in *ganInstance) StepLoss() (float64, error) {
+	var loss float64
+	err := torch.Main().DoErr(func() error {
+		r, err := in.gan.Step(in.withZ(in.z))
+		loss = r.DLoss + r.GLoss
+		return err
+	})
+	return loss, err
+}
+
+// withZ is the batch with z as its field z.
+func (in *ganInstance) withZ(z *torch.Tensor) *data.Batch {
+	fields := map[string]*torch.Tensor{"z": z}
+	for k, v := range in.b.Fields {
+		fields[k] = v
+	}
+	return &data.Batch{Fields: fields}
+}
+
+// CaptureStep returns GAN.Step in the form a CUDA graph captures, with
+// nothing read on the host: both networks' gradients set to nil; the
+// discriminator's window (GAN.DiscriminatorLoss, the loss left on the
+// device), clipping on the device (nn.ClipGradNormOnDevice) and its
+// capturable AdamW; the generator's window through the frozen
+// discriminator (GAN.GeneratorLoss), clipping and its AdamW. The GAN's
+// Adam has no weight decay, where AdamW's update is Adam's. The loss is
+// the sum of the two windows'. Its noise is the batch's fixed z in the
+// check build (as StepLoss's), and otherwise N(0, 1) drawn on the device
+// inside the step, as the Python twin draws it (a captured step draws
+// afresh at each replay, from the device's generator).
+func (in *ganInstance) CaptureStep() (*GraphStep, error) {
+	if err := capturable(in.prec); err != nil {
+		return nil, err
+	}
+	gan := in.gan
+	var opts []*cudagraph.AdamW
+	err := torch.Main().DoErr(func() error {
+		for _, o := range []*nn.Adam{gan.DOpt, gan.GOpt} {
+			c, err := capturableAdam(o)
+			if err != nil {
+				return err
+			}
+			opts = append(opts, c)
+		}
+		return nil
+	})
+	if err != nil {
+		for _, o := range opts {
+			o.Free()
+		}
+		return nil, err
+	}
+	dOpt, gOpt := opts[0], opts[1]
+	dParams, gParams := gan.DOpt.Parameters(), gan.GOpt.Parameters()
+	n, latent := int64(in.b.Size()), gan.G.Cfg.Latent
+	run := func() (*torch.Tensor, error) {
+		dOpt.ZeroGrad()
+		gOpt.ZeroGrad()
+		z := in.z
+		if !in.check {
+			if err := torch.Try(func() { z = torch.Randn([]int64{n, latent}, in.dev).Keep() }); err != nil {
+				return nil, err
+			}
+			defer z.Free()
+		}
+		b := in.withZ(z)
+		half := func(eng *train.Engine, loss train.LossFunc, params []*torch.Tensor, clip float64, opt *cudagraph.AdamW) (*torch.Tensor, error) {
+			w, err := eng.Backward(b, train.Pass{Loss: loss, DeviceLoss: true})
+			if err != nil {
+				return nil, err
+			}
+			if clip > 0 {
+				norm, err := nn.ClipGradNormOnDevice(params, clip, 2)
+				if err != nil {
+					w.LossTensor.Free()
+					return nil, err
+				}
+				norm.Free()
+			}
+			if err := opt.Step(); err != nil {
+				w.LossTensor.Free()
+				return nil, err
+			}
+			return w.LossTensor, nil
+		}
+		nn.SetTraining(in.g, true)
+		nn.SetTraining(in.d, true)
+		dl, err := half(gan.DEng, gan.DiscriminatorLoss, dParams, gan.DStep.ClipNorm, dOpt)
+		if err != nil {
+			return nil, fmt.Errorf("discriminator: %w", err)
+		}
+		defer dl.Free()
+		trainable(in.d, false)
+		gl, err := half(gan.GEng, gan.GeneratorLoss, gParams, gan.GStep.ClipNorm, gOpt)
+		trainable(in.d, true)
+		if err != nil {
+			return nil, fmt.Errorf("generator: %w", err)
+		}
+		defer gl.Free()
+		var sum *torch.Tensor
+		err = torch.Try(func() {
+			sum = dl.Add(gl).Keep()
+			amp.ClearCache()
+		})
+		return sum, err
+	}
+	return &GraphStep{run: run, opts: opts}, nil
+}
+
+// capturableAdam is the capturable AdamW with o's groups and
+// hyperparameters, for an Adam whose update AdamW's equals: no weight
+// decay (Adam's L2 term is not AdamW's decoupled decay), no AMSGrad.
+func capturableAdam(o *nn.Adam) (*cudagraph.AdamW, error) {
+	var groups []nn.ParamGroup
+	var cfg nn.AdamConfig
+	for k, g := range o.Groups() {
+		if g.WeightDecay != 0 || g.AMSGrad {
+			return nil, fmt.Errorf("%w: Adam with weight decay %v or AMSGrad (%v): not the capturable AdamW's update", ErrNotCapturable, g.WeightDecay, g.AMSGrad)
+		}
+		if k == 0 {
+			cfg = nn.AdamConfig{LR: g.LR, Beta1: g.Beta1, Beta2: g.Beta2, Eps: g.Eps, Maximize: g.Maximize}
+		} else if g.Beta1 != cfg.Beta1 || g.Beta2 != cfg.Beta2 || g.Eps != cfg.Eps || g.Maximize != cfg.Maximize {
+			return nil, fmt.Errorf("%w: Adam's groups differ in betas, eps or maximize", ErrNotCapturable)
+		}
+		groups = append(groups, nn.ParamGroup{Params: g.Params}.WithLR(g.LR))
+	}
+	return cudagraph.NewAdamW(groups, cfg)
 }
 
 // Export writes the spec, both networks' weights (generator.*,

@@ -40,7 +40,7 @@ type Capturable interface {
 // device.
 type GraphStep struct {
 	run  func() (*torch.Tensor, error)
-	opt  *cudagraph.AdamW
+	opts []*cudagraph.AdamW
 	loss *torch.Tensor
 }
 
@@ -62,9 +62,11 @@ func (g *GraphStep) Step() error {
 // tensor each replay writes.
 func (g *GraphStep) Loss() *torch.Tensor { return g.loss }
 
-// Free releases the optimizer's state and the loss.
+// Free releases the optimizers' state and the loss.
 func (g *GraphStep) Free() {
-	g.opt.Free()
+	for _, o := range g.opts {
+		o.Free()
+	}
 	if g.loss != nil {
 		g.loss.Free()
 		g.loss = nil
@@ -91,14 +93,11 @@ func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 	switch {
 	case s.Contrastive != nil:
 		return nil, fmt.Errorf("%w: the grad-cache step restores the generators' state between its passes and reads the window's loss on the host", ErrNotCapturable)
-	case s.Precision == amp.FP16:
-		return nil, fmt.Errorf("%w: fp16 trains with a GradScaler, whose skip decision reads the device", ErrNotCapturable)
 	case s.NoCUDAGraph != "" && s.Device.IsCUDA():
 		return nil, fmt.Errorf("%w: %s", ErrNotCapturable, s.NoCUDAGraph)
 	}
-	if _, err := torch.OpSchema("aten::_fused_adamw_", ""); err != nil {
-		maj, min, _ := torch.LibtorchVersion()
-		return nil, fmt.Errorf("%w: libtorch %d.%d has no _fused_adamw_ (the capturable AdamW; PyTorch 2.0 and later)", ErrNotCapturable, maj, min)
+	if err := capturable(s.Precision); err != nil {
+		return nil, err
 	}
 	var opt *cudagraph.AdamW
 	err := s.tr.Thread().DoErr(func() error {
@@ -146,7 +145,20 @@ func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 		}
 		return loss, nil
 	}
-	return &GraphStep{run: run, opt: opt}, nil
+	return &GraphStep{run: run, opts: []*cudagraph.AdamW{opt}}, nil
+}
+
+// capturable refuses what no twin's step can capture at precision p:
+// fp16's GradScaler, and a libtorch without the capturable AdamW.
+func capturable(p amp.Precision) error {
+	if p == amp.FP16 {
+		return fmt.Errorf("%w: fp16 trains with a GradScaler, whose skip decision reads the device", ErrNotCapturable)
+	}
+	if _, err := torch.OpSchema("aten::_fused_adamw_", ""); err != nil {
+		maj, min, _ := torch.LibtorchVersion()
+		return fmt.Errorf("%w: libtorch %d.%d has no _fused_adamw_ (the capturable AdamW; PyTorch 2.0 and later)", ErrNotCapturable, maj, min)
+	}
+	return nil
 }
 
 // GraphResult is a twin's step captured as a CUDA graph (MeasureGraph).

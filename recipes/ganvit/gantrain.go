@@ -115,23 +115,27 @@ func bce(logits *torch.Tensor, target float64) *torch.Tensor {
 // Step runs one iteration on b (fields spec, cond, label; b stays the
 // caller's). z is drawn from the global generator on the CPU, one row per
 // sample, before any micro-batch runs: a window redone after
-// out-of-memory sees the same noise.
+// out-of-memory sees the same noise. A batch with a field z (N, latent)
+// brings its own noise instead, and none is drawn.
 func (t *GAN) Step(b *data.Batch) (GANStep, error) {
 	start := time.Now()
 	n := b.Size()
 	r := GANStep{Step: t.Steps + 1, Samples: n}
-	var z *torch.Tensor
-	if err := torch.Try(func() { z = torch.Randn([]int64{int64(n), t.G.Cfg.Latent}).Keep() }); err != nil {
-		return r, err
+	wb := b
+	if b.Fields["z"] == nil {
+		var z *torch.Tensor
+		if err := torch.Try(func() { z = torch.Randn([]int64{int64(n), t.G.Cfg.Latent}).Keep() }); err != nil {
+			return r, err
+		}
+		defer z.Free()
+		fields := map[string]*torch.Tensor{"z": z}
+		for k, v := range b.Fields {
+			fields[k] = v
+		}
+		wb = &data.Batch{Fields: fields}
 	}
-	defer z.Free()
-	fields := map[string]*torch.Tensor{"z": z}
-	for k, v := range b.Fields {
-		fields[k] = v
-	}
-	wb := &data.Batch{Fields: fields}
 
-	w, err := t.DEng.Backward(wb, train.Pass{Scaler: t.Scaler, Reset: t.DStep.Abandon, Step: r.Step, Loss: t.dLoss})
+	w, err := t.DEng.Backward(wb, train.Pass{Scaler: t.Scaler, Reset: t.DStep.Abandon, Step: r.Step, Loss: t.DiscriminatorLoss})
 	if err != nil {
 		t.abandon()
 		return r, fmt.Errorf("discriminator: %w", err)
@@ -143,7 +147,7 @@ func (t *GAN) Step(b *data.Batch) (GANStep, error) {
 		return r, err
 	}
 	setTrainable(t.D, false)
-	w, err = t.GEng.Backward(wb, train.Pass{Scaler: t.Scaler, Reset: t.GStep.Abandon, Step: r.Step, Loss: t.gLoss})
+	w, err = t.GEng.Backward(wb, train.Pass{Scaler: t.Scaler, Reset: t.GStep.Abandon, Step: r.Step, Loss: t.GeneratorLoss})
 	setTrainable(t.D, true)
 	if err != nil {
 		t.abandon()
@@ -168,7 +172,10 @@ func (t *GAN) abandon() {
 	t.GStep.Abandon()
 }
 
-func (t *GAN) dLoss(mb *data.Batch) *torch.Tensor {
+// DiscriminatorLoss is the discriminator's loss on a micro-batch (fields
+// spec, cond, label, z): 0.5·(BCE(D(x, c, y), 1) + BCE(D(G(z, c, y), c,
+// y), 0)), the generator run under no-grad.
+func (t *GAN) DiscriminatorLoss(mb *data.Batch) *torch.Tensor {
 	x, c, y, z := mb.Field("spec"), mb.Field("cond"), mb.Field("label"), mb.Field("z")
 	var fake *torch.Tensor
 	torch.NoGrad(func() { fake = t.G.Forward(z, c, y) }) // no generator activations kept
@@ -188,7 +195,10 @@ func (t *GAN) dLoss(mb *data.Batch) *torch.Tensor {
 	return sum.MulScalar(0.5)
 }
 
-func (t *GAN) gLoss(mb *data.Batch) *torch.Tensor {
+// GeneratorLoss is the generator's loss on a micro-batch (fields cond,
+// label, z): BCE(D(G(z, c, y), c, y), 1). Step runs it with the
+// discriminator's parameters frozen.
+func (t *GAN) GeneratorLoss(mb *data.Batch) *torch.Tensor {
 	c, y, z := mb.Field("cond"), mb.Field("label"), mb.Field("z")
 	fake := t.G.Forward(z, c, y)
 	logits := t.D.Forward(fake, c, y)
