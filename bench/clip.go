@@ -88,6 +88,9 @@ func (c CLIPTwin) Build(cfg Config) (Instance, error) {
 		if c.Mode == clip.Exact {
 			s.Contrastive = &train.Contrastive{Embed: embed, Loss: batchLoss}
 		}
+		// CLIP's towers have no dropout (attention's is 0): training
+		// draws no random numbers (TestCLIPDrawsNothing).
+		s.NoRNG = true
 		return s.Init()
 	})
 	if err != nil {

@@ -85,14 +85,15 @@ func (s *SingleModel) StepLoss() (float64, error) {
 // trainer's does: the trainer's engine runs the batch's micro-batches
 // (train.Pass.DeviceLoss) with GraphLoss where it is set, then clipping
 // at ClipNorm, AdamW with the same groups and hyperparameters, OnStep.
-// CLIP's exact step (Contrastive) is not capturable: its grad cache
-// restores the generators' state between its passes and reads the
-// window's loss on the host. fp16 is not either: the GradScaler's skip
-// decision is a host read.
+// CLIP's exact step (Contrastive) is the trainer's grad cache with its
+// loss left on the device and no generator snapshots, which a capture
+// cannot hold: only for a model that draws no random numbers (NoRNG),
+// where the snapshots change nothing. fp16 is not capturable: the
+// GradScaler's skip decision is a host read.
 func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 	switch {
-	case s.Contrastive != nil:
-		return nil, fmt.Errorf("%w: the grad-cache step restores the generators' state between its passes and reads the window's loss on the host", ErrNotCapturable)
+	case s.Contrastive != nil && !s.NoRNG:
+		return nil, fmt.Errorf("%w: the grad-cache step restores the generators' state between its passes (its model draws random numbers)", ErrNotCapturable)
 	case s.NoCUDAGraph != "" && s.Device.IsCUDA():
 		return nil, fmt.Errorf("%w: %s", ErrNotCapturable, s.NoCUDAGraph)
 	}
@@ -116,7 +117,13 @@ func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 	run := func() (*torch.Tensor, error) {
 		opt.ZeroGrad()
 		nn.SetTraining(s.Model, true)
-		w, err := s.tr.Engine().Backward(s.Batch, train.Pass{Loss: lossFn, DeviceLoss: true})
+		var w train.Window
+		var err error
+		if c := s.Contrastive; c != nil {
+			w, err = s.tr.Engine().GradCache(s.Batch, train.CachePass{Embed: c.Embed, Loss: c.Loss, DeviceLoss: true, NoRNG: true})
+		} else {
+			w, err = s.tr.Engine().Backward(s.Batch, train.Pass{Loss: lossFn, DeviceLoss: true})
+		}
 		if err != nil {
 			return nil, err
 		}

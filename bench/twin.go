@@ -143,6 +143,10 @@ type SingleModel struct {
 	// (train.Config.Contrastive: CLIP's exact mode); Loss is then unused
 	// by Step and Check.
 	Contrastive *train.Contrastive
+	// NoRNG: the model draws no random numbers in training (no dropout,
+	// as CLIP's towers), so a grad-cache step needs no generator
+	// snapshots, and CaptureStep can capture one (train.CachePass.NoRNG).
+	NoRNG bool
 	// OnStep runs after each optimizer step (CLIP clamps its temperature).
 	OnStep func()
 	// GraphLoss is Loss in the form the capturable step computes (nil:

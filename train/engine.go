@@ -96,7 +96,8 @@ func (e *Engine) SetMicroBatch(n int) {
 type Window struct {
 	Loss float64 // mean loss over the window's counted items
 	// LossTensor is the same loss left on the device, with Pass.DeviceLoss
-	// (Loss is then 0): a new reference the caller frees.
+	// or CachePass.DeviceLoss (Loss is then 0): a new reference the caller
+	// frees.
 	LossTensor *torch.Tensor
 	Count      float64 // counted items (samples without a CountFunc)
 	Samples    int

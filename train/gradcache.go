@@ -26,6 +26,16 @@ type CachePass struct {
 	Scaler *amp.GradScaler // scales the loss (nil: none)
 	Reset  func()          // drops the window's gradients after an out-of-memory error
 	Step   int             // the optimizer step, in events
+	// DeviceLoss leaves the window's loss on the device
+	// (Window.LossTensor), as Pass.DeviceLoss does.
+	DeviceLoss bool
+	// NoRNG takes no snapshots of the random generators: the caller's
+	// promise that Embed draws no random numbers (no dropout, as CLIP's
+	// towers), so that both passes compute the same embeddings without
+	// them. A CUDA graph cannot capture a generator's state being read or
+	// set; with draws, the second pass's masks would differ from the
+	// first's and the gradient would not be the window's.
+	NoRNG bool
 }
 
 // GradCache accumulates the exact gradient of a loss that couples every
@@ -102,7 +112,9 @@ func (e *Engine) gradCache(b *data.Batch, size int, p CachePass) (w Window, err 
 	// 1. Embeddings without grad, each micro-batch under its snapshot.
 	for k := 0; k < n; k++ {
 		i, j := bounds(k)
-		rngs = append(rngs, torch.TakeRNG())
+		if !p.NoRNG {
+			rngs = append(rngs, torch.TakeRNG())
+		}
 		err := torch.TidyErr(func() error {
 			mb := microBatch(b, i, j, size, e.cfg.Device)
 			var embs []*torch.Tensor
@@ -172,7 +184,9 @@ func (e *Engine) gradCache(b *data.Batch, size int, p CachePass) (w Window, err 
 	for k := 0; k < n; k++ {
 		i, j := bounds(k)
 		err := torch.TidyErr(func() error {
-			rngs[k].Restore()
+			if !p.NoRNG {
+				rngs[k].Restore()
+			}
 			mb := microBatch(b, i, j, size, e.cfg.Device)
 			var embs []*torch.Tensor
 			e.Autocast(func() { embs = p.Embed(mb) })
@@ -198,6 +212,10 @@ func (e *Engine) gradCache(b *data.Batch, size int, p CachePass) (w Window, err 
 			return w, err
 		}
 		w.Micro++
+	}
+	if p.DeviceLoss {
+		w.LossTensor, loss = loss, nil
+		return w, nil
 	}
 	if err := torch.Try(func() { w.Loss = loss.Item() }); err != nil {
 		return w, err
@@ -229,7 +247,11 @@ func (e *Engine) wholeWindow(b *data.Batch, size int, p CachePass, w Window) (Wi
 			e.cfg.BeforeBackward(0, 1)
 		}
 		p.Scaler.Scale(loss).Backward()
-		w.Loss = loss.Item() // after the backward is queued
+		if p.DeviceLoss {
+			w.LossTensor = loss.Detach().Keep()
+		} else {
+			w.Loss = loss.Item() // after the backward is queued
+		}
 		return nil
 	})
 	if err != nil {

@@ -96,3 +96,39 @@ func zeroTimes(stats []torch.CallStat) []torch.CallStat {
 	}
 	return stats
 }
+
+// A grad-cache window with CachePass.DeviceLoss reads nothing on the
+// host, and with NoRNG takes no generator snapshots: for towers without
+// dropout its loss and gradients are those of the window with snapshots,
+// to the bit, whether the window is cached (4 micro-batches) or whole.
+// With dropout, which breaks NoRNG's promise, the second pass draws other
+// masks and the gradient is another.
+func TestGradCacheDeviceLoss(t *testing.T) {
+	b := pairs(16, torch.Float64)
+	defer b.Free()
+	run := func(micro int, dropout float64, p train.CachePass) (train.Window, map[string][]float64, []torch.CallStat) {
+		m := newTwoTowers(3, dropout, 16, torch.Float64)
+		defer nn.Free(m)
+		eng, err := train.NewEngine(train.EngineConfig{MicroBatch: micro, Device: torch.CPU})
+		require.NoError(t, err)
+		p.Embed, p.Loss = m.embed, m.batchLoss
+		var w train.Window
+		torch.ManualSeed(1)
+		stats := torch.CountCalls(func() { w, err = eng.GradCache(b, p) })
+		require.NoError(t, err)
+		return w, grads(m), stats
+	}
+	for _, micro := range []int{4, 16} {
+		host, want, _ := run(micro, 0, train.CachePass{})
+		w, got, stats := run(micro, 0, train.CachePass{DeviceLoss: true, NoRNG: true})
+		require.Empty(t, torch.HostTransfers(stats), "micro-batch %d", micro)
+		require.Zero(t, w.Loss)
+		require.Equal(t, host.Loss, w.LossTensor.Item(), "micro-batch %d", micro)
+		w.LossTensor.Free()
+		require.Equal(t, want, got, "micro-batch %d", micro)
+		require.Equal(t, 16/micro, w.Micro)
+	}
+	_, want, _ := run(4, 0.5, train.CachePass{})
+	_, got, _ := run(4, 0.5, train.CachePass{NoRNG: true})
+	require.Greater(t, maxDiff(want, got), 1e-3)
+}
