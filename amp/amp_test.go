@@ -116,7 +116,34 @@ func (o *sgd) Step() {
 	})
 }
 
+// The scale's update takes libtorch's fused kernel on the CPU where it
+// has one (2.x), and host arithmetic elsewhere: each path, forced, follows
+// PyTorch's GradScaler; the fused one reads nothing on the host.
 func TestGradScalerMatchesPyTorch(t *testing.T) {
+	for _, host := range []bool{true, false} {
+		t.Run(map[bool]string{true: "host", false: "fused"}[host], func(t *testing.T) {
+			if !host && !amp.CPUUpdateKernel() {
+				t.Skip("this libtorch has no CPU kernel for _amp_update_scale_ (1.13): the host path is the CPU's")
+			}
+			defer amp.ForceHostUpdate(host)()
+			gradScalerMatchesPyTorch(t)
+			s := amp.NewGradScaler(torch.CPU, amp.ScalerOptions{})
+			p := torch.Zeros([]int64{2}, torch.Float32, torch.RequiresGrad)
+			defer p.Free()
+			p.SetGrad(torch.Full([]int64{2}, 3, torch.Float32))
+			opt := &sgd{params: []*torch.Tensor{p}, lr: 0.1}
+			s.Unscale(opt)
+			reads := torch.HostTransfers(torch.CountCalls(s.Update))
+			if host {
+				require.NotEmpty(t, reads)
+			} else {
+				require.Empty(t, reads)
+			}
+		})
+	}
+}
+
+func gradScalerMatchesPyTorch(t *testing.T) {
 	// A scripted gradient sequence: finite values, then inf, then nan, with a
 	// short growth interval so growth happens too.
 	type step struct {

@@ -179,6 +179,25 @@ func (s *GradScaler) Step(opt Optimizer) bool {
 	return true
 }
 
+// FoundInf is the 0-d float32 tensor Unscale recorded for opt since the
+// last Update, 1 when one of opt's gradients was inf or nan (nil before
+// Unscale, and when disabled). It stays on the device: a step that must
+// not read it (one captured in a CUDA graph) gives it to an optimizer
+// kernel that skips the update there (cudagraph.AdamW.StepUnlessInf,
+// PyTorch's fused Adam with found_inf) instead of calling Step; Update
+// counts it, Skipped does not.
+func (s *GradScaler) FoundInf(opt Optimizer) *torch.Tensor {
+	if !s.Enabled() {
+		return nil
+	}
+	for _, st := range s.states {
+		if st.opt == opt {
+			return st.foundInf
+		}
+	}
+	return nil
+}
+
 // Update adapts the scale once per iteration, after every optimizer's
 // Step: back off when any optimizer's gradients were inf or nan, grow after
 // GrowthInterval clean iterations in a row.

@@ -1,6 +1,11 @@
 package amp
 
-import "github.com/torchfit/torchfit/torch"
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/torchfit/torchfit/torch"
+)
 
 // unscaleGrads multiplies grads by inv in place and returns a 0-d float32
 // tensor that is 1 when any gradient holds inf or nan. On CUDA it is
@@ -26,11 +31,28 @@ func unscaleGrads(grads []*torch.Tensor, inv *torch.Tensor, device torch.Device)
 	return found
 }
 
-// updateScale is _amp_update_scale_: on CUDA the fused kernel, elsewhere its
+// hostUpdate makes updateScale take its host arithmetic on the CPU even
+// where libtorch has a CPU kernel (tests force each path).
+var hostUpdate atomic.Bool
+
+// cpuUpdateKernel reports whether this libtorch has a CPU kernel for
+// _amp_update_scale_ (PyTorch 2.x has; 1.13's is CUDA's only), probed
+// once on scratch tensors.
+var cpuUpdateKernel = sync.OnceValue(func() bool {
+	return torch.Try(func() {
+		torch.Tidy(func() {
+			torch.AmpUpdateScale(torch.Full([]int64{}, 1, torch.Float32), torch.Zeros([]int64{}, torch.Int32),
+				torch.Zeros([]int64{}, torch.Float32), 2, 0.5, 2000)
+		})
+	}) == nil
+})
+
+// updateScale is _amp_update_scale_: the fused kernel on CUDA, and on the
+// CPU where libtorch has one, which reads nothing on the host; elsewhere its
 // arithmetic: scale·backoff and tracker 0 after inf/nan; otherwise tracker+1,
 // and at the interval scale·growth (when still finite) and tracker 0.
 func updateScale(scale, tracker, found *torch.Tensor, growth, backoff float64, interval int) {
-	if scale.Device().IsCUDA() {
+	if scale.Device().IsCUDA() || (!hostUpdate.Load() && cpuUpdateKernel()) {
 		torch.AmpUpdateScale(scale, tracker, found, growth, backoff, int64(interval))
 		return
 	}

@@ -285,8 +285,9 @@ func (in *ganInstance) withZ(z *torch.Tensor) *data.Batch {
 // discriminator's window (GAN.DiscriminatorLoss, the loss left on the
 // device), clipping on the device (nn.ClipGradNormOnDevice) and its
 // capturable AdamW; the generator's window through the frozen
-// discriminator (GAN.GeneratorLoss), clipping and its AdamW. The GAN's
-// Adam has no weight decay, where AdamW's update is Adam's. The loss is
+// discriminator (GAN.GeneratorLoss), clipping and its AdamW; under fp16
+// one GradScaler for both, updated once (optimStep). The GAN's Adam has
+// no weight decay, where AdamW's update is Adam's. The loss is
 // the sum of the two windows'. Its noise is the batch's fixed z in the
 // check build (as StepLoss's), and otherwise N(0, 1) drawn on the device
 // inside the step, as the Python twin draws it (a captured step draws
@@ -314,7 +315,7 @@ func (in *ganInstance) CaptureStep() (*GraphStep, error) {
 		return nil, err
 	}
 	dOpt, gOpt := opts[0], opts[1]
-	dParams, gParams := gan.DOpt.Parameters(), gan.GOpt.Parameters()
+	scaler := amp.NewGradScaler(in.dev, amp.ScalerOptions{Disabled: in.prec != amp.FP16}) // the GAN's
 	n, latent := int64(in.b.Size()), gan.G.Cfg.Latent
 	run := func() (*torch.Tensor, error) {
 		dOpt.ZeroGrad()
@@ -327,20 +328,12 @@ func (in *ganInstance) CaptureStep() (*GraphStep, error) {
 			defer z.Free()
 		}
 		b := in.withZ(z)
-		half := func(eng *train.Engine, loss train.LossFunc, params []*torch.Tensor, clip float64, opt *cudagraph.AdamW) (*torch.Tensor, error) {
-			w, err := eng.Backward(b, train.Pass{Loss: loss, DeviceLoss: true})
+		half := func(eng *train.Engine, loss train.LossFunc, key *nn.Adam, clip float64, opt *cudagraph.AdamW) (*torch.Tensor, error) {
+			w, err := eng.Backward(b, train.Pass{Loss: loss, Scaler: scaler, DeviceLoss: true})
 			if err != nil {
 				return nil, err
 			}
-			if clip > 0 {
-				norm, err := nn.ClipGradNormOnDevice(params, clip, 2)
-				if err != nil {
-					w.LossTensor.Free()
-					return nil, err
-				}
-				norm.Free()
-			}
-			if err := opt.Step(); err != nil {
+			if err := optimStep(scaler, key, clip, opt); err != nil {
 				w.LossTensor.Free()
 				return nil, err
 			}
@@ -348,13 +341,13 @@ func (in *ganInstance) CaptureStep() (*GraphStep, error) {
 		}
 		nn.SetTraining(in.g, true)
 		nn.SetTraining(in.d, true)
-		dl, err := half(gan.DEng, gan.DiscriminatorLoss, dParams, gan.DStep.ClipNorm, dOpt)
+		dl, err := half(gan.DEng, gan.DiscriminatorLoss, gan.DOpt, gan.DStep.ClipNorm, dOpt)
 		if err != nil {
 			return nil, fmt.Errorf("discriminator: %w", err)
 		}
 		defer dl.Free()
 		trainable(in.d, false)
-		gl, err := half(gan.GEng, gan.GeneratorLoss, gParams, gan.GStep.ClipNorm, gOpt)
+		gl, err := half(gan.GEng, gan.GeneratorLoss, gan.GOpt, gan.GStep.ClipNorm, gOpt)
 		trainable(in.d, true)
 		if err != nil {
 			return nil, fmt.Errorf("generator: %w", err)
@@ -362,12 +355,13 @@ func (in *ganInstance) CaptureStep() (*GraphStep, error) {
 		defer gl.Free()
 		var sum *torch.Tensor
 		err = torch.Try(func() {
+			scaler.Update()
 			sum = dl.Add(gl).Keep()
 			amp.ClearCache()
 		})
 		return sum, err
 	}
-	return &GraphStep{run: run, opts: opts}, nil
+	return &GraphStep{run: run, opts: opts, scaler: scaler}, nil
 }
 
 // capturableAdam is the capturable AdamW with o's groups and

@@ -39,9 +39,10 @@ type Capturable interface {
 // step counters) and the recipe's after-step hook. The loss stays on the
 // device.
 type GraphStep struct {
-	run  func() (*torch.Tensor, error)
-	opts []*cudagraph.AdamW
-	loss *torch.Tensor
+	run    func() (*torch.Tensor, error)
+	opts   []*cudagraph.AdamW
+	scaler *amp.GradScaler // fp16's, its own (disabled otherwise)
+	loss   *torch.Tensor
 }
 
 // Step runs the step once (eagerly, or inside a capture).
@@ -88,8 +89,8 @@ func (s *SingleModel) StepLoss() (float64, error) {
 // CLIP's exact step (Contrastive) is the trainer's grad cache with its
 // loss left on the device and no generator snapshots, which a capture
 // cannot hold: only for a model that draws no random numbers (NoRNG),
-// where the snapshots change nothing. fp16 is not capturable: the
-// GradScaler's skip decision is a host read.
+// where the snapshots change nothing. Under fp16 its GradScaler (one of
+// its own) unscales, skips and updates on the device (optimStep).
 func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 	switch {
 	case s.Contrastive != nil && !s.NoRNG:
@@ -109,7 +110,7 @@ func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 	if err != nil {
 		return nil, err
 	}
-	params := s.opt.Parameters() // what the trainer clips
+	scaler := amp.NewGradScaler(s.Device, amp.ScalerOptions{Disabled: !s.Precision.Scaled()}) // the trainer's
 	lossFn := s.Loss
 	if s.GraphLoss != nil {
 		lossFn = s.GraphLoss
@@ -120,9 +121,9 @@ func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 		var w train.Window
 		var err error
 		if c := s.Contrastive; c != nil {
-			w, err = s.tr.Engine().GradCache(s.Batch, train.CachePass{Embed: c.Embed, Loss: c.Loss, DeviceLoss: true, NoRNG: true})
+			w, err = s.tr.Engine().GradCache(s.Batch, train.CachePass{Embed: c.Embed, Loss: c.Loss, Scaler: scaler, DeviceLoss: true, NoRNG: true})
 		} else {
-			w, err = s.tr.Engine().Backward(s.Batch, train.Pass{Loss: lossFn, DeviceLoss: true})
+			w, err = s.tr.Engine().Backward(s.Batch, train.Pass{Loss: lossFn, Scaler: scaler, DeviceLoss: true})
 		}
 		if err != nil {
 			return nil, err
@@ -135,14 +136,10 @@ func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 		if err := torch.Try(amp.ClearCache); err != nil {
 			return fail(err)
 		}
-		if s.ClipNorm > 0 {
-			norm, err := nn.ClipGradNormOnDevice(params, s.ClipNorm, 2)
-			if err != nil {
-				return fail(err)
-			}
-			norm.Free()
+		if err := optimStep(scaler, s.opt, s.ClipNorm, opt); err != nil {
+			return fail(err)
 		}
-		if err := opt.Step(); err != nil {
+		if err := torch.Try(scaler.Update); err != nil {
 			return fail(err)
 		}
 		if s.OnStep != nil {
@@ -152,15 +149,40 @@ func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 		}
 		return loss, nil
 	}
-	return &GraphStep{run: run, opts: []*cudagraph.AdamW{opt}}, nil
+	return &GraphStep{run: run, opts: []*cudagraph.AdamW{opt}, scaler: scaler}, nil
 }
 
-// capturable refuses what no twin's step can capture at precision p:
-// fp16's GradScaler, and a libtorch without the capturable AdamW.
-func capturable(p amp.Precision) error {
-	if p == amp.FP16 {
-		return fmt.Errorf("%w: fp16 trains with a GradScaler, whose skip decision reads the device", ErrNotCapturable)
+// optimStep is train.Optim.Step in the form a CUDA graph captures: the
+// gradients unscaled on the device (fp16: scaler enabled), clipped on the
+// device at clip (0: not), and opt's update, which the kernel itself
+// skips when the scaler found inf or nan (cudagraph.AdamW.StepUnlessInf:
+// torch.optim.AdamW(fused=True) under a GradScaler). key is the
+// trainer's optimizer over the same parameters: what the trainer clips,
+// and what the scaler keeps its record by.
+func optimStep(scaler *amp.GradScaler, key amp.Optimizer, clip float64, opt *cudagraph.AdamW) error {
+	if scaler.Enabled() {
+		if err := torch.Try(func() { scaler.Unscale(key) }); err != nil {
+			return err
+		}
 	}
+	if clip > 0 {
+		norm, err := nn.ClipGradNormOnDevice(key.Parameters(), clip, 2)
+		if err != nil {
+			return err
+		}
+		norm.Free()
+	}
+	if scaler.Enabled() {
+		return opt.StepUnlessInf(scaler.FoundInf(key))
+	}
+	return opt.Step()
+}
+
+// capturable refuses what no twin's step can capture at precision p: a
+// libtorch without the capturable AdamW (fp16 is capturable: the
+// GradScaler's update and the optimizer's skip stay on the device,
+// optimStep).
+func capturable(p amp.Precision) error {
 	if _, err := torch.OpSchema("aten::_fused_adamw_", ""); err != nil {
 		maj, min, _ := torch.LibtorchVersion()
 		return fmt.Errorf("%w: libtorch %d.%d has no _fused_adamw_ (the capturable AdamW; PyTorch 2.0 and later)", ErrNotCapturable, maj, min)
@@ -223,7 +245,12 @@ func MeasureGraph(tw Twin, cfg Config, o Options) (GraphResult, error) {
 	dev := cfg.Dev()
 	chk := cfg
 	chk.Check = true
-	gi, gs, err := buildGraphStep(tw, chk)
+	err := capturable(cfg.Precision) // before a build this libtorch may refuse (fp16 on 1.13's CPU)
+	var gi Instance
+	var gs *GraphStep
+	if err == nil {
+		gi, gs, err = buildGraphStep(tw, chk)
+	}
 	if err != nil {
 		if errors.Is(err, ErrNotCapturable) {
 			res.NA = strings.TrimPrefix(err.Error(), ErrNotCapturable.Error()+": ")

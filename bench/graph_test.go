@@ -32,12 +32,15 @@ func TestGraphStepOnCPU(t *testing.T) {
 	}{
 		{"ganvit/vit-cpu", amp.FP32, ""},
 		{"ganvit/vit-cpu", amp.BF16, ""},
+		{"ganvit/vit-cpu", amp.FP16, ""}, // a GradScaler, all on the device
 		{"mamba/tiny", amp.FP32, ""},
 		{"clip/cpu-naive", amp.FP32, ""},
 		{"clip/cpu", amp.FP32, ""}, // the grad cache, no generator snapshots
 		{"clip/cpu", amp.BF16, ""},
 		{"ganvit/gan-cpu", amp.FP32, ""}, // two models, two AdamWs
 		{"ganvit/gan-cpu", amp.BF16, ""},
+		{"ganvit/gan-cpu", amp.FP16, ""}, // one GradScaler, two optimizers
+		{"clip/cpu", amp.FP16, ""},
 		{"asr/tiny", amp.FP32, ""}, // its CTC: libtorch's here, cuDNN's on CUDA
 		{"tts/cpu", amp.FP32, ""},
 	}
@@ -181,4 +184,62 @@ func TestCLIPDrawsNothing(t *testing.T) {
 	_, err = s.CaptureStep()
 	require.ErrorIs(t, err, ErrNotCapturable)
 	require.ErrorContains(t, err, "its model draws random numbers")
+}
+
+// Under fp16 the capturable step unscales, skips and updates the scale on
+// the device: from a scale at which the gradients overflow it skips its
+// steps as the trainer's does (the weights unchanged, the scale halved at
+// each), then trains as it does.
+func TestGraphStepSkipsOnInf(t *testing.T) {
+	if err := capturable(amp.FP16); err != nil {
+		t.Skipf("%v", err)
+	}
+	tw, err := Lookup("ganvit/vit-cpu")
+	require.NoError(t, err)
+	cfg := Config{Threads: 1, Precision: amp.FP16, Batch: 2, Seed: 1, Check: true}
+	gi, gs, err := buildGraphStep(tw, cfg)
+	require.NoError(t, err)
+	defer gi.Free()
+	defer gs.Free()
+	inst, err := tw.Build(cfg)
+	require.NoError(t, err)
+	defer inst.Free()
+	eager := inst.(*SingleModel)
+	high := map[string]float64{"scale": 1 << 20, "growth_tracker": 0}
+	require.NoError(t, gs.scaler.LoadState(high))
+	require.NoError(t, eager.tr.Scaler.LoadState(high))
+	weights := func(m nn.Module) (out [][]float32) {
+		for _, p := range nn.Parameters(m) {
+			out = append(out, p.T.ToDType(torch.Float32).Float32s())
+		}
+		return out
+	}
+	skipped, trained := 0, 0
+	for step := 0; trained < 2 && step < 64; step++ {
+		before := weights(gi.(*SingleModel).Model)
+		scale := gs.scaler.ScaleValue()
+		info, err := eager.tr.Step(eager.Batch)
+		require.NoError(t, err)
+		var got float64
+		require.NoError(t, torch.Main().DoErr(func() error {
+			if err := gs.Step(); err != nil {
+				return err
+			}
+			return torch.Try(func() { got = gs.Loss().Item() })
+		}))
+		require.InDelta(t, info.Loss, got, 1e-2*math.Abs(info.Loss), "step %d", step)
+		require.Equal(t, eager.tr.Scaler.ScaleValue(), gs.scaler.ScaleValue(), "step %d", step)
+		if info.Skipped {
+			skipped++
+			require.Zero(t, trained, "step %d: skipped after training", step)
+			require.Equal(t, before, weights(gi.(*SingleModel).Model), "step %d: skipped, the weights unchanged", step)
+			require.Equal(t, scale/2, gs.scaler.ScaleValue(), "step %d: the scale halved", step)
+		} else {
+			trained++
+			require.NotEqual(t, before, weights(gi.(*SingleModel).Model), "step %d: trained", step)
+		}
+	}
+	t.Logf("%d steps skipped from a scale of 2^20, then %d trained", skipped, trained)
+	require.Positive(t, skipped)
+	require.Equal(t, 2, trained)
 }

@@ -91,7 +91,21 @@ var ErrNoGrad = errors.New("cudagraph: AdamW: a parameter has no gradient")
 // Step applies one AdamW update to every parameter: the step counters + 1
 // and _fused_adamw_ per group, all on the parameters' device. It
 // synchronises nothing, so it can be captured.
-func (o *AdamW) Step() error {
+func (o *AdamW) Step() error { return o.step(nil) }
+
+// StepUnlessInf is Step unless foundInf (a 0-d float32 tensor on the
+// parameters' device, amp.GradScaler.FoundInf) is 1: then the kernel
+// changes no parameter and no state, and the step counters go back, on
+// the device, as PyTorch's fused AdamW does under a GradScaler. The
+// gradients must already be unscaled.
+func (o *AdamW) StepUnlessInf(foundInf *torch.Tensor) error {
+	if foundInf == nil {
+		return fmt.Errorf("%w: AdamW: StepUnlessInf with no found_inf tensor", ErrArg)
+	}
+	return o.step(foundInf)
+}
+
+func (o *AdamW) step(foundInf *torch.Tensor) error {
 	var missing string
 	err := torch.Try(func() {
 		torch.NoGrad(func() {
@@ -109,7 +123,14 @@ func (o *AdamW) Step() error {
 				for gi, g := range o.groups {
 					torch.CallOp("aten::_foreach_add_", "Scalar", g.steps, 1.0)
 					torch.CallOp("aten::_fused_adamw_", "", g.params, grads[gi], g.expAvg, g.expAvgSq, []*torch.Tensor{}, g.steps,
-						g.lr, o.beta1, o.beta2, g.decay, o.eps, false, o.maximize, nil, nil)
+						g.lr, o.beta1, o.beta2, g.decay, o.eps, false, o.maximize, nil, foundInf) // grad_scale, found_inf (nil: None)
+					if foundInf != nil {
+						fs := make([]*torch.Tensor, len(g.steps))
+						for k := range fs {
+							fs[k] = foundInf
+						}
+						torch.CallOp("aten::_foreach_sub_", "List", g.steps, fs, 1.0)
+					}
 				}
 			})
 		})

@@ -112,3 +112,61 @@ func TestAdamWErrors(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// StepUnlessInf with found_inf 0 is Step, to the bit; with found_inf 1
+// it changes no parameter, no moment and no step counter.
+func TestAdamWStepUnlessInf(t *testing.T) {
+	if !fusedCPU() {
+		t.Skip("this libtorch has no _fused_adamw_ for CPU tensors")
+	}
+	a, b := adamParams(5), adamParams(5)
+	defer freeNamed(a)
+	defer freeNamed(b)
+	cfg := nn.AdamWDefaults(0.05)
+	oa, err := NewAdamW([]nn.ParamGroup{{Params: a}}, cfg)
+	require.NoError(t, err)
+	defer oa.Free()
+	ob, err := NewAdamW([]nn.ParamGroup{{Params: b}}, cfg)
+	require.NoError(t, err)
+	defer ob.Free()
+	found := torch.Zeros([]int64{}, torch.Float32).Keep()
+	defer found.Free()
+	snapshot := func(ps []nn.Named, o *AdamW) [][]float32 {
+		var out [][]float32
+		for _, p := range ps {
+			out = append(out, p.T.Float32s())
+		}
+		for _, g := range o.groups {
+			for k := range g.params {
+				out = append(out, g.expAvg[k].Float32s(), g.expAvgSq[k].Float32s(), g.steps[k].Float32s())
+			}
+		}
+		return out
+	}
+	for s, inf := range []bool{false, false, true, false, true} {
+		torch.Tidy(func() {
+			for k := range a {
+				g := torch.Randn(a[k].T.Shape())
+				a[k].T.SetGrad(g.Clone())
+				b[k].T.SetGrad(g.Clone())
+			}
+		})
+		before := snapshot(b, ob)
+		if inf {
+			found.FillIn(1)
+		} else {
+			found.FillIn(0)
+			require.NoError(t, oa.Step())
+		}
+		require.NoError(t, ob.StepUnlessInf(found))
+		if inf {
+			require.Equal(t, before, snapshot(b, ob), "step %d: skipped", s)
+		} else {
+			require.Equal(t, snapshot(a, oa), snapshot(b, ob), "step %d", s)
+		}
+	}
+	n, err := ob.StepCount()
+	require.NoError(t, err)
+	require.Equal(t, 3.0, n)
+	require.ErrorIs(t, ob.StepUnlessInf(nil), ErrArg)
+}

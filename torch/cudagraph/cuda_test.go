@@ -2,11 +2,13 @@ package cudagraph
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/nn"
 	"github.com/torchfit/torchfit/torch"
 )
@@ -150,6 +152,83 @@ func TestCaptureTrainingStep(t *testing.T) {
 	n, err := graphed.opt.StepCount()
 	require.NoError(t, err)
 	require.Equal(t, float64(DefaultWarmup+5), n)
+}
+
+// params is an amp.Optimizer that only names parameters: what a
+// GradScaler unscales and keeps its record by.
+type params struct{ ts []*torch.Tensor }
+
+func (*params) Step()                         {}
+func (p *params) Parameters() []*torch.Tensor { return p.ts }
+
+// An fp16 training step with a GradScaler captures: the loss scaled, the
+// gradients unscaled, the update skipped by the kernel on inf or nan
+// (StepUnlessInf) and the scale updated, all on the device. Replays of
+// finite batches train and keep the scale; a batch holding inf skips the
+// update (the weights and the step counter stay) and halves the scale.
+func TestCaptureScaledStep(t *testing.T) {
+	dev := needCUDA(t)
+	torch.ManualSeed(9)
+	lin := nn.NewLinear(16, 4, true)
+	nn.To(lin, dev, torch.Float32)
+	defer nn.Free(lin)
+	key := &params{nn.Tensors(nn.Parameters(lin))}
+	opt, err := NewAdamW([]nn.ParamGroup{{Params: nn.Parameters(lin)}}, nn.AdamWDefaults(1e-2))
+	require.NoError(t, err)
+	defer opt.Free()
+	scaler := amp.NewGradScaler(dev, amp.ScalerOptions{InitScale: 1024}) // far from overflow in fp16
+	x := torch.Randn([]int64{8, 16}, dev).Keep()
+	y := torch.Randn([]int64{8, 4}, dev).Keep()
+	defer x.Free()
+	defer y.Free()
+	var loss *torch.Tensor
+	step := func() error {
+		opt.ZeroGrad()
+		if loss != nil {
+			loss.Free()
+		}
+		err := torch.Try(func() {
+			torch.Tidy(func() {
+				var out *torch.Tensor
+				amp.Autocast(dev, torch.Float16, func() { out = lin.Forward(x) })
+				loss = torch.MSELoss(out.ToDType(torch.Float32), y, torch.ReduceMean).Keep()
+				scaler.Scale(loss).Backward()
+				scaler.Unscale(key)
+			})
+		})
+		if err != nil {
+			return err
+		}
+		if err := opt.StepUnlessInf(scaler.FoundInf(key)); err != nil {
+			return err
+		}
+		return torch.Try(scaler.Update)
+	}
+	g, err := Capture(dev, step, Options{})
+	require.NoError(t, err)
+	defer g.Free()
+	weights := func() (out [][]float32) {
+		for _, p := range key.ts {
+			out = append(out, p.ToDType(torch.Float32).Float32s())
+		}
+		return out
+	}
+	for i := 0; i < 3; i++ {
+		before := weights()
+		require.NoError(t, g.Replay())
+		require.NotEqual(t, before, weights(), "replay %d trains", i)
+		require.Equal(t, 1024.0, scaler.ScaleValue())
+	}
+	n, err := opt.StepCount()
+	require.NoError(t, err)
+	x.FillIn(math.Inf(1))
+	before := weights()
+	require.NoError(t, g.Replay())
+	require.Equal(t, before, weights(), "an inf batch changes no weight")
+	require.Equal(t, 512.0, scaler.ScaleValue(), "and halves the scale")
+	m, err := opt.StepCount()
+	require.NoError(t, err)
+	require.Equal(t, n, m, "nor the step counter")
 }
 
 // The CTC that takes its lengths on the device (torch.CTCLossOnDevice,

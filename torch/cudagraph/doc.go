@@ -24,6 +24,10 @@
 //     counters as device tensors, PyTorch's fused, capturable AdamW);
 //     nn.Adam computes the bias corrections on the host, which a graph would
 //     freeze at the captured step;
+//   - under float16, a GradScaler whose skip happens on the device: the
+//     scaler unscales (amp.GradScaler.Unscale), AdamW.StepUnlessInf takes
+//     its FoundInf tensor and the kernel leaves everything as it was on inf
+//     or nan, and the scaler's Update adapts the scale on the device;
 //   - gradients set to nil before backward (ZeroGrad inside the step), so
 //     that the captured backward writes them rather than accumulating;
 //   - autocast caches cleared at the end of the forward (amp.ClearCache),
