@@ -130,7 +130,8 @@ func TestGradScalerMatchesPyTorch(t *testing.T) {
 			s := amp.NewGradScaler(torch.CPU, amp.ScalerOptions{})
 			p := torch.Zeros([]int64{2}, torch.Float32, torch.RequiresGrad)
 			defer p.Free()
-			p.SetGrad(torch.Full([]int64{2}, 3, torch.Float32))
+			defer s.Free()
+			torch.Tidy(func() { p.SetGrad(torch.Full([]int64{2}, 3, torch.Float32)) })
 			opt := &sgd{params: []*torch.Tensor{p}, lr: 0.1}
 			s.Unscale(opt)
 			reads := torch.HostTransfers(torch.CountCalls(s.Update))

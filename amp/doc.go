@@ -17,9 +17,11 @@
 // the scale: defaults as torch.cuda.amp.GradScaler (init 65536, growth 2,
 // backoff 0.5, growth interval 2000). On CUDA it uses libtorch's fused
 // kernels; libtorch 1.13 has none for the CPU, where equivalent ordinary ops
-// run instead, so the scaler is exercised by CPU tests too (2.x has the
-// scale's update on the CPU, which the scaler then takes). Step reads
+// run instead, so the scaler is exercised by CPU tests too (2.11 has the
+// scale's update for the CPU, which the scaler then takes). Step reads
 // whether to skip on the host; a step that must read nothing (a CUDA
 // graph's) passes FoundInf to an optimizer kernel that skips on the device
-// (cudagraph.AdamW.StepUnlessInf), and Unscale and Update read nothing.
+// (cudagraph.AdamW.StepUnlessInf). Unscale reads nothing, and Update
+// neither where libtorch has its kernel for the device (CUDA; the CPU on
+// 2.11, not on 1.13, where its arithmetic reads the scale and tracker).
 package amp

@@ -254,6 +254,17 @@ func (s *GradScaler) LoadState(st map[string]float64) error {
 	return nil
 }
 
+// Free releases the scaler's tensors (the scale, the growth tracker and
+// the current iteration's records). The scaler is unusable afterwards.
+func (s *GradScaler) Free() {
+	if s == nil {
+		return
+	}
+	s.Reset()
+	s.scale.Free()
+	s.tracker.Free()
+}
+
 // Reset abandons the current iteration (after an out-of-memory error, say):
 // every optimizer's unscaled/stepped flags and inf record are dropped; the
 // scale and growth tracker are kept.

@@ -36,8 +36,8 @@ func unscaleGrads(grads []*torch.Tensor, inv *torch.Tensor, device torch.Device)
 var hostUpdate atomic.Bool
 
 // cpuUpdateKernel reports whether this libtorch has a CPU kernel for
-// _amp_update_scale_ (PyTorch 2.x has; 1.13's is CUDA's only), probed
-// once on scratch tensors.
+// _amp_update_scale_ (2.11 has; 1.13's is CUDA's only), probed once on
+// scratch tensors.
 var cpuUpdateKernel = sync.OnceValue(func() bool {
 	return torch.Try(func() {
 		torch.Tidy(func() {

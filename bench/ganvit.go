@@ -293,11 +293,12 @@ func (in *ganInstance) withZ(z *torch.Tensor) *data.Batch {
 // inside the step, as the Python twin draws it (a captured step draws
 // afresh at each replay, from the device's generator).
 func (in *ganInstance) CaptureStep() (*GraphStep, error) {
-	if err := capturable(in.prec); err != nil {
+	if err := capturable(); err != nil {
 		return nil, err
 	}
 	gan := in.gan
 	var opts []*cudagraph.AdamW
+	var scaler *amp.GradScaler
 	err := torch.Main().DoErr(func() error {
 		for _, o := range []*nn.Adam{gan.DOpt, gan.GOpt} {
 			c, err := capturableAdam(o)
@@ -306,7 +307,8 @@ func (in *ganInstance) CaptureStep() (*GraphStep, error) {
 			}
 			opts = append(opts, c)
 		}
-		return nil
+		// One scaler of its own for both, with the GAN's options.
+		return torch.Try(func() { scaler = amp.NewGradScaler(in.dev, amp.ScalerOptions{Disabled: in.prec != amp.FP16}) })
 	})
 	if err != nil {
 		for _, o := range opts {
@@ -315,7 +317,12 @@ func (in *ganInstance) CaptureStep() (*GraphStep, error) {
 		return nil, err
 	}
 	dOpt, gOpt := opts[0], opts[1]
-	scaler := amp.NewGradScaler(in.dev, amp.ScalerOptions{Disabled: in.prec != amp.FP16}) // the GAN's
+	// What a failed run leaves is dropped, as GAN.Step's abandon does.
+	abandon := func() {
+		dOpt.ZeroGrad()
+		gOpt.ZeroGrad()
+		scaler.Reset()
+	}
 	n, latent := int64(in.b.Size()), gan.G.Cfg.Latent
 	run := func() (*torch.Tensor, error) {
 		dOpt.ZeroGrad()
@@ -329,7 +336,13 @@ func (in *ganInstance) CaptureStep() (*GraphStep, error) {
 		}
 		b := in.withZ(z)
 		half := func(eng *train.Engine, loss train.LossFunc, key *nn.Adam, clip float64, opt *cudagraph.AdamW) (*torch.Tensor, error) {
-			w, err := eng.Backward(b, train.Pass{Loss: loss, Scaler: scaler, DeviceLoss: true})
+			// A window redone after out-of-memory drops its own network's
+			// gradients and scaler record, as train.Optim.Abandon does.
+			reset := func() {
+				opt.ZeroGrad()
+				scaler.ResetOptimizer(key)
+			}
+			w, err := eng.Backward(b, train.Pass{Loss: loss, Scaler: scaler, Reset: reset, DeviceLoss: true})
 			if err != nil {
 				return nil, err
 			}
@@ -343,6 +356,7 @@ func (in *ganInstance) CaptureStep() (*GraphStep, error) {
 		nn.SetTraining(in.d, true)
 		dl, err := half(gan.DEng, gan.DiscriminatorLoss, gan.DOpt, gan.DStep.ClipNorm, dOpt)
 		if err != nil {
+			abandon()
 			return nil, fmt.Errorf("discriminator: %w", err)
 		}
 		defer dl.Free()
@@ -350,6 +364,7 @@ func (in *ganInstance) CaptureStep() (*GraphStep, error) {
 		gl, err := half(gan.GEng, gan.GeneratorLoss, gan.GOpt, gan.GStep.ClipNorm, gOpt)
 		trainable(in.d, true)
 		if err != nil {
+			abandon()
 			return nil, fmt.Errorf("generator: %w", err)
 		}
 		defer gl.Free()
@@ -359,6 +374,9 @@ func (in *ganInstance) CaptureStep() (*GraphStep, error) {
 			sum = dl.Add(gl).Keep()
 			amp.ClearCache()
 		})
+		if err != nil {
+			abandon()
+		}
 		return sum, err
 	}
 	return &GraphStep{run: run, opts: opts, scaler: scaler}, nil

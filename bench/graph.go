@@ -36,8 +36,10 @@ type Capturable interface {
 // the instance's fixed batch (static tensors), the autocast cache
 // cleared, clipping on the device (nn.ClipGradNormOnDevice), the
 // capturable AdamW (cudagraph.AdamW: PyTorch's fused AdamW with device
-// step counters) and the recipe's after-step hook. The loss stays on the
-// device.
+// step counters), under fp16 a GradScaler of its own whose skip and
+// update stay on the device, and the recipe's after-step hook. The loss
+// stays on the device. A run that fails drops its gradients and the
+// scaler's records, so the next run starts afresh.
 type GraphStep struct {
 	run    func() (*torch.Tensor, error)
 	opts   []*cudagraph.AdamW
@@ -63,11 +65,12 @@ func (g *GraphStep) Step() error {
 // tensor each replay writes.
 func (g *GraphStep) Loss() *torch.Tensor { return g.loss }
 
-// Free releases the optimizers' state and the loss.
+// Free releases the optimizers' state, the scaler and the loss.
 func (g *GraphStep) Free() {
 	for _, o := range g.opts {
 		o.Free()
 	}
+	g.scaler.Free()
 	if g.loss != nil {
 		g.loss.Free()
 		g.loss = nil
@@ -98,19 +101,31 @@ func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 	case s.NoCUDAGraph != "" && s.Device.IsCUDA():
 		return nil, fmt.Errorf("%w: %s", ErrNotCapturable, s.NoCUDAGraph)
 	}
-	if err := capturable(s.Precision); err != nil {
+	if err := capturable(); err != nil {
 		return nil, err
 	}
 	var opt *cudagraph.AdamW
+	var scaler *amp.GradScaler
 	err := s.tr.Thread().DoErr(func() error {
 		var err error
-		opt, err = cudagraph.NewAdamW(s.groups, s.adam)
+		if opt, err = cudagraph.NewAdamW(s.groups, s.adam); err != nil {
+			return err
+		}
+		// A scaler of its own, with the trainer's options.
+		if err = torch.Try(func() { scaler = amp.NewGradScaler(s.Device, amp.ScalerOptions{Disabled: !s.Precision.Scaled()}) }); err != nil {
+			opt.Free()
+		}
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	scaler := amp.NewGradScaler(s.Device, amp.ScalerOptions{Disabled: !s.Precision.Scaled()}) // the trainer's
+	// What a failed window or run leaves is dropped, as the trainer's
+	// Optim.Abandon does.
+	abandon := func() {
+		opt.ZeroGrad()
+		scaler.ResetOptimizer(s.opt)
+	}
 	lossFn := s.Loss
 	if s.GraphLoss != nil {
 		lossFn = s.GraphLoss
@@ -121,16 +136,18 @@ func (s *SingleModel) CaptureStep() (*GraphStep, error) {
 		var w train.Window
 		var err error
 		if c := s.Contrastive; c != nil {
-			w, err = s.tr.Engine().GradCache(s.Batch, train.CachePass{Embed: c.Embed, Loss: c.Loss, Scaler: scaler, DeviceLoss: true, NoRNG: true})
+			w, err = s.tr.Engine().GradCache(s.Batch, train.CachePass{Embed: c.Embed, Loss: c.Loss, Scaler: scaler, Reset: abandon, DeviceLoss: true, NoRNG: true})
 		} else {
-			w, err = s.tr.Engine().Backward(s.Batch, train.Pass{Loss: lossFn, Scaler: scaler, DeviceLoss: true})
+			w, err = s.tr.Engine().Backward(s.Batch, train.Pass{Loss: lossFn, Scaler: scaler, Reset: abandon, DeviceLoss: true})
 		}
 		if err != nil {
+			abandon()
 			return nil, err
 		}
 		loss := w.LossTensor
 		fail := func(err error) (*torch.Tensor, error) {
 			loss.Free()
+			abandon()
 			return nil, err
 		}
 		if err := torch.Try(amp.ClearCache); err != nil {
@@ -178,11 +195,10 @@ func optimStep(scaler *amp.GradScaler, key amp.Optimizer, clip float64, opt *cud
 	return opt.Step()
 }
 
-// capturable refuses what no twin's step can capture at precision p: a
-// libtorch without the capturable AdamW (fp16 is capturable: the
-// GradScaler's update and the optimizer's skip stay on the device,
-// optimStep).
-func capturable(p amp.Precision) error {
+// capturable refuses a libtorch without the capturable AdamW. (Every
+// precision is capturable: under fp16 the GradScaler's skip and update
+// stay on the device, optimStep.)
+func capturable() error {
 	if _, err := torch.OpSchema("aten::_fused_adamw_", ""); err != nil {
 		maj, min, _ := torch.LibtorchVersion()
 		return fmt.Errorf("%w: libtorch %d.%d has no _fused_adamw_ (the capturable AdamW; PyTorch 2.0 and later)", ErrNotCapturable, maj, min)
@@ -245,7 +261,7 @@ func MeasureGraph(tw Twin, cfg Config, o Options) (GraphResult, error) {
 	dev := cfg.Dev()
 	chk := cfg
 	chk.Check = true
-	err := capturable(cfg.Precision) // before a build this libtorch may refuse (fp16 on 1.13's CPU)
+	err := capturable() // before a build this libtorch may refuse (fp16 on 1.13's CPU)
 	var gi Instance
 	var gs *GraphStep
 	if err == nil {

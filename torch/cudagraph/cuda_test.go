@@ -165,7 +165,8 @@ func (p *params) Parameters() []*torch.Tensor { return p.ts }
 // gradients unscaled, the update skipped by the kernel on inf or nan
 // (StepUnlessInf) and the scale updated, all on the device. Replays of
 // finite batches train and keep the scale; a batch holding inf skips the
-// update (the weights and the step counter stay) and halves the scale.
+// update (the weights, the moments and the step counter stay) and halves
+// the scale.
 func TestCaptureScaledStep(t *testing.T) {
 	dev := needCUDA(t)
 	torch.ManualSeed(9)
@@ -207,9 +208,16 @@ func TestCaptureScaledStep(t *testing.T) {
 	g, err := Capture(dev, step, Options{})
 	require.NoError(t, err)
 	defer g.Free()
+	defer func() { loss.Free() }()
+	// The weights and the optimizer's moments.
 	weights := func() (out [][]float32) {
 		for _, p := range key.ts {
 			out = append(out, p.ToDType(torch.Float32).Float32s())
+		}
+		for _, g := range opt.groups {
+			for k := range g.params {
+				out = append(out, g.expAvg[k].Float32s(), g.expAvgSq[k].Float32s())
+			}
 		}
 		return out
 	}
@@ -224,7 +232,7 @@ func TestCaptureScaledStep(t *testing.T) {
 	x.FillIn(math.Inf(1))
 	before := weights()
 	require.NoError(t, g.Replay())
-	require.Equal(t, before, weights(), "an inf batch changes no weight")
+	require.Equal(t, before, weights(), "an inf batch changes no weight and no moment")
 	require.Equal(t, 512.0, scaler.ScaleValue(), "and halves the scale")
 	m, err := opt.StepCount()
 	require.NoError(t, err)
