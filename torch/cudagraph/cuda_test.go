@@ -167,8 +167,18 @@ func (p *params) Parameters() []*torch.Tensor { return p.ts }
 // finite batches train and keep the scale; a batch holding inf skips the
 // update (the weights, the moments and the step counter stay) and halves
 // the scale.
-func TestCaptureScaledStep(t *testing.T) {
-	dev := needCUDA(t)
+func TestCaptureScaledStep(t *testing.T) { scaledStep(t, needCUDA(t), true) }
+
+// The same step run eagerly on the CPU (2.11: float16 autocast and the
+// fused AdamW there) does the same, each run a replay's stand-in.
+func TestScaledStepOnCPU(t *testing.T) {
+	if !fusedCPU() {
+		t.Skip("this libtorch has no _fused_adamw_ for CPU tensors")
+	}
+	scaledStep(t, torch.CPU, false)
+}
+
+func scaledStep(t *testing.T, dev torch.Device, capture bool) {
 	torch.ManualSeed(9)
 	lin := nn.NewLinear(16, 4, true)
 	nn.To(lin, dev, torch.Float32)
@@ -205,9 +215,17 @@ func TestCaptureScaledStep(t *testing.T) {
 		}
 		return torch.Try(scaler.Update)
 	}
-	g, err := Capture(dev, step, Options{})
-	require.NoError(t, err)
-	defer g.Free()
+	replay := step
+	if capture {
+		g, err := Capture(dev, step, Options{})
+		require.NoError(t, err)
+		defer g.Free()
+		replay = g.Replay
+	} else {
+		for i := 0; i < DefaultWarmup+1; i++ { // as Capture runs it
+			require.NoError(t, step())
+		}
+	}
 	defer func() { loss.Free() }()
 	// The weights and the optimizer's moments.
 	weights := func() (out [][]float32) {
@@ -223,7 +241,7 @@ func TestCaptureScaledStep(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ {
 		before := weights()
-		require.NoError(t, g.Replay())
+		require.NoError(t, replay())
 		require.NotEqual(t, before, weights(), "replay %d trains", i)
 		require.Equal(t, 1024.0, scaler.ScaleValue())
 	}
@@ -231,7 +249,7 @@ func TestCaptureScaledStep(t *testing.T) {
 	require.NoError(t, err)
 	x.FillIn(math.Inf(1))
 	before := weights()
-	require.NoError(t, g.Replay())
+	require.NoError(t, replay())
 	require.Equal(t, before, weights(), "an inf batch changes no weight and no moment")
 	require.Equal(t, 512.0, scaler.ScaleValue(), "and halves the scale")
 	m, err := opt.StepCount()
