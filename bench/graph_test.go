@@ -107,19 +107,7 @@ func TestASRGraphNeedsCuDNNLengths(t *testing.T) {
 // so from the same seed the two compute the same iterations, and the
 // step moves nothing between Go and tensors.
 func TestGANGraphStepDrawsNoise(t *testing.T) {
-	if err := capturable(); err != nil {
-		t.Skipf("%v", err)
-	}
-	tw, err := Lookup("ganvit/gan-cpu")
-	require.NoError(t, err)
-	cfg := Config{Threads: 1, Precision: amp.FP32, Batch: 2, Seed: 1}
-	gi, gs, err := buildGraphStep(tw, cfg)
-	require.NoError(t, err)
-	defer gi.Free()
-	defer gs.Free()
-	inst, err := tw.Build(cfg)
-	require.NoError(t, err)
-	defer inst.Free()
+	_, gs, inst := graphPair(t, "ganvit/gan-cpu", Config{Threads: 1, Precision: amp.FP32, Batch: 2, Seed: 1})
 	gan := inst.(*ganInstance).gan
 	var transfers []torch.CallStat
 	for step := 0; step < 3; step++ {
@@ -192,19 +180,7 @@ func TestCLIPDrawsNothing(t *testing.T) {
 // steps as the trainer's does (the weights unchanged, the scale halved at
 // each), then trains as it does.
 func TestGraphStepSkipsOnInf(t *testing.T) {
-	if err := capturable(); err != nil {
-		t.Skipf("%v", err)
-	}
-	tw, err := Lookup("ganvit/vit-cpu")
-	require.NoError(t, err)
-	cfg := Config{Threads: 1, Precision: amp.FP16, Batch: 2, Seed: 1, Check: true}
-	gi, gs, err := buildGraphStep(tw, cfg)
-	require.NoError(t, err)
-	defer gi.Free()
-	defer gs.Free()
-	inst, err := tw.Build(cfg)
-	require.NoError(t, err)
-	defer inst.Free()
+	gi, gs, inst := graphPair(t, "ganvit/vit-cpu", Config{Threads: 1, Precision: amp.FP16, Batch: 2, Seed: 1, Check: true})
 	eager := inst.(*SingleModel)
 	high := map[string]float64{"scale": 1 << 20, "growth_tracker": 0}
 	require.NoError(t, gs.scaler.LoadState(high))
@@ -243,4 +219,24 @@ func TestGraphStepSkipsOnInf(t *testing.T) {
 	t.Logf("%d steps skipped from a scale of 2^20, then %d trained", skipped, trained)
 	require.Positive(t, skipped)
 	require.Equal(t, 2, trained)
+}
+
+// graphPair builds twin name at cfg twice: once with its capturable step
+// (gi, gs), once to train with the trainer's step (inst); all are freed
+// when t ends. Without the capturable AdamW t is skipped.
+func graphPair(t *testing.T, name string, cfg Config) (gi Instance, gs *GraphStep, inst Instance) {
+	t.Helper()
+	if err := capturable(); err != nil {
+		t.Skipf("%v", err)
+	}
+	tw, err := Lookup(name)
+	require.NoError(t, err)
+	gi, gs, err = buildGraphStep(tw, cfg)
+	require.NoError(t, err)
+	t.Cleanup(gi.Free)
+	t.Cleanup(gs.Free)
+	inst, err = tw.Build(cfg)
+	require.NoError(t, err)
+	t.Cleanup(inst.Free)
+	return gi, gs, inst
 }
