@@ -117,7 +117,7 @@ func (o *sgd) Step() {
 }
 
 // The scale's update takes libtorch's fused kernel on the CPU where it
-// has one (2.x), and host arithmetic elsewhere: each path, forced, follows
+// has one (2.11), and host arithmetic elsewhere: each path, forced, follows
 // PyTorch's GradScaler; the fused one reads nothing on the host.
 func TestGradScalerMatchesPyTorch(t *testing.T) {
 	for _, host := range []bool{true, false} {
