@@ -22,6 +22,13 @@
 // its slice of the cached gradient. Exact, at the memory of one
 // micro-batch's activations plus the embeddings.
 //
+// A window can leave its loss on the device instead of reading it
+// (Pass.DeviceLoss, CachePass.DeviceLoss), and a grad-cache window whose
+// embedding draws no random numbers can skip the snapshots
+// (CachePass.NoRNG): then the window reads nothing on the host, as a step
+// captured in a CUDA graph must (package torch/cudagraph; bench's
+// capturable steps).
+//
 // Optim steps one optimizer in PyTorch's order: unscale → hooks (Hook: a
 // point between backward and the step for distributed all-reduce, gradient
 // statistics, offload) → clip → step; then Finish: schedule → gradients set
