@@ -264,20 +264,11 @@ func (in *ganInstance) Step() error {
 func (in *ganInstance) StepLoss() (float64, error) {
 	var loss float64
 	err := torch.Main().DoErr(func() error {
-		r, err := in.gan.Step(in.withZ(in.z))
+		r, err := in.gan.Step(ganvit.WithNoise(in.b, in.z))
 		loss = r.DLoss + r.GLoss
 		return err
 	})
 	return loss, err
-}
-
-// withZ is the batch with z as its field z.
-func (in *ganInstance) withZ(z *torch.Tensor) *data.Batch {
-	fields := map[string]*torch.Tensor{"z": z}
-	for k, v := range in.b.Fields {
-		fields[k] = v
-	}
-	return &data.Batch{Fields: fields}
 }
 
 // CaptureStep returns GAN.Step in the form a CUDA graph captures, with
@@ -334,7 +325,7 @@ func (in *ganInstance) CaptureStep() (*GraphStep, error) {
 			}
 			defer z.Free()
 		}
-		b := in.withZ(z)
+		b := ganvit.WithNoise(in.b, z)
 		half := func(eng *train.Engine, loss train.LossFunc, key *nn.Adam, clip float64, opt *cudagraph.AdamW) (*torch.Tensor, error) {
 			// A window redone after out-of-memory drops its own network's
 			// gradients and scaler record, as train.Optim.Abandon does.

@@ -128,11 +128,7 @@ func (t *GAN) Step(b *data.Batch) (GANStep, error) {
 			return r, err
 		}
 		defer z.Free()
-		fields := map[string]*torch.Tensor{"z": z}
-		for k, v := range b.Fields {
-			fields[k] = v
-		}
-		wb = &data.Batch{Fields: fields}
+		wb = WithNoise(b, z)
 	}
 
 	w, err := t.DEng.Backward(wb, train.Pass{Scaler: t.Scaler, Reset: t.DStep.Abandon, Step: r.Step, Loss: t.DiscriminatorLoss})
@@ -165,6 +161,19 @@ func (t *GAN) Step(b *data.Batch) (GANStep, error) {
 	r.DSkipped, r.GSkipped, r.DNorm, r.GNorm = ds.Skipped, gs.Skipped, ds.GradNorm, gs.GradNorm
 	r.Duration = time.Since(start)
 	return r, nil
+}
+
+// WithNoise is b with z (N, latent) as its noise, the field z that
+// GAN.Step and the losses read. It holds b's own tensors and z (nothing
+// is copied; the caller keeps freeing them).
+func WithNoise(b *data.Batch, z *torch.Tensor) *data.Batch {
+	fields := map[string]*torch.Tensor{"z": z}
+	for k, v := range b.Fields {
+		if k != "z" {
+			fields[k] = v
+		}
+	}
+	return &data.Batch{Fields: fields}
 }
 
 func (t *GAN) abandon() {
