@@ -3,6 +3,7 @@ package amp
 import (
 	"fmt"
 	"math"
+	"reflect"
 
 	"github.com/torchfit/torchfit/torch"
 )
@@ -64,15 +65,33 @@ type optState struct {
 	stepped  bool
 }
 
+// state returns opt's record, made on first use. The scaler tells
+// optimizers apart as PyTorch's does by id(optimizer): here by ==, so an
+// optimizer whose type cannot be compared (a slice or map type, a struct
+// holding one) panics with a *torch.Error naming the type, rather than
+// with Go's runtime error at the comparison. A pointer is what to pass.
 func (s *GradScaler) state(opt Optimizer) *optState {
+	if st := s.find(opt); st != nil {
+		return st
+	}
+	// Only comparable optimizers get a record, so find never compares two
+	// values of a type that == would panic on.
+	if t := reflect.TypeOf(opt); t == nil || !t.Comparable() {
+		panic(&torch.Error{Op: "GradScaler", Msg: fmt.Sprintf("an optimizer of type %v cannot be told apart from another (not comparable): pass a pointer", t)})
+	}
+	st := &optState{opt: opt}
+	s.states = append(s.states, st)
+	return st
+}
+
+// find returns opt's record, nil when it has none.
+func (s *GradScaler) find(opt Optimizer) *optState {
 	for _, st := range s.states {
 		if st.opt == opt {
 			return st
 		}
 	}
-	st := &optState{opt: opt}
-	s.states = append(s.states, st)
-	return st
+	return nil
 }
 
 // NewGradScaler returns a scaler for gradients on device. Options PyTorch
@@ -190,10 +209,8 @@ func (s *GradScaler) FoundInf(opt Optimizer) *torch.Tensor {
 	if !s.Enabled() {
 		return nil
 	}
-	for _, st := range s.states {
-		if st.opt == opt {
-			return st.foundInf
-		}
+	if st := s.find(opt); st != nil {
+		return st.foundInf
 	}
 	return nil
 }
@@ -278,9 +295,13 @@ func (s *GradScaler) Reset() {
 // ResetOptimizer abandons opt's part of the current iteration only (the
 // other optimizers' records stay).
 func (s *GradScaler) ResetOptimizer(opt Optimizer) {
-	for k, st := range s.states {
-		if st.opt == opt {
-			st.foundInf.Free()
+	st := s.find(opt)
+	if st == nil {
+		return
+	}
+	st.foundInf.Free()
+	for k := range s.states {
+		if s.states[k] == st {
 			s.states = append(s.states[:k], s.states[k+1:]...)
 			return
 		}

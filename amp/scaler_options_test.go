@@ -71,3 +71,39 @@ func pick(m map[string]float64, keys ...string) map[string]float64 {
 	}
 	return out
 }
+
+// sliceOpt is an optimizer of a type == cannot compare.
+type sliceOpt []*torch.Tensor
+
+func (o sliceOpt) Parameters() []*torch.Tensor { return o }
+func (o sliceOpt) Step()                       {}
+
+// The scaler tells optimizers apart by ==: one that cannot be compared is
+// refused with a *torch.Error naming its type (it was Go's runtime error
+// on the second optimizer call of an iteration), while the calls that
+// only look a record up pass over it.
+func TestGradScalerRefusesIncomparableOptimizer(t *testing.T) {
+	p := torch.Ones([]int64{2}, torch.Float32).Keep()
+	defer p.Free()
+	for _, tc := range []struct {
+		name string
+		call func(s *amp.GradScaler, o amp.Optimizer)
+	}{
+		{"unscale", func(s *amp.GradScaler, o amp.Optimizer) { s.Unscale(o) }},
+		{"step", func(s *amp.GradScaler, o amp.Optimizer) { s.Step(o) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := amp.NewGradScaler(torch.CPU, amp.ScalerOptions{})
+			defer s.Free()
+			ptr := &sgd{params: []*torch.Tensor{p}}
+			tc.call(s, ptr) // a comparable optimizer's record first
+			err := torch.Try(func() { tc.call(s, sliceOpt{p}) })
+			var te *torch.Error
+			require.True(t, errors.As(err, &te), "%v", err)
+			require.Contains(t, te.Msg, "amp_test.sliceOpt")
+			require.Nil(t, s.FoundInf(sliceOpt{p}))
+			require.NotPanics(t, func() { s.ResetOptimizer(sliceOpt{p}) })
+			require.NotNil(t, s.FoundInf(ptr), "the pointer's record stays")
+		})
+	}
+}
