@@ -34,6 +34,11 @@ type Options struct {
 	// Its failures do not fail the measurement: Result.CompiledNA says
 	// why it has no figures.
 	Compiled *Python
+	// CompileMode is torch.compile's mode for the Compiled side
+	// ("default" when empty; "reduce-overhead": inductor's kernels
+	// replayed as CUDA graphs on a GPU, what gpu-check's step-compiled
+	// sets beside a captured Go step).
+	CompileMode string
 	// Perf, when not nil, records the timed steps of Go (not its
 	// variants) and of eager Python, and nothing else.
 	Perf *PerfControl
@@ -246,6 +251,9 @@ func Measure(py *Python, tw Twin, cfg Config, o Options, dir string) (Result, er
 		}
 		if compile {
 			req["compile"] = true
+			if o.CompileMode != "" {
+				req["compile_mode"] = o.CompileMode
+			}
 		}
 		return p.Do(req, nil)
 	}

@@ -77,7 +77,7 @@ func Checks() []*Check {
 
 // runOrder puts the cheap facts first and the long recipe runs last.
 var runOrder = []string{"facts", "memory-stats", "empty-cache", "memory-fraction-oom", "expandable-segments",
-	"amp", "step-time", "cuda-graph", "pinned-transfer", "nccl", "scan-cuda", "scan-cuda-memory", "monitor", "recipes", "oom-adapt", "data-on-device", "cpu-offload", "vram-presets",
+	"amp", "step-time", "cuda-graph", "step-compiled", "pinned-transfer", "nccl", "scan-cuda", "scan-cuda-memory", "monitor", "recipes", "oom-adapt", "data-on-device", "cpu-offload", "vram-presets",
 	"seed-tables", "go-test"}
 
 func order(name string) int {

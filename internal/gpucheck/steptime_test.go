@@ -90,3 +90,40 @@ func TestOpOverheadOnCPU(t *testing.T) {
 		}
 	}
 }
+
+// TestStepCompiledOnCPU runs step-compiled's measurement and report on
+// the CPU: with a torch that has torch.compile (2.x) the ViT twin is
+// timed eagerly on both sides and compiled in reduce-overhead mode (on
+// the CPU inductor without graphs), its compiled loss and gradients
+// checked, and the graph column says why Go's step was not captured;
+// with one that has none (1.13) the check says so and is skipped.
+func TestStepCompiledOnCPU(t *testing.T) {
+	r := stepCompiledOn(Env{Work: t.TempDir()}, torch.CPU, []string{"ganvit/vit-cpu"},
+		bench.Options{Reps: 1, Steps: 1, Warmup: 1, NoPeak: true, CompileMode: "reduce-overhead"})
+	for k, v := range r.Figures {
+		t.Logf("%s:\n%v", k, v)
+	}
+	if !strings.HasPrefix(r.Figures["python torch"].(string), "2.") {
+		require.Equal(t, Skip, r.Status, "%s", r.Summary)
+		require.Contains(t, r.Summary, "has no torch.compile")
+		return
+	}
+	require.Equal(t, Pass, r.Status, "%s", r.Summary)
+	var rows []string
+	for k, v := range r.Figures {
+		if strings.HasPrefix(k, "Go eager and as a CUDA graph") {
+			require.Contains(t, k, `torch.compile(mode="reduce-overhead")`)
+			rows = strings.Split(v.(string), "\n")
+		}
+	}
+	require.Len(t, rows, 3, "a header, the twin's row and why its graph is not there")
+	f := strings.Fields(rows[1])
+	require.Equal(t, []string{"ganvit/vit-cpu", "bf16"}, f[:2])
+	require.Equal(t, "–", f[3], "no graph on the CPU")
+	ratio, ok := r.Figures["ganvit/vit-cpu compiled/Python"].(float64)
+	require.True(t, ok, "the compiled twin was timed: %s", rows[1])
+	require.Greater(t, ratio, 0.0)
+	require.NotContains(t, rows[1], "beyond tolerance")
+	require.Contains(t, rows[2], "graph not captured: a CUDA graph needs CUDA")
+	require.Contains(t, r.Summary, "no twin has both")
+}

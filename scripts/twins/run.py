@@ -22,7 +22,12 @@ Requests and replies:
         the Go side's does.
         "compile": true wraps the twin's functions in torch.compile (below);
         with a torch that has none (1.13) the reply is the error
-        "torch 1.13 has no torch.compile".
+        "torch 1.13 has no torch.compile". "compile_mode" is torch.compile's
+        mode ("default" when absent; "reduce-overhead": inductor's kernels
+        replayed as CUDA graphs, with
+        torch.compiler.cudagraph_mark_step_begin() before each step and
+        check, as PyTorch's docs ask of a training loop; on the CPU it has
+        no graphs and compiles as the default mode does).
   {"op": "check"}  one forward/backward at the loaded weights, compared with
         the file's "check" entry (torchfit's loss and gradients): max_rel is
         the largest difference of a gradient over its largest element (or
@@ -70,7 +75,7 @@ backward), clip_grad_norm_, AdamW (PyTorch's default implementation) with
 the file's parameter groups, zero_grad(set_to_none=True).
 
 torch.compile: what a PyTorch 2.x user compiles, in the default mode
-(inductor, on CPU C++ kernels that g++ builds): the twin's loss() -- forward
+(inductor, on CPU C++ kernels that g++ builds) or the load's compile_mode: the twin's loss() -- forward
 and, through AOTAutograd, its backward -- or, for a twin without one, its
 backward() and step(); the optimizer step stays PyTorch's default AdamW, as
 in the eager twin. Compilation happens in the first step, which the driver
@@ -141,6 +146,7 @@ class Runner:
         mod = load_script(req["script"])
         self.tw = None
         self.compiled = bool(req.get("compile", False))
+        self.compile_mode = req.get("compile_mode", "default")
         if self.compiled and not hasattr(torch, "compile"):
             raise NotAvailable(f"torch {torch_version()} has no torch.compile")
         if self.compiled:
@@ -163,12 +169,18 @@ class Runner:
 
     def compile_twin(self):
         """Replaces the twin's loss() (or backward() and step()) with
-        torch.compile of it, default mode: compiled when first called."""
+        torch.compile of it, in the load's mode: compiled when first called."""
         names = ["loss"] if hasattr(self.tw, "loss") else ["backward", "step"]
         for name in names:
             fn = getattr(self.tw, name, None)
             if fn is not None:
-                setattr(self.tw, name, torch.compile(fn))
+                setattr(self.tw, name, torch.compile(fn, mode=self.compile_mode))
+
+    def mark_step(self):
+        """Tells CUDA graph trees a new iteration begins (reduce-overhead):
+        the last step's graph outputs (its loss, its gradients) are dead."""
+        if self.compiled and self.compile_mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
 
     def make_opt(self):
         o = self.spec["optim"]
@@ -189,6 +201,7 @@ class Runner:
         return loss
 
     def step(self):
+        self.mark_step()
         if self.custom_step is not None:
             return self.custom_step()
         if self.backward is not None:
@@ -206,6 +219,7 @@ class Runner:
         self.opt.zero_grad(set_to_none=True)
 
     def check(self, req):
+        self.mark_step()
         if hasattr(self.tw, "check"):
             return self.tw.check()
         model = self.tw.model
