@@ -23,7 +23,9 @@
 //
 // With a PyTorch 2.x Python side (TORCHFIT_PYTHON), bench-recipes also
 // times the twin under torch.compile (inductor, default mode; -compile,
-// on by default where torch has it) in a second Python process, in the
+// on by default where torch has it; -compile-mode and Options.CompileMode
+// choose another mode, gpu-check's step-compiled "reduce-overhead") in a
+// second Python process, in the
 // same rotation (Options.Compiled): the table adds its median step, Go
 // over it, compiled over eager Python, its first step (compilation
 // included, timed apart from the medians) and its own loss/gradient check.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,9 @@ import (
 	"github.com/torchfit/torchfit/bench"
 	"github.com/torchfit/torchfit/torch"
 )
+
+// compileModes are torch.compile's modes (its mode argument).
+var compileModes = []string{"default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"}
 
 // errUsage marks bad flags (exit status 2).
 var errUsage = errors.New("usage")
@@ -56,7 +60,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	growLength := fs.String("grow-length", "", "measure at each of these lengths (e.g. 160,320,640) and plot cost against length into -plot")
 	plotPNG := fs.String("plot", "bench-growth.png", "the picture -grow-batch or -grow-length draws")
 	pyEnv := fs.String("python-env", "", "comma-separated KEY=VALUE added to the Python side's environment (e.g. MALLOC_MMAP_THRESHOLD_=33554432)")
-	compile := fs.Bool("compile", false, "also time Python with torch.compile (inductor, default mode; a second Python process) in the same rotation (default: on when the Python side's torch has torch.compile, 2.x)")
+	compile := fs.Bool("compile", false, "also time Python with torch.compile (inductor, -compile-mode; a second Python process) in the same rotation (default: on when the Python side's torch has torch.compile, 2.x)")
+	compileMode := fs.String("compile-mode", "default", "torch.compile's mode for the compiled side: "+strings.Join(compileModes, ", ")+
+		" (reduce-overhead: inductor's kernels replayed as CUDA graphs on a GPU)")
 	perfCtl := fs.String("perf-control", "", "CTL,ACK: the FIFOs of a `perf record --control fifo:CTL,ACK -D -1` to switch on around Go's and eager Python's timed steps only (scripts/bench_split.sh)")
 	profile := fs.Int("profile", 0, "after the timed steps, run this many Python steps under torch.profiler and count one Go step's calls: a second table of where the time goes (host floor; on a GPU, device time)")
 	variants := fs.String("variants", "", "Go variants timed in the same rotation (see bench.Levers): "+strings.Join(bench.LeverNames(), ", "))
@@ -65,6 +71,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if !slices.Contains(compileModes, *compileMode) {
+		return fmt.Errorf("%w: bad -compile-mode %q (want one of %s)", errUsage, *compileMode, strings.Join(compileModes, ", "))
 	}
 	if *profile < 0 {
 		return fmt.Errorf("%w: bad -profile %d (steps, 0 for none)", errUsage, *profile)
@@ -211,6 +220,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	} else if !info.Compile {
 		logf("Python's torch %s has no torch.compile: no compiled-Python columns (-compile shows them as n/a)", info.Torch)
 	}
+	if flagSet(fs, "compile-mode") && !compiled {
+		return fmt.Errorf("%w: -compile-mode needs the compiled side (-compile; Python's torch %s has torch.compile: %v)", errUsage, info.Torch, info.Compile)
+	}
 	var cpy *bench.Python
 	if compiled {
 		// A server of its own: dynamo, the inductor's compile workers
@@ -219,7 +231,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer cpy.Close()
-		logf("Python %s also with torch.compile (inductor, default mode), in a second process", info.Torch)
+		logf("Python %s also with torch.compile (inductor, %s mode), in a second process", info.Torch, *compileMode)
 	}
 	var perf *bench.PerfControl
 	if *perfCtl != "" {
@@ -246,7 +258,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 						cfg.Length = v
 					}
 					logf("%s, %d thread(s), %s, batch %d, length %d", tw.Name(), th, p, cfg.Batch, cfg.Length)
-					r, err := bench.Measure(py, tw, cfg, bench.Options{Reps: *reps, Steps: *steps, Warmup: *warmup, Variants: vs, Compiled: cpy, Perf: perf, Profile: *profile, Logf: logf}, dir)
+					r, err := bench.Measure(py, tw, cfg, bench.Options{Reps: *reps, Steps: *steps, Warmup: *warmup, Variants: vs, Compiled: cpy, CompileMode: *compileMode, Perf: perf, Profile: *profile, Logf: logf}, dir)
 					if err != nil {
 						return err
 					}
@@ -274,9 +286,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(&b, "\n%d interleaved repetitions of %d steps per side (after %d warm-up steps), %s in all.\n",
 		*reps, *steps, *warmup, time.Since(start).Round(time.Second))
 	if compiled && info.Compile {
-		fmt.Fprintf(&b, "Compiled Python: torch %s in a process of its own, torch.compile (inductor, default mode) of each twin's loss() "+
+		fmt.Fprintf(&b, "Compiled Python: torch %s in a process of its own, torch.compile (inductor, %s mode) of each twin's loss() "+
 			"(or backward() and step()), AdamW eager; its first step (compilation included) is timed apart, and its warm-up goes on "+
-			"while a step compiles a graph (3 more steps at most).\n", info.Torch)
+			"while a step compiles a graph (3 more steps at most).\n", info.Torch, *compileMode)
 	}
 	fmt.Fprint(stdout, b.String())
 	if *out != "" {

@@ -25,6 +25,8 @@ func TestBadFlags(t *testing.T) {
 		{"python env", []string{"-python-env", "NOEQUALS"}},
 		{"grow list", []string{"-grow-batch", "2,x"}},
 		{"grow both", []string{"-grow-batch", "2", "-grow-length", "64"}},
+		{"compile mode", []string{"-compile-mode", "fast"}},
+		{"compile mode, no compiled side", []string{"-compile=false", "-compile-mode", "reduce-overhead"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := run(tc.args, io.Discard, io.Discard)
