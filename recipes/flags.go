@@ -124,15 +124,15 @@ func Flags(d Defaults) []cli.Flag {
 		&cli.StringFlag{Name: "metrics", Usage: "append per-step metrics (JSONL) here"},
 		&cli.StringFlag{Name: "tensorboard", Usage: "write TensorBoard event files (loss, lr, grad norm, memory, samples/s, evaluations) into this directory: tensorboard --logdir DIR"},
 		&cli.IntFlag{Name: "workers", Aliases: []string{"num_workers", "num-workers"}, Value: d.Workers, Usage: "data loader workers"},
-		&cli.IntFlag{Name: "prefetch", Aliases: []string{"prefetch_factor", "prefetch-factor", "prefetch_buffer_size"}, Value: d.Prefetch, Usage: "batches each worker builds ahead"},
+		&cli.IntFlag{Name: "prefetch", Aliases: []string{"prefetch_factor", "prefetch-factor", "prefetch_buffer_size"}, Value: d.Prefetch, Usage: "batches each worker builds ahead (0: 2)"},
 		&cli.Uint64Flag{Name: "seed", Value: 1},
 		&cli.IntFlag{Name: "threads", Usage: "libtorch CPU threads (0: default)"},
 		&cli.IntFlag{Name: "epochs", Aliases: []string{"num_epochs", "num-epochs"}, Value: d.Epochs},
 		&cli.IntFlag{Name: "max-steps", Usage: "stop once this many optimizer steps are done, a resumed run's included"},
 		&cli.Float64Flag{Name: "lr", Aliases: []string{"learning_rate", "learning-rate"}, Value: d.LR},
 		&cli.IntFlag{Name: "warmup", Aliases: []string{"warmup_steps", "warmup-steps"}, Value: d.Warmup, Usage: "warmup steps"},
-		&cli.IntFlag{Name: "memory-every", Value: d.MemoryEvery, Usage: "log a memory line every N steps"},
-		&cli.IntFlag{Name: "max-nonfinite-steps", Value: MaxNonFiniteDefault, Usage: "stop when the loss has been NaN or infinite for this many steps in a row (-1: never)"},
+		&cli.IntFlag{Name: "memory-every", Value: d.MemoryEvery, Usage: "log a memory line every N steps (0: none)"},
+		&cli.IntFlag{Name: "max-nonfinite-steps", Value: MaxNonFiniteDefault, Usage: "stop when the loss has been NaN or infinite for this many steps in a row (0: 5; -1: never)"},
 		&cli.BoolFlag{Name: "zero", Usage: "data parallel (torchfit launch, torchrun): shard the optimizer state over the ranks (ZeRO stage 1)"},
 		&cli.IntFlag{Name: "bucket-mb", Value: 25, Usage: "data parallel: gradient all-reduce bucket size in MiB"},
 		&cli.BoolFlag{Name: "allreduce-after-backward", Usage: "data parallel: all-reduce the gradients after backward, not during it (no overlap; to compare)"},
@@ -337,6 +337,21 @@ func CheckStep(batch, accum int, lr, clip float64) error {
 	}
 	if !(clip >= 0) || math.IsInf(clip, 0) {
 		return &ConfigError{Field: "clip-norm", Value: clip, Reason: "must be a finite number >= 0 (0: no clipping)"}
+	}
+	return nil
+}
+
+// CheckDecay checks AdamW's decoupled weight decay against the learning
+// rate: each step multiplies every decayed weight by 1 − lr × decay, so
+// from lr × decay = 1 on a step zeroes the weights or flips their sign
+// (the run then diverges, and the message would blame the learning
+// rate). A finite decay >= 0 with lr × decay < 1.
+func CheckDecay(lr, decay float64) error {
+	if !(decay >= 0) || math.IsInf(decay, 0) {
+		return &ConfigError{Field: "weight-decay", Value: decay, Reason: "must be a finite number >= 0"}
+	}
+	if lr*decay >= 1 {
+		return &ConfigError{Field: "weight-decay", Value: decay, Reason: fmt.Sprintf("with --lr %g, lr × weight decay = %g: AdamW multiplies each weight by 1 − lr × weight decay every step, so it must be below 1", lr, lr*decay)}
 	}
 	return nil
 }

@@ -208,7 +208,11 @@ func TestBadInputCampaign(t *testing.T) {
 		{"asr memory-table missing data", []string{"asr", "memory-table", "--data", p("none"), "--device", "cpu", "--preset", "tiny"}, ""},
 		{"asr memory-table extra arg", []string{"asr", "memory-table", "--data", p("asr"), "--preset", "tiny", "--device", "cpu", "extra"}, "takes no arguments"},
 
+		// asr data
+		{"asr data workers absurd", []string{"asr", "data", "--out", p("o"), "--utterances", "4", "--workers", "1000000000000"}, "--workers 1000000000000: must be at most"},
+
 		// clip data
+		{"clip data workers absurd", []string{"clip", "data", "--out", p("o"), "--images", "20", "--workers", "1000000000000"}, "--workers 1000000000000: must be in [0, "},
 		{"clip data size 0", []string{"clip", "data", "--out", p("o"), "--images", "20", "--size", "0"}, ""},
 		{"clip data existing set", []string{"clip", "data", "--out", p("cars"), "--images", "20"}, "already holds a data set"},
 		{"clip data workers negative", []string{"clip", "data", "--out", p("o"), "--images", "20", "--workers", "-1"}, ""},
@@ -225,16 +229,21 @@ func TestBadInputCampaign(t *testing.T) {
 		{"clip train init and resume", clipTrain("train", "--init", clipCk, "--resume", clipCk), ""},
 		{"clip train existing checkpoints", clipTrain("train", "--checkpoint-dir", filepath.Dir(clipCk)), "written by another run"},
 		{"clip train dry-run", clipTrain("train", "--dry-run"), "--dry-run"},
+		{"clip train weight decay 1e300", clipTrain("train", "--weight-decay", "1e300"), "--weight-decay 1e+300: with --lr"},
 
 		// clip eval
 		{"clip eval batch 0", []string{"clip", "eval", "--checkpoint", clipCk, "--data", p("cars"), "--batch-size", "0", "--device", "cpu"}, ""},
 		{"clip eval batch negative", []string{"clip", "eval", "--checkpoint", clipCk, "--data", p("cars"), "--batch-size", "-4", "--device", "cpu"}, ""},
+		{"clip eval batch absurd", []string{"clip", "eval", "--checkpoint", clipCk, "--data", p("cars"), "--batch-size", "1000000000000", "--device", "cpu"}, "--batch-size 1000000000000: must be at most"},
 		{"clip eval PNG of 60000x60000", []string{"clip", "eval", "--checkpoint", clipCk, "--data", p("hugepng"), "--device", "cpu"}, ""},
 		{"clip eval checkpoint of asr", []string{"clip", "eval", "--checkpoint", asrCk, "--data", p("cars"), "--device", "cpu"}, ""},
 
 		// clip measure
 		{"clip measure bad layouts", []string{"clip", "measure", "--device", "cpu", "--layouts", "exact:16"}, ""},
 		{"clip measure steps 0", []string{"clip", "measure", "--device", "cpu", "--steps", "0"}, ""},
+		{"clip measure steps absurd", []string{"clip", "measure", "--device", "cpu", "--steps", "1000000000000"}, "--steps 1000000000000: must be at most"},
+		{"clip measure threads negative", []string{"clip", "measure", "--device", "cpu", "--threads", "-1"}, "--threads -1: must be at least 0"},
+		{"clip measure threads absurd", []string{"clip", "measure", "--device", "cpu", "--threads", "1000000000000"}, "--threads 1000000000000: must be at most"},
 
 		// ganvit data
 		{"ganvit data clips 0", []string{"ganvit", "data", "--out", p("o"), "--clips", "0"}, ""},
@@ -245,6 +254,8 @@ func TestBadInputCampaign(t *testing.T) {
 		// ganvit train
 		{"ganvit train unknown stage", gvTrain("--stage", "both"), ""},
 		{"ganvit train keep-last -2", gvTrain("--keep-last", "-2"), ""},
+		{"ganvit train keep-last 0", gvTrain("--keep-last", "0"), "--keep-last 0: must be at least 1, or -1 (all)"},
+		{"ganvit train gan-epochs absurd", gvTrain("--gan-epochs", "1000000000000"), "--gan-epochs 1000000000000: must be at most"},
 		{"ganvit train mels under the discriminator's halvings", gvTrain("--n-mels", "8"), "--n-mels 8"},
 		{"ganvit train resume of asr", gvTrain("--resume", asrCk), ""},
 		{"ganvit train classifier stage gan of mamba", gvTrain("--stage", "classifier", "--gan", mambaCk), ""},
@@ -252,6 +263,8 @@ func TestBadInputCampaign(t *testing.T) {
 		// ganvit eval
 		{"ganvit eval generated absurd", []string{"ganvit", "eval", "--checkpoint", gvCk, "--data", p("gv"), "--generated", "1000000000", "--device", "cpu"}, ""},
 		{"ganvit eval batch absurd", []string{"ganvit", "eval", "--checkpoint", gvCk, "--data", p("gv"), "--batch-size", "1000000000", "--device", "cpu"}, ""},
+		{"ganvit eval n-mels negative", []string{"ganvit", "eval", "--checkpoint", gvCk, "--data", p("gv"), "--n-mels", "-1", "--device", "cpu"}, "--n-mels -1: must be at least 0"},
+		{"ganvit eval frames negative", []string{"ganvit", "eval", "--checkpoint", gvCk, "--data", p("gv"), "--frames", "-1", "--device", "cpu"}, "--frames -1: must be at least 0"},
 		{"ganvit eval checkpoint of mamba", []string{"ganvit", "eval", "--checkpoint", mambaCk, "--data", p("gv"), "--device", "cpu"}, ""},
 		{"ganvit eval missing classifier", []string{"ganvit", "eval", "--checkpoint", gvCk, "--data", p("gv"), "--classifier", p("none.pt"), "--device", "cpu"}, ""},
 
@@ -262,9 +275,14 @@ func TestBadInputCampaign(t *testing.T) {
 
 		// ganvit memory-table
 		{"ganvit memory-table vram 10gb", []string{"ganvit", "memory-table", "--data", p("gv"), "--vram", "10gb", "--device", "cpu"}, ""},
-		{"ganvit memory-table clips negative", []string{"ganvit", "memory-table", "--data", p("gv"), "--clips", "-1", "--device", "cpu"}, ""},
+		// With the small model (the fixture's clips fit it), so that --clips
+		// itself is what is refused.
+		{"ganvit memory-table clips negative", append([]string{"ganvit", "memory-table", "--data", p("gv"), "--clips", "-1"}, gvSmall...), "--clips -1: must be at least 0"},
+		{"ganvit memory-table batch-size 0", append(append([]string{"ganvit", "memory-table", "--data", p("gv")}, gvSmall...), "--batch-size", "0"), "--micro-batch 0: must be in [1, "},
 
 		// mamba data
+		{"mamba data workers negative", []string{"mamba", "data", "--out", p("o"), "--text", p("text.txt"), "--workers", "-1"}, "--workers -1: must be in [0, "},
+		{"mamba data workers absurd", []string{"mamba", "data", "--out", p("o"), "--text", p("text.txt"), "--workers", "1000000000000"}, "--workers 1000000000000: must be in [0, "},
 		{"mamba data valid-fraction 0", []string{"mamba", "data", "--out", p("o"), "--text", p("text.txt"), "--valid-fraction", "0"}, ""},
 		{"mamba data missing text", []string{"mamba", "data", "--out", p("o"), "--text", p("none.txt")}, ""},
 		{"mamba data existing corpus", []string{"mamba", "data", "--out", p("kjv"), "--text", p("text.txt")}, ""},
@@ -274,6 +292,7 @@ func TestBadInputCampaign(t *testing.T) {
 		// Without the tiny model's flags: the command line would win over the file.
 		{"mamba train n_layers 100000000 in a config", []string{"mamba", "train", "--data", p("kjv"), "--max-steps", "1", "--checkpoint-dir", newCk, "--config", layers}, "n_layers 100000000"},
 		{"mamba train unknown scan", mambaTrain("--scan", "fast"), ""},
+		{"mamba train weight decay 1e300", mambaTrain("--weight-decay", "1e300"), "--weight-decay 1e+300: with --lr"},
 		{"mamba train CPU offload on the CPU", mambaTrain("--use_cpu_offload"), "this run's device is the CPU"},
 		{"mamba train resume of ganvit", mambaTrain("--resume", gvCk), ""},
 		{"mamba train existing checkpoints", mambaTrain("--checkpoint-dir", filepath.Dir(mambaCk)), "written by another run"},
@@ -329,11 +348,16 @@ func TestBadInputCampaign(t *testing.T) {
 		{"tts eval asr of clip", ttsEval("--asr", clipCk), ""},
 		{"tts eval limit negative", ttsEval("--limit", "-1"), ""},
 		{"tts eval out is a file", ttsEval("--out", notes), ""},
+		{"tts eval griffin-lim-iters 0", ttsEval("--griffin-lim-iters", "0"), "--griffin-lim-iters 0: must be in [1, 1000]"},
+		{"tts eval griffin-lim-iters absurd", ttsEval("--griffin-lim-iters", "1000000000000"), "must be in [1, 1000]"},
+		{"tts eval top-p 2", ttsEval("--top-p", "2"), "--top-p 2: must be in [0, 1]"},
 
 		// tts memory-test
 		{"tts memory-test bad sizes", memTest("--batch-sizes", "2,x"), ""},
 		{"tts memory-test duration negative", memTest("--duration", "-1"), ""},
 		{"tts memory-test metrics", memTest("--metrics", p("m.jsonl")), "--metrics"},
+		{"tts memory-test layers 0", memTest("--layers", "0"), "0 layers outside [1, 256]"},
+		{"tts memory-test dropout negative", memTest("--dropout", "-1"), "dropout -1 outside [0, 1)"},
 
 		// demo
 		{"demo utterances 0", demo("--utterances", "0"), ""},

@@ -67,6 +67,12 @@ func TestGanvitExitStatus(t *testing.T) {
 			}
 		})
 	}
+	// memory-table's --batch-size (BATCH_SIZE, the train verb's spelling)
+	// is the classifier's micro-batch it measures; it was read by nothing
+	// and every value gave the preset's 12.
+	r := runCLIIn(t, dir, binary(t), append(args("ganvit", "memory-table", "--data", data), "--batch-size", "2")...)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "BATCH_SIZE 2,")
 	// Nothing was written where the failed runs pointed.
 	require.NoDirExists(t, filepath.Join(dir, "x"))
 	require.NoDirExists(t, filepath.Join(dir, "tm"))

@@ -54,6 +54,9 @@ func dataCommand() *cli.Command {
 			&cli.Float64Flag{Name: "noise", Value: def.NoiseFraction, Usage: "fraction of utterances with added noise"},
 		},
 		Action: func(c *cli.Context) error {
+			if err := recipes.CheckRanges(recipes.Between("workers", int64(c.Int("workers")), 0, recipes.MaxWorkers)); err != nil {
+				return err
+			}
 			replacing, err := recipes.CheckDataOut(c.String("out"), c.Bool("overwrite"), "train.jsonl", "valid.jsonl", "test.jsonl")
 			if err != nil {
 				return err
@@ -79,9 +82,9 @@ func dataCommand() *cli.Command {
 func trainFlags() []cli.Flag {
 	return append(recipes.Flags(Defaults),
 		&cli.StringFlag{Name: "preset", Aliases: []string{"model_size", "model-size"}, Value: "optimized", Usage: "model size: original, optimized, minimal, tiny"},
-		&cli.Int64Flag{Name: "d-model", Usage: "override the preset's d_model", DefaultText: "the preset's"},
-		&cli.IntFlag{Name: "encoder-layers", Usage: "override the preset's encoder layers", DefaultText: "the preset's"},
-		&cli.IntFlag{Name: "decoder-layers", Usage: "override the preset's decoder layers", DefaultText: "the preset's"},
+		&cli.Int64Flag{Name: "d-model", Usage: "override the preset's d_model (0: the preset's)", DefaultText: "the preset's"},
+		&cli.IntFlag{Name: "encoder-layers", Usage: "override the preset's encoder layers (0: the preset's)", DefaultText: "the preset's"},
+		&cli.IntFlag{Name: "decoder-layers", Usage: "override the preset's decoder layers (0: the preset's)", DefaultText: "the preset's"},
 		&cli.Float64Flag{Name: "dropout", Usage: "override the preset's dropout (0: none, as runs compared with data parallel ones need)", DefaultText: "the preset's, 0.1"},
 		&cli.BoolFlag{Name: "spec-augment", Usage: "SpecAugment masks on training features"},
 		&cli.IntFlag{Name: "valid-limit", Usage: "validation utterances scored per epoch (0: all)"},

@@ -46,7 +46,7 @@ func dataCommand() *cli.Command {
 			&cli.IntFlag{Name: "images", Value: 8000, Usage: "images over all splits (1 in 20 validation, 2 in 20 held-out test)"},
 			&cli.IntFlag{Name: "size", Value: 64, Usage: "pixels per side (the cpu preset's 64; vit-b32 resizes to 224)"},
 			&cli.Uint64Flag{Name: "seed", Value: 1},
-			&cli.IntFlag{Name: "workers", Value: 4, Usage: "drawing goroutines"},
+			&cli.IntFlag{Name: "workers", Value: 4, Usage: "drawing goroutines (0: 4)"},
 		},
 		Action: func(c *cli.Context) error {
 			replacing, err := recipes.CheckDataOut(c.String("out"), c.Bool("overwrite"), "manifest.jsonl", "meta.json")
@@ -185,8 +185,8 @@ func evalCommand() *cli.Command {
 			if c.String("checkpoint") == "" {
 				return recipes.Usagef("--checkpoint is required")
 			}
-			if c.Int("batch-size") < 1 {
-				return recipes.Usagef("--batch-size %d: must be at least 1", c.Int("batch-size"))
+			if err := recipes.CheckRanges(recipes.Between("batch-size", int64(c.Int("batch-size")), 1, recipes.MaxBatch)); err != nil {
+				return err
 			}
 			r, err := Evaluate(c.String("checkpoint"), c.String("data"), c.String("split"), dev, c.String("mixed-precision"), c.Int("batch-size"))
 			if err != nil {

@@ -201,8 +201,8 @@ func Generate(ctx context.Context, cfg GenerateConfig) (GenerateStats, error) {
 		return st, &recipes.ConfigError{Field: "size", Value: cfg.Size, Reason: "between 16 and 1024 pixels"}
 	case cfg.Out == "":
 		return st, &recipes.ConfigError{Field: "out", Value: cfg.Out, Reason: "empty"}
-	case cfg.Workers < 0:
-		return st, &recipes.ConfigError{Field: "workers", Value: cfg.Workers, Reason: "must be at least 0 (0: 4)"}
+	case cfg.Workers < 0 || cfg.Workers > recipes.MaxWorkers:
+		return st, &recipes.ConfigError{Field: "workers", Value: cfg.Workers, Reason: fmt.Sprintf("must be in [0, %d] (0: 4)", recipes.MaxWorkers)}
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4

@@ -229,6 +229,9 @@ func parseLayouts(s string) ([]Layout, error) {
 	return out, nil
 }
 
+// maxMeasureSteps bounds measure's --steps: a measurement, not a run.
+const maxMeasureSteps = 10_000
+
 func measureCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "measure",
@@ -238,7 +241,7 @@ func measureCommand() *cli.Command {
 			&cli.StringFlag{Name: "device", Value: "auto"},
 			&cli.StringFlag{Name: "mixed-precision", Value: "auto", Usage: "no, auto, bf16 or fp16"},
 			&cli.StringFlag{Name: "layouts", Value: "exact:16x8,naive:16x8,plain:128,plain:16"},
-			&cli.IntFlag{Name: "steps", Value: 3, Usage: "timed steps per layout (after one warm-up step)"},
+			&cli.IntFlag{Name: "steps", Value: 3, Usage: "timed steps per layout (after one warm-up step; at most 10,000)"},
 			&cli.IntFlag{Name: "threads", Usage: "libtorch CPU threads (0: default)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -250,8 +253,9 @@ func measureCommand() *cli.Command {
 			if err != nil {
 				return recipes.Usagef("--layouts: %v", err)
 			}
-			if c.Int("steps") < 1 {
-				return recipes.Usagef("--steps %d: at least 1", c.Int("steps"))
+			if err := recipes.CheckRanges(recipes.Between("steps", int64(c.Int("steps")), 1, maxMeasureSteps),
+				recipes.Between("threads", int64(c.Int("threads")), 0, recipes.MaxThreads)); err != nil {
+				return err
 			}
 			if n := c.Int("threads"); n > 0 {
 				torch.SetNumThreads(n)

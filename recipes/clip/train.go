@@ -77,11 +77,12 @@ func (c TrainConfig) Validate() error {
 	); err != nil {
 		return err
 	}
+	if err := recipes.CheckDecay(c.LR, c.WeightDecay); err != nil {
+		return err
+	}
 	switch {
 	case c.MicroBatch*c.Accum < 2:
 		return bad("grad-accum", c.Accum, "a contrastive loss needs an effective batch of at least 2")
-	case !(c.WeightDecay >= 0) || math.IsInf(c.WeightDecay, 0):
-		return bad("weight-decay", c.WeightDecay, "must be a finite number >= 0")
 	case c.CPUBudget < 0:
 		return bad("cpu-budget", c.CPUBudget, "must be at least 0")
 	case c.Init != "" && c.Resume != "":

@@ -8,6 +8,7 @@ import (
 	"github.com/torchfit/torchfit/amp"
 	"github.com/torchfit/torchfit/memplan"
 	"github.com/torchfit/torchfit/nn"
+	"github.com/torchfit/torchfit/recipes"
 	"github.com/torchfit/torchfit/torch"
 	"github.com/torchfit/torchfit/torch/data"
 )
@@ -86,6 +87,9 @@ func measureBreakdown(ctx context.Context, cfg BreakdownConfig) (Breakdown, erro
 	logf := cfg.Log
 	if logf == nil {
 		logf = func(string, ...any) {}
+	}
+	if err := recipes.CheckRanges(recipes.Between("clips", int64(cfg.Clips), 0, MaxClips)); err != nil {
+		return b, err
 	}
 	shape := Shape{p.Mels, p.Frames}
 	specs, err := LoadSpecs(ctx, cfg.Data, SplitTrain, shape, 0)

@@ -185,6 +185,9 @@ func presetFrom(c *cli.Context, dev torch.Device, vram string) (Preset, error) {
 		p.GANBatch = c.Int("gan-batch-size")
 	}
 	if c.IsSet("micro-batch") {
+		if v := c.Int("micro-batch"); v < 1 || v > recipes.MaxBatch {
+			return p, &recipes.ConfigError{Field: "micro-batch", Value: v, Reason: fmt.Sprintf("must be in [1, %d]", recipes.MaxBatch)}
+		}
 		p.MicroBatch = c.Int("micro-batch")
 	}
 	if v := c.Int("num-synthetic"); v != -1 {
@@ -236,14 +239,15 @@ func trainConfigFrom(c *cli.Context, run *recipes.Run) (TrainConfig, error) {
 	if !(c.Float64("gan-lr") > 0) {
 		return TrainConfig{}, &recipes.ConfigError{Field: "gan-lr", Value: c.Float64("gan-lr"), Reason: "must be a finite number > 0"}
 	}
-	if v := c.Int("keep-last"); v < -1 {
-		return TrainConfig{}, &recipes.ConfigError{Field: "keep-last", Value: v, Reason: "must be at least 0, or -1 (all)"}
+	if v := c.Int("keep-last"); v < -1 || v == 0 {
+		// 0 would have been the library's default (3), not none.
+		return TrainConfig{}, &recipes.ConfigError{Field: "keep-last", Value: v, Reason: "must be at least 1, or -1 (all)"}
 	}
 	if c.Int("train-clips") < 0 {
 		return TrainConfig{}, &recipes.ConfigError{Field: "train-clips", Value: c.Int("train-clips"), Reason: "must be >= 0 (0: all)"}
 	}
-	if c.Int("gan-epochs") < 1 {
-		return TrainConfig{}, &recipes.ConfigError{Field: "gan-epochs", Value: c.Int("gan-epochs"), Reason: "must be at least 1"}
+	if err := recipes.CheckRanges(recipes.Between("gan-epochs", int64(c.Int("gan-epochs")), 1, 1<<20)); err != nil { // as --epochs
+		return TrainConfig{}, err
 	}
 	cm.MicroBatch = p.MicroBatch // the table's, or --micro-batch
 	cfg := TrainConfig{
@@ -425,8 +429,8 @@ func evalCommand() *cli.Command {
 			&cli.StringFlag{Name: "split", Value: SplitTest, Usage: "train, valid or test"},
 			&cli.StringFlag{Name: "device", Value: "auto"},
 			&cli.IntFlag{Name: "generated", Value: 100, Usage: "spectrograms generated per genre (0: skip)"},
-			&cli.Int64Flag{Name: "n-mels", Usage: "check the data's mel bins against the checkpoint's"},
-			&cli.Int64Flag{Name: "frames", Usage: "check the frames against the checkpoint's"},
+			&cli.Int64Flag{Name: "n-mels", Usage: "check the data's mel bins against the checkpoint's (0: no check)"},
+			&cli.Int64Flag{Name: "frames", Usage: "check the frames against the checkpoint's (0: no check)"},
 			&cli.IntFlag{Name: "batch-size", Value: 12},
 			&cli.Uint64Flag{Name: "seed", Value: 1},
 			&cli.StringFlag{Name: "mixed-precision", Value: "no", Usage: "no, auto, bf16 or fp16"},
@@ -469,7 +473,8 @@ func memoryTableCommand() *cli.Command {
 			&cli.StringFlag{Name: "device", Value: "auto"},
 			&cli.StringFlag{Name: "vram", Usage: "a --vram row's sizes"},
 			&cli.StringFlag{Name: "mixed-precision", Value: "auto"},
-			&cli.IntFlag{Name: "batch-size", Usage: "BATCH_SIZE (0: the preset's)"},
+			// The train verb's spellings (recipes.Flags), read by presetFrom.
+			&cli.IntFlag{Name: "micro-batch", Aliases: []string{"batch-size", "batch_size"}, Usage: "BATCH_SIZE: the classifier's micro-batch (default: the preset's)"},
 			&cli.IntFlag{Name: "clips", Usage: "use at most this many training clips (0: all)"},
 		),
 		Action: func(c *cli.Context) error {

@@ -131,6 +131,10 @@ func evaluate(ctx context.Context, cfg EvalConfig) (EvalResult, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
+	// A negative size was a check silently skipped.
+	if err := recipes.CheckRanges(recipes.Between("n-mels", cfg.Mels, 0, 1024), recipes.Between("frames", cfg.Frames, 0, 1<<16)); err != nil {
+		return res, err
+	}
 	f, err := ckpt.ReadParts(cfg.Checkpoint, "meta", "classifier", "generator") // not the optimizers' state
 	if err != nil {
 		return res, err

@@ -25,6 +25,7 @@ import (
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 
 	"github.com/torchfit/torchfit/atomicfile"
+	"github.com/torchfit/torchfit/recipes"
 )
 
 // Tokenizer is GPT-2's byte-level BPE (tiktoken's r50k_base), loaded from
@@ -172,6 +173,9 @@ func BuildData(ctx context.Context, cfg DataConfig) (DataStats, error) {
 	if cfg.ValidFraction <= 0 || cfg.ValidFraction >= 1 || math.IsNaN(cfg.ValidFraction) {
 		return st, dataErrorf("mamba: --valid-fraction %v: must be in (0, 1)", cfg.ValidFraction)
 	}
+	if cfg.Workers < 0 || cfg.Workers > recipes.MaxWorkers {
+		return st, dataErrorf("mamba: --workers %d: must be in [0, %d] (0: all CPUs)", cfg.Workers, recipes.MaxWorkers)
+	}
 	if _, err := os.Stat(filepath.Join(cfg.Out, metaFile)); err == nil && !cfg.Overwrite {
 		return st, dataErrorf("mamba: %s already holds a corpus (%s): pass --overwrite to rebuild it", cfg.Out, metaFile)
 	}
@@ -249,6 +253,7 @@ func encodeLines(ctx context.Context, tok *Tokenizer, lines []string, workers in
 	}
 	const block = 500
 	nb := (len(lines) + block - 1) / block
+	workers = min(workers, nb) // at most one a block: more would only wait
 	parts := make([][]int, nb)
 	var wg sync.WaitGroup
 	next := make(chan int)

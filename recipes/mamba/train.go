@@ -72,7 +72,6 @@ func (c TrainConfig) Validate() error {
 		v    float64
 		ok   bool
 	}{
-		{"weight-decay", o.WeightDecay, o.WeightDecay >= 0},
 		{"adam-beta1", o.Beta1, o.Beta1 >= 0 && o.Beta1 < 1},
 		{"adam-beta2", o.Beta2, o.Beta2 >= 0 && o.Beta2 < 1},
 		{"adam-epsilon", o.Eps, o.Eps > 0},
@@ -81,6 +80,9 @@ func (c TrainConfig) Validate() error {
 		if !f.ok || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
 			return &recipes.ConfigError{Field: f.name, Value: f.v, Reason: "out of range"}
 		}
+	}
+	if err := recipes.CheckDecay(c.LR, o.WeightDecay); err != nil {
+		return err
 	}
 	for _, f := range []struct {
 		name string

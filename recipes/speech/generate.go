@@ -227,7 +227,9 @@ func Generate(ctx context.Context, cfg GenerateConfig) (GenerateStats, error) {
 	var mu sync.Mutex
 	done := 0
 	var wg sync.WaitGroup
-	for w := 0; w < cfg.Workers; w++ {
+	// At most one worker an utterance: more would only wait (and 10^12
+	// goroutines were a Go fatal out-of-memory error).
+	for w := 0; w < min(cfg.Workers, len(utts)); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

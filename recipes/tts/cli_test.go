@@ -49,8 +49,10 @@ func parseTrain(t *testing.T, args ...string) (TrainConfig, GPTConfig, *cli.Cont
 		}
 		defer run.Close()
 		ctx = c
-		cfg, err = trainConfigFrom(c, run)
-		g = gptConfigFrom(c)
+		if cfg, err = trainConfigFrom(c, run); err != nil {
+			return err
+		}
+		g, err = gptConfigFrom(c)
 		return err
 	}
 	recipes.Underscores([]*cli.Command{cmd})

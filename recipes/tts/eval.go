@@ -92,6 +92,12 @@ func Evaluate(ctx context.Context, cfg EvalConfig) (res EvalResult, err error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
+	if err := cfg.Sample.Validate(); err != nil {
+		return res, err
+	}
+	if err := checkGLIters(cfg.GLIters); err != nil {
+		return res, err
+	}
 	for _, f := range []struct{ flag, path string }{{"checkpoint", cfg.Checkpoint}, {"asr", cfg.ASR}} {
 		if err := needFile(f.flag, f.path); err != nil {
 			return res, err

@@ -133,6 +133,10 @@ func runMemoryTest(ctx context.Context, cfg TrainConfig, sizes []int, d time.Dur
 	}
 	gcfg := cfg.GPT
 	gcfg.Vocab, gcfg.Codes, gcfg.GradCheckpointing = int64(vocab.Size()), meta.Codec.Codes, cfg.GradCheckpointing
+	// A model no size can build is the settings' error, not each row's.
+	if err := gcfg.Validate(); err != nil {
+		return res, recipes.Usage(err)
+	}
 	for _, n := range sizes {
 		if err := ctx.Err(); err != nil {
 			return res, err

@@ -66,6 +66,15 @@ func (o SampleOptions) Validate() error {
 	return nil
 }
 
+// checkGLIters refuses a Griffin-Lim iteration count outside [1, 1000]
+// (10^12 was a Go fatal out-of-memory error, 0 a silent pass with none).
+func checkGLIters(n int) error {
+	if n < 1 || n > 1000 {
+		return &recipes.ConfigError{Field: "griffin-lim-iters", Value: n, Reason: "must be in [1, 1000]"}
+	}
+	return nil
+}
+
 // Latents returns the speaker latents (1, CondLatents, D) of a reference
 // clip's normalised log-mels (T, NMels); clips longer than CondFrames are
 // cut.
@@ -423,8 +432,8 @@ func Say(ctx context.Context, cfg SayConfig) (res SayResult, err error) {
 	if err := cfg.Sample.Validate(); err != nil {
 		return res, err
 	}
-	if cfg.GLIters < 1 || cfg.GLIters > 1000 {
-		return res, &recipes.ConfigError{Field: "griffin-lim-iters", Value: cfg.GLIters, Reason: "must be in [1, 1000]"}
+	if err := checkGLIters(cfg.GLIters); err != nil {
+		return res, err
 	}
 	if err := needFile("checkpoint", cfg.Checkpoint); err != nil {
 		return res, err
