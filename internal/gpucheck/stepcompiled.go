@@ -2,12 +2,10 @@ package gpucheck
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/torchfit/torchfit/bench"
-	"github.com/torchfit/torchfit/internal/pyref"
 	"github.com/torchfit/torchfit/torch"
 )
 
@@ -41,27 +39,12 @@ func stepCompiled(env Env) Result {
 // is not captured: its row says so).
 func stepCompiledOn(env Env, dev torch.Device, twins []string, opts bench.Options) Result {
 	r := Result{Figures: map[string]any{}}
-	dir, err := os.MkdirTemp(env.Work, "step-compiled")
-	if err != nil {
-		return failf("scratch directory: %v", err)
-	}
-	defer os.RemoveAll(dir)
-	root, err := bench.RepoRoot()
+	srv, err := startTwins(env, "step-compiled")
 	if err != nil {
 		return failf("%v", err)
 	}
-	if env.Python != "" {
-		pyref.Python = env.Python
-	}
-	py, err := bench.StartPython(root)
-	if err != nil {
-		return failf("python twin server: %v", err)
-	}
-	defer py.Close()
-	info, err := py.Info()
-	if err != nil {
-		return failf("python twin server: %v", err)
-	}
+	defer srv.close()
+	dir, root, py, info := srv.dir, srv.root, srv.py, srv.info
 	r.Figures["python torch"] = info.Torch
 	if !info.Compile {
 		r.Status, r.Summary = Skip, fmt.Sprintf("skipped: Python's torch %s has no torch.compile", info.Torch)

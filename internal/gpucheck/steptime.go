@@ -57,30 +57,55 @@ type eagerStep struct {
 	pyMS, ratio float64
 }
 
-// stepTimeOn is step-time's measurement on dev (tests run it on the CPU).
-func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) Result {
-	r := Result{Figures: map[string]any{}}
-	dir, err := os.MkdirTemp(env.Work, "step-time")
-	if err != nil {
-		return failf("scratch directory: %v", err)
-	}
-	defer os.RemoveAll(dir)
+// twinServer is what the checks that time bench twins start from: a scratch
+// directory under env.Work, the repository root and the Python twin
+// server (env.Python's, or pyref's) with its torch.
+type twinServer struct {
+	dir, root string
+	py        *bench.Python
+	info      bench.PyInfo
+}
+
+// startTwins starts them; close ends the server and removes the
+// directory.
+func startTwins(env Env, name string) (*twinServer, error) {
 	root, err := bench.RepoRoot()
 	if err != nil {
-		return failf("%v", err)
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(env.Work, name)
+	if err != nil {
+		return nil, fmt.Errorf("scratch directory: %w", err)
 	}
 	if env.Python != "" {
 		pyref.Python = env.Python
 	}
-	py, err := bench.StartPython(root)
-	if err != nil {
-		return failf("python twin server: %v", err)
+	srv := &twinServer{dir: dir, root: root}
+	if srv.py, err = bench.StartPython(root); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("python twin server: %w", err)
 	}
-	defer py.Close()
-	info, err := py.Info()
-	if err != nil {
-		return failf("python twin server: %v", err)
+	if srv.info, err = srv.py.Info(); err != nil {
+		srv.close()
+		return nil, fmt.Errorf("python twin server: %w", err)
 	}
+	return srv, nil
+}
+
+func (s *twinServer) close() {
+	s.py.Close()
+	os.RemoveAll(s.dir)
+}
+
+// stepTimeOn is step-time's measurement on dev (tests run it on the CPU).
+func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) Result {
+	r := Result{Figures: map[string]any{}}
+	srv, err := startTwins(env, "step-time")
+	if err != nil {
+		return failf("%v", err)
+	}
+	defer srv.close()
+	dir, py, info := srv.dir, srv.py, srv.info
 	r.Figures["python torch"] = info.Torch
 	r.Figures["timing"] = fmt.Sprintf("batch 8, %d interleaved repetitions × %d steps per side after %d warm-up steps; each step ends with the device synchronised",
 		opts.Reps, opts.Steps, opts.Warmup)
