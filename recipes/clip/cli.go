@@ -185,9 +185,6 @@ func evalCommand() *cli.Command {
 			if c.String("checkpoint") == "" {
 				return recipes.Usagef("--checkpoint is required")
 			}
-			if err := recipes.CheckRanges(recipes.Between("batch-size", int64(c.Int("batch-size")), 1, recipes.MaxBatch)); err != nil {
-				return err
-			}
 			r, err := Evaluate(c.String("checkpoint"), c.String("data"), c.String("split"), dev, c.String("mixed-precision"), c.Int("batch-size"))
 			if err != nil {
 				return err

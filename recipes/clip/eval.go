@@ -230,6 +230,9 @@ func evaluate(path, dir, split string, dev torch.Device, precision string, micro
 	if split != SplitTrain && split != SplitValid && split != SplitTest {
 		return res, recipes.Usagef("--split %q: want train, valid or test", split)
 	}
+	if err := recipes.CheckRanges(recipes.Between("batch-size", int64(micro), 1, recipes.MaxBatch)); err != nil {
+		return res, err
+	}
 	set, err := ReadSet(dir)
 	if err != nil {
 		return res, err
