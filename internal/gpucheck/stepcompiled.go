@@ -73,8 +73,8 @@ func stepCompiledOn(env Env, dev torch.Device, twins []string, opts bench.Option
 			rows = append(rows, fmt.Sprintf("%-16s %v", name, err))
 			continue
 		}
-		p := stepPrecision(tw)
-		cfg := bench.Config{Threads: 4, Precision: p, Batch: 8, Seed: 1, Device: dev}
+		cfg := stepConfig(tw, dev)
+		p := cfg.Precision
 		res, err := bench.Measure(py, tw, cfg, opts, dir)
 		if err != nil {
 			failed = append(failed, name)

@@ -30,12 +30,14 @@ var stepTwins = []string{"asr/tiny", "clip/cpu", "clip/cpu-naive", "ganvit/vit-c
 // Then 3 Python steps run under torch.profiler (bench.Options.Profile).
 var stepOptions = bench.Options{Reps: 3, Steps: 3, Warmup: 2, NoPeak: true, Profile: 3}
 
-// stepPrecision is bf16 where the twin trains in it, else fp32.
-func stepPrecision(tw bench.Twin) amp.Precision {
+// stepConfig is how step-time and step-compiled run a twin on dev: batch
+// 8, 4 threads, seed 1, bf16 where the twin trains in it, else fp32.
+func stepConfig(tw bench.Twin, dev torch.Device) bench.Config {
+	p := amp.FP32
 	if bench.Supports(tw, amp.BF16) {
-		return amp.BF16
+		p = amp.BF16
 	}
-	return amp.FP32
+	return bench.Config{Threads: 4, Precision: p, Batch: 8, Seed: 1, Device: dev}
 }
 
 func stepTime(env Env) Result {
@@ -131,8 +133,8 @@ func stepTimeOn(env Env, dev torch.Device, twins []string, opts bench.Options) R
 			rows = append(rows, fmt.Sprintf("%-22s %v", name, err))
 			continue
 		}
-		p := stepPrecision(tw)
-		cfg := bench.Config{Threads: 4, Precision: p, Batch: 8, Seed: 1, Device: dev}
+		cfg := stepConfig(tw, dev)
+		p := cfg.Precision
 		o := opts
 		if strings.HasPrefix(name, "asr/") {
 			// ASR's CTC on the device, timed beside the recipe's default.
