@@ -188,9 +188,19 @@ cuda-link: deps
 # with the cuda tag against that machine's torch, runs every CUDA check
 # (internal/gpucheck), each in its own process, and writes gpu-report.md
 # and gpu-report.json into OUT. Without a GPU each check says "skipped: no
-# GPU" and why. GPUCHECK=a,b runs only those checks.
+# GPU" and why. GPUCHECK=a,b runs only those checks. GPUBUDGET=s ends
+# the run within s seconds of make's start, build included (a lease's
+# command limit): no check starts with under 20 s left, each check ends
+# its items in time to report, and the report names what did not run.
 OUT ?= out/gpu-check
 GPUCHECK ?=
+GPUBUDGET ?=
+ifneq ($(GPUBUDGET),)
+ifeq ($(shell echo '$(GPUBUDGET)' | grep -xE '[1-9][0-9]{0,5}'),)
+$(error GPUBUDGET=$(GPUBUDGET): give a number of seconds, 1 to 999999)
+endif
+GPU_T0 := $(shell date +%s)
+endif
 gpu-check: scan-kernel
 	@mkdir -p $(OUT) bin
 	@start=$$(date +%s); \
@@ -199,7 +209,8 @@ gpu-check: scan-kernel
 	printf '{"seconds": %d, "tags": "%s", "libtorch": "%s", "cxx11_abi": "%s", "ok": %s}\n' $$(( $$(date +%s) - start )) \
 	  "$(strip $(TAGS))" "$(LIBTORCH)" "$(TORCH_CXX11_ABI)" $$( [ $$rc = 0 ] && echo true || echo false ) > $(OUT)/build.json; \
 	cat $(OUT)/build.json; exit $$rc
-	bin/gpucheck -out $(OUT) -torchfit bin/torchfit-cuda -build $(OUT)/build.json $(if $(GPUCHECK),-checks $(GPUCHECK))
+	bin/gpucheck -out $(OUT) -torchfit bin/torchfit-cuda -build $(OUT)/build.json $(if $(GPUCHECK),-checks $(GPUCHECK)) \
+	  $(if $(GPUBUDGET),-deadline $$(( $(GPU_T0) + $(GPUBUDGET) )))
 
 # gpu-pack prepares .device/ for a GPU machine: a Go toolchain and the
 # vendored modules (../shared/device/pack.sh), the recipes' small data sets

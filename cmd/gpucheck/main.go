@@ -3,7 +3,7 @@
 // gpu-report.json. `make gpu-check OUT=dir` builds it and torchfit with the
 // cuda tag and runs it; `make gpu-pack` prepares what a GPU machine needs.
 //
-//	gpucheck -out DIR [-checks a,b] [-torchfit BIN] [-data DIR] [-build FILE]
+//	gpucheck -out DIR [-checks a,b] [-torchfit BIN] [-data DIR] [-build FILE] [-deadline UNIX]
 //	gpucheck -prepare-data DIR -torchfit BIN
 //	gpucheck -list
 package main
@@ -32,6 +32,8 @@ func main() {
 	build := flag.String("build", "", "a JSON file of build facts to put in the report (make writes it)")
 	prepare := flag.String("prepare-data", "", "make the recipes' data sets in this directory and exit")
 	list := flag.Bool("list", false, "list the checks and exit")
+	deadline := flag.Int64("deadline", 0, "when the run must have ended, in Unix seconds (make gpu-check GPUBUDGET=s sets it): "+
+		"no check starts with under 20 s left, and each ends its items in time to report")
 	childName := flag.String("child", "", "run one check in this process and print its result (internal)")
 	flag.Parse()
 
@@ -61,17 +63,27 @@ func main() {
 		}
 		return
 	case *childName != "":
+		if env.Deadline, err = gpucheck.ChildDeadline(); err != nil {
+			fatal(err)
+		}
 		var r gpucheck.Result
 		torch.Main().Do(func() { r = gpucheck.RunOne(*childName, env) })
 		gpucheck.Emit(r)
 		return
 	}
 
+	if *deadline < 0 {
+		fmt.Fprintf(os.Stderr, "gpucheck: -deadline %d: a Unix time in seconds, or 0 for none\n", *deadline)
+		os.Exit(2)
+	}
+	if *deadline > 0 {
+		env.Deadline = time.Unix(*deadline, 0)
+	}
 	var names []string
 	if *checks != "" {
 		names = strings.Split(*checks, ",")
 	}
-	rep := gpucheck.Report{Started: time.Now(), Machine: machine()}
+	rep := gpucheck.Report{Started: time.Now(), Deadline: env.Deadline, Machine: machine()}
 	if *build != "" {
 		if b, err := os.ReadFile(*build); err == nil {
 			_ = json.Unmarshal(b, &rep.Build)

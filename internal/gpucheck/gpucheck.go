@@ -42,6 +42,9 @@ type Env struct {
 	Data     string // pre-generated recipe data sets (gpucheck-data)
 	Work     string // scratch directory
 	Self     string // this program, for children
+	// Deadline, when set, is when the checks must have ended (see
+	// budget.go): RunAll's for the whole run, a child's for its check.
+	Deadline time.Time
 }
 
 // Check is one named check. Run executes in a child process.
@@ -131,11 +134,16 @@ func child(ctx context.Context, env Env, c *Check, extraEnv ...string) Result {
 	if timeout == 0 {
 		timeout = 2 * time.Minute
 	}
+	start := time.Now()
+	if !env.Deadline.IsZero() {
+		timeout = min(timeout, env.Deadline.Sub(start))
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	start := time.Now()
 	cmd := exec.CommandContext(ctx, env.Self, "-child", c.Name)
 	cmd.Env = append(os.Environ(), extraEnv...)
+	// The child ends its items by this, to report before it is killed.
+	cmd.Env = append(cmd.Env, deadlineVar+"="+start.Add(timeout-margin).Format(time.RFC3339Nano))
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -175,7 +183,8 @@ func tail(s string, n int) string {
 }
 
 // RunAll runs the named checks (all when names is empty) one child each,
-// calling progress after each.
+// calling progress after each. With env.Deadline it starts no check with
+// less than minStart left (each is reported as not started).
 func RunAll(ctx context.Context, env Env, names []string, progress func(Result)) ([]Result, error) {
 	var todo []*Check
 	if len(names) == 0 {
@@ -191,7 +200,12 @@ func RunAll(ctx context.Context, env Env, names []string, progress func(Result))
 	}
 	var out []Result
 	for _, c := range todo {
-		r := child(ctx, env, c)
+		var r Result
+		if left := time.Until(env.Deadline); !env.Deadline.IsZero() && left < minStart {
+			r = notStarted(c, left)
+		} else {
+			r = child(ctx, env, c)
+		}
 		out = append(out, r)
 		if progress != nil {
 			progress(r)

@@ -211,7 +211,11 @@ func recipesOn(env Env, dev string, runs []recipeRun) Result {
 	ctx := context.Background()
 	r := Result{Figures: map[string]any{}, Cmd: "make gpu-check GPUCHECK=recipes"}
 	var bad, good []string
+	bud := env.budget()
 	for _, rr := range runs {
+		if !bud.next(rr.name) {
+			continue
+		}
 		data := filepath.Join(env.Data, rr.name)
 		if _, err := os.Stat(data); err != nil {
 			bad = append(bad, rr.name+": no data set (make gpu-pack makes them)")
@@ -277,9 +281,10 @@ func recipesOn(env Env, dev string, runs []recipeRun) Result {
 	}
 	if len(bad) > 0 {
 		r.Status, r.Summary = Fail, strings.Join(bad, "; ")
-		return r
+	} else {
+		r.Status, r.Summary = Pass, "trained on "+dev+": "+strings.Join(good, ", ")
 	}
-	r.Status, r.Summary = Pass, "trained on CUDA: "+strings.Join(good, ", ")
+	bud.report(&r)
 	return r
 }
 

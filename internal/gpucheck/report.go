@@ -12,11 +12,13 @@ import (
 
 // Report is gpu-report.json.
 type Report struct {
-	Started time.Time      `json:"started"`
-	Seconds float64        `json:"seconds"`
-	Machine map[string]any `json:"machine"`
-	Build   map[string]any `json:"build,omitempty"` // the build step, as make reports it
-	Checks  []Result       `json:"checks"`
+	Started time.Time `json:"started"`
+	// Deadline is the run's time budget's end (zero: none).
+	Deadline time.Time      `json:"deadline,omitzero"`
+	Seconds  float64        `json:"seconds"`
+	Machine  map[string]any `json:"machine"`
+	Build    map[string]any `json:"build,omitempty"` // the build step, as make reports it
+	Checks   []Result       `json:"checks"`
 }
 
 // Counts returns how many checks passed, failed and were skipped.
@@ -55,6 +57,10 @@ func (r Report) Markdown() string {
 	p, f, s := r.Counts()
 	fmt.Fprintf(&b, "# torchfit GPU check\n\n%s, %.0f s: %d passed, %d failed, %d skipped.\n\n",
 		r.Started.UTC().Format("2006-01-02 15:04 UTC"), r.Seconds, p, f, s)
+	if !r.Deadline.IsZero() {
+		fmt.Fprintf(&b, "Time budget: to %s (GPUBUDGET); a check not started for it is skipped, and a check's items left out are named in its summary.\n\n",
+			r.Deadline.UTC().Format("15:04:05 UTC"))
+	}
 	b.WriteString("## Machine\n\n")
 	writeMap(&b, r.Machine)
 	if len(r.Build) > 0 {

@@ -66,7 +66,11 @@ func stepCompiledOn(env Env, dev torch.Device, twins []string, opts bench.Option
 	rows := []string{fmt.Sprintf("%-16s %-5s %8s %8s %8s %9s %13s %7s %9s %9s %9s  %s", "twin", "prec", "Go ms", "graph ms", "Py ms", "comp. ms",
 		"compile s (gr)", "Go/Py", "graph/Py", "comp./Py", "graph/comp", "compiled check: loss Δ, worst grad Δ")}
 	var failed, summary []string
+	bud := env.budget()
 	for _, name := range twins {
+		if !bud.next(name) {
+			continue
+		}
 		tw, err := bench.Lookup(name)
 		if err != nil {
 			failed = append(failed, name)
@@ -128,16 +132,17 @@ func stepCompiledOn(env Env, dev torch.Device, twins []string, opts bench.Option
 	}
 	r.Figures["Go eager and as a CUDA graph beside Python eager and torch.compile(mode=\""+mode+"\") (ms/step, medians; "+
 		"–: not measured, the line below says why)"] = strings.Join(rows, "\n")
-	if len(failed) > 0 {
+	switch {
+	case len(failed) > 0:
 		r.Status = Fail
 		r.Summary = fmt.Sprintf("%d of %d twins failed on %s: %s", len(failed), len(twins), dev, strings.Join(failed, ", "))
-		return r
-	}
-	r.Status = Pass
-	if len(summary) == 0 {
+	case len(summary) == 0:
+		r.Status = Pass
 		r.Summary = fmt.Sprintf("measured on %s; no twin has both a captured Go step and a compiled Python one (the table says why)", dev)
-	} else {
+	default:
+		r.Status = Pass
 		r.Summary = fmt.Sprintf("Go's graph over compiled Python (%s) on %s: %s", mode, dev, strings.Join(summary, ", "))
 	}
+	bud.report(&r)
 	return r
 }
