@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,6 +110,30 @@ func (r *run) lastStep() map[string]any {
 }
 
 func (r *run) peakMiB() float64 { return r.maxMiB("peak") }
+
+// stepSeconds is the median time of the steps after the first (the
+// trainer's own timing of each: samples / samples_per_sec), and how many
+// steps it is the median of; NaN with none.
+func (r *run) stepSeconds() (float64, int) {
+	var ts []float64
+	first := true
+	for _, m := range r.metrics {
+		n, rate := num(m["samples"]), num(m["samples_per_sec"])
+		if !(n > 0 && rate > 0) { // NaN for lines without them
+			continue
+		}
+		if first {
+			first = false
+			continue
+		}
+		ts = append(ts, n/rate)
+	}
+	if len(ts) == 0 {
+		return math.NaN(), 0
+	}
+	sort.Float64s(ts)
+	return ts[len(ts)/2], len(ts)
+}
 
 // maxMiB is the highest value of a byte-valued metrics field, in MiB.
 func (r *run) maxMiB(field string) float64 {
