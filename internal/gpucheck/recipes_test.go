@@ -14,6 +14,7 @@ import (
 // runs them on CUDA) with --device cpu: every flag of them is one the
 // recipe takes, each trains, and each resumes from its checkpoint and
 // trains on. Mamba's --vram 8gb run is left out: minutes on this CPU.
+// Then data-on-device's commands on the same data.
 func TestRecipesOnCPU(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "torchfit")
 	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/torchfit").CombinedOutput()
@@ -36,4 +37,11 @@ func TestRecipesOnCPU(t *testing.T) {
 		require.True(t, strings.HasPrefix(r.Figures[rr.name+" command"].(string), "torchfit "+rr.name+" "), rr.name)
 		require.Contains(t, r.Figures[rr.name+" command"], "--device cpu")
 	}
+
+	// data-on-device's commands on the same data: on the CPU too the
+	// device copy of the training set is counted, the host's is not.
+	r = dataOnDeviceOn(Env{Torchfit: bin, Data: data, Work: t.TempDir()}, "cpu")
+	t.Logf("data-on-device: %s", r.Summary)
+	require.Equal(t, Pass, r.Status, "%s\n%s", r.Summary, r.Log)
+	require.Contains(t, r.Figures["--data-on-device true command"], "--device cpu")
 }
