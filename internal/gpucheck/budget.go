@@ -15,7 +15,9 @@ import (
 // loops over twins, recipes or tables (budget) starts no item that the
 // longest item so far says will not fit, and reports what it left out.
 // The report then says which checks and items did not run, instead of
-// the lease's kill leaving a check's figures unwritten.
+// the lease's kill leaving a check's figures unwritten. With or without
+// a deadline, a child's own deadline is its timeout less a margin, so a
+// looping check also reports what it measured before its own timeout.
 
 // minStart is the least time left for RunAll to start a check.
 const minStart = 20 * time.Second

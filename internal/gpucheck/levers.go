@@ -19,7 +19,7 @@ import (
 func init() {
 	register(&Check{Name: "seed-tables", Doc: "the seeds' memory tables measured on the GPU: asr memory-table, ganvit memory-table, mamba estimate --dry-run",
 		Timeout: 4 * time.Minute, Run: seedTables})
-	register(&Check{Name: "vram-presets", Doc: "each --vram preset trains under a memory cap of that size on the card",
+	register(&Check{Name: "vram-presets", Doc: "each --vram preset runs under a memory cap of that size on the card (trains; GAN/ViT: its test-memory)",
 		Timeout: 6 * time.Minute, Run: vramPresets})
 	register(&Check{Name: "cpu-offload", Doc: "Mamba's --cpu-offload (the seed's use_cpu_offload): device bytes saved, step-time cost",
 		Timeout: 3 * time.Minute, Run: cpuOffload})
@@ -142,7 +142,7 @@ func vramPresets(env Env) Result {
 	if len(bad) > 0 {
 		r.Status, r.Summary = Fail, strings.Join(bad, "; ")
 	} else {
-		r.Status, r.Summary = Pass, "trained under a cap of the preset's size: "+strings.Join(good, ", ")
+		r.Status, r.Summary = Pass, "ran under a cap of the preset's size: "+strings.Join(good, ", ")
 	}
 	bud.report(&r)
 	return r
