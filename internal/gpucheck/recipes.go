@@ -389,7 +389,13 @@ func goTest(env Env) Result {
 	if err != nil {
 		return Result{Status: Skip, Summary: "skipped: no go toolchain on this machine"}
 	}
-	args := []string{"test", "-tags", "cuda", "-count=1", "-timeout", "200s", "./torch", "./amp", "./torch/data", "./torch/cudagraph"}
+	// go test's own timeout ends before the check's deadline: its report
+	// (which test was running) then reaches ours.
+	timeout := 200 * time.Second
+	if !env.Deadline.IsZero() {
+		timeout = max(10*time.Second, min(timeout, time.Until(env.Deadline)-5*time.Second))
+	}
+	args := []string{"test", "-tags", "cuda", "-count=1", "-timeout", timeout.Round(time.Second).String(), "./torch", "./amp", "./torch/data", "./torch/cudagraph"}
 	r := Result{Cmd: "go " + strings.Join(args, " ")}
 	if _, ok := needGPU(); !ok {
 		r.Cmd += " (without a GPU they run the CPU paths: make test does that)"
