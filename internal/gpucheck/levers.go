@@ -125,7 +125,7 @@ func vramPresets(env Env) Result {
 			name := p.recipe + " --vram " + size
 			fig := fmt.Sprintf("exit %d, %.1f s, peak %.0f MiB of a %d GiB cap", x.code, x.seconds, x.peakMiB(), gib)
 			if !p.steps {
-				fig = fmt.Sprintf("exit %d, %.1f s under a %d GiB cap: %s", x.code, x.seconds, gib, strings.ReplaceAll(lastLines(x.out, 4), "\n", " | "))
+				fig = fmt.Sprintf("exit %d, %.1f s under a %d GiB cap: %s", x.code, x.seconds, gib, lastLines(x.out, 4))
 			}
 			if s := x.lastStep(); s != nil {
 				fig += fmt.Sprintf(", micro-batch %v, oom retries %v", s["micro_batch"], s["oom_retries"])
