@@ -14,7 +14,8 @@ import (
 // runs them on CUDA) with --device cpu: every flag of them is one the
 // recipe takes, each trains, and each resumes from its checkpoint and
 // trains on. Mamba's --vram 8gb run is left out: minutes on this CPU.
-// Then data-on-device's commands on the same data.
+// Then data-on-device's commands and seed-tables' TTS memory test on the
+// same data.
 func TestRecipesOnCPU(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "torchfit")
 	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/torchfit").CombinedOutput()
@@ -44,4 +45,11 @@ func TestRecipesOnCPU(t *testing.T) {
 	t.Logf("data-on-device: %s", r.Summary)
 	require.Equal(t, Pass, r.Status, "%s\n%s", r.Summary, r.Log)
 	require.Contains(t, r.Figures["--data-on-device true command"], "--device cpu")
+
+	// seed-tables' TTS memory test: a codec, then the table.
+	x := ttsMemoryTest(Env{Torchfit: bin, Data: data, Work: t.TempDir()}, "cpu", "2", "1")
+	t.Logf("tts memory-test:\n%s", x.out)
+	require.Zero(t, x.code, "%s\n%s", x.cmdline(bin), x.out)
+	require.Equal(t, []string{"tts", "memory-test"}, x.args[:2])
+	require.Contains(t, x.out, "peak allocated")
 }
