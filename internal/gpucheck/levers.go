@@ -41,11 +41,8 @@ func runAll(env Env, bud *budget, runs [][]string) (Result, []*run) {
 		}
 		x := torchfit(context.Background(), env, "", args...)
 		out = append(out, x)
-		key := strings.Join(args[:2], " ")
-		r.Figures[key+" command"] = x.cmdline(env.Torchfit)
-		r.Figures[key] = strings.TrimSpace(tail(x.out, 2500))
-		if x.code != 0 {
-			bad = append(bad, fmt.Sprintf("%s: exit %d: %s", key, x.code, lastLines(x.out, 2)))
+		if b := record(&r, x, env.Torchfit); b != "" {
+			bad = append(bad, b)
 		}
 	}
 	if len(bad) > 0 {
@@ -54,6 +51,19 @@ func runAll(env Env, bud *budget, runs [][]string) (Result, []*run) {
 		r.Status = Pass
 	}
 	return r, out
+}
+
+// record puts x's command line and the end of its output (its table) in
+// r's figures, under its recipe and verb; it returns x's failure line, or
+// "" when x exited 0.
+func record(r *Result, x *run, bin string) string {
+	key := strings.Join(x.args[:2], " ")
+	r.Figures[key+" command"] = x.cmdline(bin)
+	r.Figures[key] = strings.TrimSpace(tail(x.out, 2500))
+	if x.code != 0 {
+		return fmt.Sprintf("%s: exit %d: %s", key, x.code, lastLines(x.out, 2))
+	}
+	return ""
 }
 
 func seedTables(env Env) Result {
@@ -78,11 +88,7 @@ func seedTables(env Env) Result {
 		{"mamba", "estimate", "--device", "cuda", "--dry-run", "--all"},
 	})
 	if tts != nil {
-		key := strings.Join(tts.args[:2], " ")
-		r.Figures[key+" command"] = tts.cmdline(env.Torchfit)
-		r.Figures[key] = strings.TrimSpace(tail(tts.out, 2500))
-		if tts.code != 0 {
-			bad := fmt.Sprintf("%s: exit %d: %s", key, tts.code, lastLines(tts.out, 2))
+		if bad := record(&r, tts, env.Torchfit); bad != "" {
 			if r.Status == Fail {
 				bad = r.Summary + "; " + bad
 			}
@@ -196,6 +202,7 @@ func cpuOffload(env Env) Result {
 	}
 	r := Result{Figures: map[string]any{}, Cmd: "make gpu-check GPUCHECK=cpu-offload"}
 	var res [2]*run
+	var steps [2]float64 // seconds per step, without and with the offload
 	for i, off := range []bool{false, true} {
 		work, _ := os.MkdirTemp(env.Work, "offload")
 		metrics := filepath.Join(work, "m.jsonl")
@@ -210,6 +217,7 @@ func cpuOffload(env Env) Result {
 			return r
 		}
 		st, n := res[i].stepSeconds()
+		steps[i] = st
 		r.Figures[fmt.Sprintf("offload %v", off)] = fmt.Sprintf("peak %.0f MiB; a step %.3f s (the median of steps 2–%d, the trainer's timing); the process %.1f s",
 			res[i].peakMiB(), st, n+1, res[i].seconds)
 	}
@@ -219,8 +227,7 @@ func cpuOffload(env Env) Result {
 		r.Status, r.Summary = Fail, fmt.Sprintf("--cpu-offload did not lower the device peak (%.0f → %.0f MiB)", res[0].peakMiB(), res[1].peakMiB())
 		return r
 	}
-	on, _ := res[0].stepSeconds()
-	off, _ := res[1].stepSeconds()
+	on, off := steps[0], steps[1]
 	if !(on > 0 && off > 0) {
 		r.Status, r.Summary = Fail, "the metrics hold no step time after the first step"
 		return r
@@ -255,7 +262,7 @@ func dataOnDeviceOn(env Env, dev string) Result {
 		return failf("%v", err)
 	}
 	p := ganvit.Presets["cpu"]
-	want := float64(n) * float64(4*ganvit.Shape{Mels: p.Mels, Frames: p.Frames}.Size()+4*ganvit.CondDim+8) / mib
+	want := float64(int64(n)*ganvit.Shape{Mels: p.Mels, Frames: p.Frames}.SampleBytes()) / mib
 	r.Figures["training set"] = fmt.Sprintf("%d spectrograms of %d mels × %d frames (the check's %d training clips, each %d times): %.1f MiB as float32",
 		n, p.Mels, p.Frames, n/ganDataScale, ganDataScale, want)
 	var peaks [2]float64

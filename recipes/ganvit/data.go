@@ -34,7 +34,7 @@ func (s *Specs) Len() int { return len(s.Data) }
 
 // Bytes is what the spectrograms, conditions and labels take as float32
 // and int64 tensors.
-func (s *Specs) Bytes() int64 { return int64(s.Len()) * (4*s.Shape.Size() + 4*CondDim + 8) }
+func (s *Specs) Bytes() int64 { return int64(s.Len()) * s.Shape.SampleBytes() }
 
 // Truncate keeps the first n spectrograms.
 func (s *Specs) Truncate(n int) {

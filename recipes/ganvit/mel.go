@@ -34,6 +34,10 @@ func (s Shape) String() string { return fmt.Sprintf("%d mels × %d frames", s.Me
 // Size is Mels × Frames.
 func (s Shape) Size() int64 { return s.Mels * s.Frames }
 
+// SampleBytes is what one sample of this shape takes as tensors: its
+// spectrogram and CondDim conditions as float32, its label as int64.
+func (s Shape) SampleBytes() int64 { return 4*s.Size() + 4*CondDim + 8 }
+
 // Mel computes log-mel spectrograms as librosa's
 // power_to_db(melspectrogram(y, sr=22050, n_fft=2048, hop_length=512,
 // n_mels=M), ref=np.max, top_db=80) (Slaney mel scale and area
