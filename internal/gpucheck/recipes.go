@@ -393,7 +393,7 @@ func goTest(env Env) Result {
 	// (which test was running) then reaches ours.
 	timeout := 200 * time.Second
 	if !env.Deadline.IsZero() {
-		timeout = max(10*time.Second, min(timeout, time.Until(env.Deadline)-5*time.Second))
+		timeout = max(10*time.Second, min(timeout, time.Until(env.Deadline)-margin))
 	}
 	args := []string{"test", "-tags", "cuda", "-count=1", "-timeout", timeout.Round(time.Second).String(), "./torch", "./amp", "./torch/data", "./torch/cudagraph"}
 	r := Result{Cmd: "go " + strings.Join(args, " ")}
